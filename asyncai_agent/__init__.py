@@ -1,0 +1,1 @@
+"""asyncai_agent."""

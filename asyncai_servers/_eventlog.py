@@ -1,0 +1,47 @@
+"""The bounded event ring every event-log server keeps (ADR "Read shape", event-log).
+
+Reads are stateless: any number of readers share one ring and each keeps its
+own last-seen ``seq``. A reader that fell more than ``capacity`` events behind
+sees the oldest ``seq`` jump past its last seen + 1 and reports a GAP.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["DEFAULT_RING_CAPACITY", "EventRing"]
+
+DEFAULT_RING_CAPACITY = 256
+
+
+class EventRing:
+    def __init__(self, capacity: int = DEFAULT_RING_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError(f"EventRing capacity must be >= 1, got {capacity}")
+        self._events: deque[dict[str, Any]] = deque(maxlen=capacity)
+        self._seq = 0
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest event, 0 when none was appended."""
+        return self._seq
+
+    def append(self, event: Mapping[str, Any]) -> int:
+        """Store ``event`` with the next seq (monotonic, never reused) and return that seq."""
+        self._seq += 1
+        self._events.append({"seq": self._seq, **{k: v for k, v in event.items() if k != "seq"}})
+        return self._seq
+
+    def error(self, message: str) -> int:
+        """Record an in-band source failure: ``{"seq": n, "type": "ERROR", "message": ...}``."""
+        return self.append({"type": "ERROR", "message": message})
+
+    def body(self) -> dict[str, Any]:
+        return {"events": list(self._events)}
+
+    def text(self) -> str:
+        """The read body as JSON text."""
+        return json.dumps(self.body(), separators=(",", ":"), ensure_ascii=False)

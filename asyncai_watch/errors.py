@@ -1,0 +1,41 @@
+"""Typed errors. Each message says what was wrong and what would be accepted."""
+
+from __future__ import annotations
+
+__all__ = [
+    "FilterError",
+    "LimitError",
+    "ProtocolVersionError",
+    "RoutingError",
+    "StateFileError",
+    "SubscriptionLostError",
+    "WatchError",
+]
+
+
+class WatchError(Exception):
+    """Base class for every error this library raises on purpose."""
+
+
+class RoutingError(WatchError):
+    """No connected server can serve a URI."""
+
+
+class ProtocolVersionError(WatchError):
+    """A server's negotiated MCP version cannot carry watches (needs 2026-07-28)."""
+
+
+class FilterError(WatchError):
+    """An ``on_event`` filter is not acceptable (not source text, SyntaxError, NameError, ...)."""
+
+
+class LimitError(WatchError):
+    """A configured limit (see :class:`asyncai_watch.Limits`) would be exceeded."""
+
+
+class StateFileError(WatchError):
+    """The ``--watch-state`` file cannot be read or written; it is left untouched."""
+
+
+class SubscriptionLostError(WatchError):
+    """A ``subscriptions/listen`` stream ended abruptly; the caller should re-listen and re-read."""

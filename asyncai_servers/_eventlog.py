@@ -18,11 +18,12 @@ DEFAULT_RING_CAPACITY = 256
 
 
 class EventRing:
-    def __init__(self, capacity: int = DEFAULT_RING_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_RING_CAPACITY, *, start_seq: int = 0) -> None:
         if capacity < 1:
             raise ValueError(f"EventRing capacity must be >= 1, got {capacity}")
         self._events: deque[dict[str, Any]] = deque(maxlen=capacity)
-        self._seq = 0
+        # start_seq lets a restarted source keep seq monotonic for readers that remember the last one.
+        self._seq = start_seq
 
     @property
     def last_seq(self) -> int:

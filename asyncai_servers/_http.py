@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import uvicorn
@@ -29,9 +30,19 @@ def parse_host_port(value: str) -> tuple[str, int]:
 
 
 async def serve_http(
-    app: Any, host: str, port: int, *, path: str = "/mcp", ready: TextIO | None = None
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    path: str = "/mcp",
+    ready: TextIO | None = None,
+    on_shutdown: Callable[[], None] | None = None,
 ) -> None:
-    """Run ``app`` until cancelled, announcing ``READY <url>`` on ``ready`` (stderr by default)."""
+    """Run ``app`` until cancelled, announcing ``READY <url>`` on ``ready`` (stderr by default).
+
+    ``on_shutdown`` runs when uvicorn starts shutting down (SIGTERM/SIGINT), before it waits for open
+    connections: a server with long-lived listen streams ends them there, or shutdown would wait forever.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -43,6 +54,7 @@ async def serve_http(
     shown_host = f"[{host}]" if family == socket.AF_INET6 else host
     server.ready_line = f"READY http://{shown_host}:{bound_port}{path}"
     server.ready_out = ready if ready is not None else sys.stderr
+    server.on_shutdown = on_shutdown
     await server.serve([sock])
 
 
@@ -51,8 +63,14 @@ class _AnnouncingServer(uvicorn.Server):
 
     ready_line: str = ""
     ready_out: TextIO = sys.stderr
+    on_shutdown: Callable[[], None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if not self.should_exit:
             print(self.ready_line, file=self.ready_out, flush=True)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.on_shutdown is not None:
+            self.on_shutdown()
+        await super().shutdown(sockets=sockets)

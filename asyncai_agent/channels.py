@@ -1,0 +1,263 @@
+"""The agent side of switchboard doorbells: channel notices plus a pull worker that never misses work.
+
+Two pieces, used together (see ``docs/servers/switchboard.md``):
+
+- :class:`ChannelExtension`, an ``mcp.client.ClientExtension`` for
+  ``claude/channel``. The SDK drops notification methods it does not know
+  unless a binding exists; this binding turns each
+  ``notifications/claude/channel`` into ``Notice(source="channel",
+  text=content, meta={"server": ..., **meta})``.
+- :class:`ChannelPuller`, which keeps one ``subscriptions/listen`` open (that
+  is what makes the session *attached*, so doorbells can reach it) and drains
+  the queue with the read-only ``todo_pull`` verb at start, after every
+  re-listen (reconnect) and after each completed todo. A doorbell is only a
+  hint; the drain is what guarantees nothing waits unseen.
+
+Wiring, e.g. for ``asyncai-agent --mcp-http URL --token-file F``::
+
+    puller = ChannelPuller(server="switchboard")
+    source = McpResourceSource.http(url, headers={"Authorization": f"Bearer {token}"},
+                                    extensions=[puller.extension])
+    async with source:
+        if has_channel(source.client):
+            orchestrator.forward_notices(puller.notices)
+            tg.start_soon(puller.run, source.client)
+        # after a successful todo_complete tool call: puller.completed()
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import Client
+from mcp.client import ClientExtension, NotificationBinding
+from mcp.client.subscriptions import SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict
+
+from asyncai_watch.notice import SOURCE_CHANNEL, Notice
+
+__all__ = [
+    "CHANNEL_CAPABILITY",
+    "CHANNEL_METHOD",
+    "ChannelExtension",
+    "ChannelParams",
+    "ChannelPuller",
+    "has_channel",
+]
+
+log = logging.getLogger(__name__)
+
+CHANNEL_METHOD: Final = "notifications/claude/channel"
+CHANNEL_CAPABILITY: Final = "claude/channel"
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DEFAULT_BACKOFF: Final = (1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+class ChannelParams(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    content: str
+    meta: dict[str, Any] | None = None
+
+
+def has_channel(client: Client) -> bool:
+    """True when the server declared ``capabilities.experimental['claude/channel']``."""
+    caps = client.server_capabilities
+    return caps is not None and CHANNEL_CAPABILITY in (caps.experimental or {})
+
+
+def _meta(raw: Mapping[str, Any] | None) -> dict[str, str]:
+    """The receiver's rules (Claude Code's): identifier keys only, scalar values as strings."""
+    out: dict[str, str] = {}
+    for key, value in (raw or {}).items():
+        if not _KEY.match(key) or key == "server":
+            continue
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            out[key] = html.unescape(str(value))
+    return out
+
+
+class ChannelExtension(ClientExtension):
+    """Turns ``notifications/claude/channel`` into Notices handed to ``on_notice``."""
+
+    identifier = CHANNEL_CAPABILITY
+
+    def __init__(self, server: str, on_notice: Callable[[Notice], None]) -> None:
+        self.server = server
+        self._on_notice = on_notice
+
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        return [NotificationBinding(method=CHANNEL_METHOD, params_type=ChannelParams, handler=self._handle)]
+
+    async def _handle(self, params: ChannelParams) -> None:
+        # The server neutralized markup for harnesses that paste content raw; the agent's renderer
+        # escapes everything itself, so undo the entities rather than show them twice-escaped.
+        self._on_notice(
+            Notice(
+                SOURCE_CHANNEL,
+                html.unescape(params.content),
+                meta={"server": self.server, **_meta(params.meta)},
+            )
+        )
+
+
+class ChannelPuller:
+    """Doorbells plus the degrade-to-pull drain, as one stream of Notices (:attr:`notices`)."""
+
+    def __init__(
+        self,
+        *,
+        server: str = "switchboard",
+        queue: str | None = None,
+        buffer: int = 256,
+        backoff: Sequence[float] = DEFAULT_BACKOFF,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        remember: int = 4096,
+    ) -> None:
+        self.server = server
+        self.queue = queue
+        self._send: MemoryObjectSendStream[Notice]
+        self._send, self._recv = anyio.create_memory_object_stream[Notice](buffer)
+        self._backoff = tuple(backoff) or DEFAULT_BACKOFF
+        self._sleep = sleep
+        self._announced: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember
+        self._drain_wanted = anyio.Event()
+        self.extension = ChannelExtension(server, self._doorbell)
+        self.dropped = 0
+        self.drains = 0
+        self.attached = anyio.Event()
+        """Set while a listen is open (the server can ring this session); cleared on loss."""
+        self.drained = anyio.Event()
+        """Set after each completed drain; a fresh event replaces it when the next drain starts."""
+
+    @property
+    def notices(self) -> MemoryObjectReceiveStream[Notice]:
+        return self._recv
+
+    # -- inputs ------------------------------------------------------------
+    def _emit(self, notice: Notice) -> None:
+        try:
+            self._send.send_nowait(notice)
+        except anyio.WouldBlock:
+            self.dropped += 1  # the todo is still in the ledger; the next drain lists it
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+
+    def _remember_id(self, todo_id: str) -> bool:
+        """Record ``todo_id``; False if it was already announced."""
+        if todo_id in self._announced:
+            self._announced.move_to_end(todo_id)
+            return False
+        self._announced[todo_id] = None
+        while len(self._announced) > self._remember:
+            self._announced.popitem(last=False)
+        return True
+
+    def _doorbell(self, notice: Notice) -> None:
+        todo_id = notice.meta.get("todo_id")
+        if todo_id:
+            self._remember_id(todo_id)
+        self._emit(notice)
+
+    def completed(self) -> None:
+        """A todo was completed: drain again (call after a successful ``todo_complete``)."""
+        self._drain_wanted.set()
+
+    def reconnected(self) -> None:
+        """The connection was re-established by its owner: drain again."""
+        self._drain_wanted.set()
+
+    def observe_tool_call(self, name: str, ok: bool) -> None:
+        """Convenience hook for the agent's tool dispatcher."""
+        if name == "todo_complete" and ok:
+            self.completed()
+
+    # -- worker ------------------------------------------------------------
+    async def drain(self, client: Client) -> int:
+        """Page through ``todo_pull`` until the end; announce each open todo not announced yet."""
+        self.drained = anyio.Event() if self.drained.is_set() else self.drained
+        after: str | None = None
+        fresh = 0
+        while True:
+            args: dict[str, Any] = {"limit": 100}
+            if self.queue is not None:
+                args["queue"] = self.queue
+            if after is not None:
+                args["after"] = after
+            result = await client.call_tool("todo_pull", args)
+            if result.is_error:
+                text = " ".join(getattr(c, "text", "") for c in result.content)
+                raise MCPError(-32603, f"todo_pull failed: {text}")
+            page = result.structured_content
+            if page is None:
+                page = json.loads(getattr(result.content[0], "text", "{}"))
+            for todo in page.get("todos", []):
+                todo_id = str(todo["id"])
+                if self._remember_id(todo_id):
+                    fresh += 1
+                    meta = {"todo_id": todo_id, "queue": str(todo["queue"]), "kind": str(todo["kind"])}
+                    self._emit(
+                        Notice(
+                            SOURCE_CHANNEL,
+                            str(todo["summary"]),
+                            meta={"server": self.server, **meta, "via": "pull"},
+                        )
+                    )
+            after = page.get("next_after")
+            if after is None:
+                break
+        self.drains += 1
+        self.drained.set()
+        return fresh
+
+    async def run(self, client: Client) -> None:
+        """Until cancelled: drain, keep a listen open, drain after each re-listen and each completion."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._drain_on_request, client)
+            await self._attach(client)
+
+    async def _drain_on_request(self, client: Client) -> None:
+        while True:
+            await self._drain_wanted.wait()
+            self._drain_wanted = anyio.Event()
+            try:
+                await self.drain(client)
+            except (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                log.warning("switchboard drain failed (%s); the next re-listen drains again", exc)
+
+    async def _attach(self, client: Client) -> None:
+        failures = 0
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as sub:
+                    failures = 0
+                    self.attached.set()
+                    self._drain_wanted.set()  # at start and after every reconnect
+                    async for _ in sub:  # list changes are not ours to act on; the stream is the point
+                        pass
+            except (
+                SubscriptionLost,
+                MCPError,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+                OSError,
+            ) as exc:
+                log.info("switchboard listen ended (%s); re-listening", exc)
+            except Exception as exc:  # httpx2 transport errors and the like: same treatment
+                log.info("switchboard listen failed (%s: %s); re-listening", type(exc).__name__, exc)
+            if self.attached.is_set():
+                self.attached = anyio.Event()
+            delay = self._backoff[min(failures, len(self._backoff) - 1)]
+            failures += 1
+            await self._sleep(delay)  # backoff after a failure, not a poll: nothing runs while attached

@@ -1,0 +1,206 @@
+"""``python -m asyncai_agent`` / ``asyncai-agent``: the interactive agent and the offline demo.
+
+Replies go to stdout; NDJSON events go to stderr. A bad argument, a server
+that will not start or a missing key prints one ``asyncai-agent: error: ...``
+line and exits non-zero (2 for bad arguments, 1 for failures at run time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Final, TextIO
+
+import anyio
+
+from asyncai_agent.backends import BackendError, make_backend
+from asyncai_agent.backends.base import Backend
+from asyncai_agent.orchestrator import Input
+from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
+from asyncai_agent.transcript import TranscriptError
+from asyncai_watch.errors import WatchError
+from asyncai_watch.log import configure_ndjson
+
+__all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
+
+PROG: Final = "asyncai-agent"
+_KNOWN_ERRORS: Final = (WatchError, BackendError, TranscriptError, ValueError, OSError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "A reference agent with MCP watches: it connects to MCP servers, answers lines from stdin "
+            "and turns watch notices into turns. Try --demo (no key, no network)."
+        ),
+    )
+    p.add_argument(
+        "--mcp-stdio",
+        action="append",
+        default=[],
+        metavar="CMD",
+        help="start an MCP server with this command and speak to it over stdio (repeatable), "
+        "e.g. --mcp-stdio asyncai-mcp-simple",
+    )
+    p.add_argument(
+        "--mcp-http",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="connect to a Streamable HTTP MCP server (repeatable), e.g. http://127.0.0.1:8765/mcp",
+    )
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help="a bearer token (file contents) sent to every --mcp-http server, e.g. a switchboard credential",
+    )
+    p.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="openai:MODEL (OPENAI_API_KEY; optional with --base-url), anthropic:MODEL "
+        "(ANTHROPIC_API_KEY) or scripted:FILE (a replay script, see docs/agent.md)",
+    )
+    p.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the model endpoint, e.g. http://127.0.0.1:8080/v1 for llama.cpp / vLLM / Ollama",
+    )
+    p.add_argument(
+        "--watch-state", type=Path, metavar="PATH", help="save watches here and restore them at start"
+    )
+    p.add_argument("--session", type=Path, metavar="PATH", help="append a JSONL transcript to PATH")
+    p.add_argument("--verbose", action="store_true", help="log every NDJSON event, not only watch.notice")
+    p.add_argument(
+        "--max-rounds", type=int, default=25, metavar="N", help="model rounds per turn (default 25)"
+    )
+    p.add_argument("--demo", action="store_true", help="run the offline demo (memo server + scripted model)")
+    return p
+
+
+class TerminalChannel:
+    """Replies printed to a text stream (stdout)."""
+
+    def __init__(self, out: TextIO | None = None, name: str = "terminal") -> None:
+        self._out = out
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def send(self, text: str) -> None:
+        out = self._out if self._out is not None else sys.stdout
+        print(text, file=out, flush=True)
+
+
+async def stdin_lines(fd: int) -> AsyncIterator[str]:
+    """Lines from ``fd`` without blocking the loop, ending at EOF.
+
+    Pipes and terminals are awaited for readability, so the read is cancellable.
+    Regular files and devices such as /dev/null cannot be awaited (epoll refuses
+    them) but never block either, so they are read in a worker thread.
+    """
+    pollable = not stat.S_ISREG(os.fstat(fd).st_mode)
+    buf = b""
+    while True:
+        if pollable:
+            try:
+                await anyio.wait_readable(fd)
+            except OSError:  # EPERM: not pollable (e.g. /dev/null)
+                pollable = False
+        if pollable:
+            chunk = os.read(fd, 65536)
+        else:
+            chunk = await anyio.to_thread.run_sync(os.read, fd, 65536, abandon_on_cancel=True)
+        if not chunk:
+            break
+        buf += chunk
+        *complete, buf = buf.split(b"\n")
+        for raw in complete:
+            yield raw.decode("utf-8", errors="replace").rstrip("\r")
+    if buf:
+        yield buf.decode("utf-8", errors="replace")
+
+
+async def _inputs(channel: TerminalChannel, fd: int) -> AsyncIterator[Input]:
+    async for line in stdin_lines(fd):
+        if line.strip():
+            yield Input(line, channel)
+
+
+async def _interactive(config: SessionConfig, backend: Backend, sources: PendingSources) -> int:
+    terminal = TerminalChannel()
+    async with open_session(config, backend, default_channel=terminal, sources=sources) as session:
+        await session.orchestrator.feed(_inputs(terminal, sys.stdin.fileno()))
+        # Shutdown waits for idle: every input claimed and no run active or queued.
+        await session.orchestrator.wait_idle()
+    return 0
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
+
+
+def known_error(exc: BaseException) -> BaseException | None:
+    """The user-facing error inside ``exc`` (task groups wrap them), if it is one we report."""
+    for leaf in leaves(exc):
+        if isinstance(leaf, _KNOWN_ERRORS):
+            return leaf
+    return None
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_ndjson(sys.stderr, verbose=args.verbose)
+    if args.max_rounds < 1:
+        return fail(f"--max-rounds must be >= 1, got {args.max_rounds}", 2)
+    if args.demo:
+        from asyncai_agent.demo import run_demo
+
+        return run_demo(verbose=args.verbose, session_path=args.session)
+    if args.model is None:
+        return fail("--model is required: openai:MODEL, anthropic:MODEL or scripted:FILE (or try --demo)", 2)
+    token = None
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            return fail(f"--token-file: cannot read {str(args.token_file)!r}: {exc.strerror or exc}", 2)
+        if not token:
+            return fail(f"--token-file: {str(args.token_file)!r} is empty; it must hold the bearer token", 2)
+    config = SessionConfig(
+        mcp_stdio=tuple(args.mcp_stdio),
+        mcp_http=tuple(args.mcp_http),
+        http_token=token,
+        watch_state=args.watch_state,
+        session_path=args.session,
+        verbose=args.verbose,
+        max_rounds=args.max_rounds,
+    )
+    try:
+        sources = make_sources(config)
+        backend = make_backend(args.model, base_url=args.base_url)
+    except (BackendError, ValueError, TypeError) as exc:
+        return fail(str(exc), 2)
+    try:
+        return anyio.run(_interactive, config, backend, sources)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:
+        known = known_error(exc)
+        if known is None:
+            raise
+        return fail(str(known) or type(known).__name__)

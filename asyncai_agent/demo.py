@@ -1,0 +1,182 @@
+"""``python -m asyncai_agent --demo``: the whole loop offline, in a few seconds, no key, no network.
+
+1. starts the memo server over stdio (``python -m asyncai_servers.memo``);
+2. the scripted model (``asyncai_agent/demo/memo.json``) sets up a watch on
+   ``memo://notes`` with an ``on_event`` filter through a real ``run_code``;
+3. the demo writes memo values itself, outside the agent's turns;
+4. each notice arrives as a turn; the terminal shows it, the code the model
+   runs, and the reply, including one ``NO_REPLY`` that is suppressed.
+
+The demo waits on the agent's events (a turn completing), never on a timer;
+a step that does not happen within its deadline fails the demo with a
+message saying which.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from asyncai_agent.backends.base import BackendError
+from asyncai_agent.backends.scripted import ScriptedBackend, parse_script
+from asyncai_agent.events import (
+    AgentEvent,
+    InputReceived,
+    ModelMessage,
+    NoticeReceived,
+    ReplySuppressed,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    ToolResult,
+)
+from asyncai_agent.session import AgentSession, SessionConfig, open_session
+from asyncai_watch.limits import Limits
+from asyncai_watch.mcp_source import McpResourceSource
+
+__all__ = ["DEMO_SCRIPT", "run_demo"]
+
+DEMO_SCRIPT: Final = "memo.json"
+STEP_DEADLINE: Final = 30.0
+"""Seconds one demo step may take (server start, a turn); generous for a loaded CI machine."""
+USER_REQUEST: Final = "Please tell me when my todo changes in the memo; ignore the other keys."
+
+
+def _indent(prefix: str, text: str) -> str:
+    pad = " " * len(prefix)
+    lines = text.splitlines() or [""]
+    return "\n".join([prefix + lines[0], *(pad + line for line in lines[1:])])
+
+
+class DemoPrinter:
+    """Shows each event as a terminal line: input, notice, turn, code, result, reply."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.suppressed = 0
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def __call__(self, event: AgentEvent) -> None:
+        if isinstance(event, InputReceived):
+            self.say(_indent("you> ", event.text))
+        elif isinstance(event, NoticeReceived):
+            wrapper, _, _instruction = event.rendered.text.rpartition("\n")
+            self.say(_indent("notice> ", wrapper))
+        elif isinstance(event, RunStarted):
+            self.say(f"--- turn {event.run_id} ({event.picked_up} new message(s), reply to {event.channel})")
+        elif isinstance(event, ModelMessage):
+            for call in event.message.tool_calls:
+                if event.message.text:
+                    self.say(_indent("  model> ", event.message.text))
+                self.say(_indent("  run_code> ", str(call.arguments.get("code", ""))))
+        elif isinstance(event, ToolResult):
+            self.say(_indent("  result> ", event.text))
+        elif isinstance(event, ReplySuppressed):
+            self.suppressed += 1
+            self.say(f"agent: {event.text.strip() or '(empty)'} -> reply suppressed, nothing published")
+
+
+class _DemoChannel:
+    def __init__(self, printer: DemoPrinter) -> None:
+        self._printer = printer
+
+    @property
+    def name(self) -> str:
+        return "demo"
+
+    async def send(self, text: str) -> None:
+        self._printer.say(_indent("agent> ", text))
+
+
+async def _turn_done(events: MemoryObjectReceiveStream[AgentEvent], what: str) -> None:
+    """Wait for the next completed turn; a failed turn fails the demo."""
+    try:
+        with anyio.fail_after(STEP_DEADLINE):
+            async for event in events:
+                if isinstance(event, RunFailed):
+                    raise DemoError(f"the turn after {what} failed: {event.error}")
+                if isinstance(event, RunCompleted):
+                    return
+    except TimeoutError:
+        raise DemoError(f"no turn completed within {STEP_DEADLINE:g} s after {what}") from None
+    raise DemoError(f"the agent stopped before a turn completed after {what}")
+
+
+class DemoError(Exception):
+    pass
+
+
+async def _write(session: AgentSession, printer: DemoPrinter, tool: str, **arguments: Any) -> None:
+    # The demo's own call on the memo connection: a change from outside the agent's turns.
+    shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    printer.say(f"outside> {tool}({shown})")
+    result = await session.sources[0].call_tool(tool, arguments)
+    if result.is_error:
+        raise DemoError(f"{tool}({shown}) failed: {result.text}")
+
+
+async def _demo(printer: DemoPrinter, *, verbose: bool, session_path: Path | None) -> None:
+    script_text = files("asyncai_agent").joinpath("demo", DEMO_SCRIPT).read_text(encoding="utf-8")
+    backend = ScriptedBackend(parse_script(json.loads(script_text), origin=DEMO_SCRIPT), label=DEMO_SCRIPT)
+    memo_cmd = [sys.executable, "-m", "asyncai_servers.memo"]
+    config = SessionConfig(
+        mcp_stdio=(tuple(memo_cmd),),
+        session_path=session_path,
+        verbose=verbose,
+        # A short debounce so the demo is quick; the defaults are 3 s / 15 s.
+        limits=Limits(debounce_quiet=0.2, debounce_max_wait=1.0),
+    )
+    channel = _DemoChannel(printer)
+    printer.say("demo: starting the memo MCP server over stdio: python -m asyncai_servers.memo")
+    sources = [McpResourceSource.stdio(memo_cmd, name="memo")]
+    # The connect itself is bounded by McpResourceSource's connect timeout.
+    async with open_session(
+        config, backend, default_channel=channel, observers=[printer], sources=sources
+    ) as session:
+        events = session.orchestrator.subscribe()
+        printer.say(
+            f"demo: connected (MCP {session.sources[0].protocol_version}); model: scripted {DEMO_SCRIPT}"
+        )
+        session.orchestrator.submit(USER_REQUEST, channel)
+        await _turn_done(events, "the request")
+
+        await _write(session, printer, "memo_set", key="draft", value="call the plumber?")
+        await _write(session, printer, "memo_set", key="todo", value="buy milk")
+        await _turn_done(events, "setting todo")
+
+        await _write(session, printer, "memo_set", key="todo", value="buy milk ")
+        await _turn_done(events, "a whitespace-only change to todo")
+
+        await _write(session, printer, "memo_delete", key="todo")
+        await _turn_done(events, "deleting todo")
+
+        with anyio.fail_after(STEP_DEADLINE):
+            await session.orchestrator.wait_idle()
+        if not backend.finished:
+            raise DemoError(f"the script has turns left: {backend.turns_used} used")
+
+
+def run_demo(*, verbose: bool = False, session_path: Path | None = None, out: TextIO | None = None) -> int:
+    printer = DemoPrinter(out if out is not None else sys.stdout)
+    try:
+        anyio.run(lambda: _demo(printer, verbose=verbose, session_path=session_path))
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:
+        from asyncai_agent.cli import fail, known_error, leaves
+
+        demo_errors = [leaf for leaf in leaves(exc) if isinstance(leaf, DemoError | BackendError)]
+        known = demo_errors[0] if demo_errors else known_error(exc)
+        if known is None:
+            raise
+        return fail(f"demo: {known}")
+    printer.say(f"demo: done, 4 turns, {printer.suppressed} reply suppressed (NO_REPLY)")
+    return 0

@@ -1,0 +1,129 @@
+"""How a Notice becomes the user-role message the model sees, and the NO_REPLY rule.
+
+Notices reach the model as ordinary user-role turns (ADR "Delivery to the
+agent"), wrapped so the model can tell them apart from a person. Everything a
+notice carries comes from outside the agent (object names, event text), so
+attribute values and bodies are XML-escaped: no event content can close the
+wrapper or forge a new one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Final
+from xml.sax.saxutils import escape as _xml_escape
+
+import attrs
+
+from asyncai_watch.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
+
+__all__ = [
+    "CHANNEL_INSTRUCTION",
+    "NO_REPLY",
+    "RESTORE_INSTRUCTION",
+    "WATCH_INSTRUCTION",
+    "RenderedNotice",
+    "escape",
+    "is_no_reply",
+    "render_notice",
+]
+
+NO_REPLY: Final = "NO_REPLY"
+
+WATCH_INSTRUCTION: Final = (
+    "This is a watch notification, not a user message. Tell the channel only if the change "
+    "matters to what was asked; otherwise reply exactly NO_REPLY."
+)
+RESTORE_INSTRUCTION: Final = (
+    "This is a watch restore notification, not a user message: these watches were restarted from "
+    "the saved watch state with fresh baselines, so changes made while the agent was down may be "
+    "missing. Tell the channel only if something needs attention; otherwise reply exactly NO_REPLY."
+)
+CHANNEL_INSTRUCTION: Final = (
+    "This is a channel notification, not a user message. Act on it or tell the channel only if it "
+    "matters to what was asked; otherwise reply exactly NO_REPLY."
+)
+OTHER_INSTRUCTION: Final = (
+    "This is a background notification, not a user message. Tell the channel only if it matters "
+    "to what was asked; otherwise reply exactly NO_REPLY."
+)
+
+_ATTR_ESCAPES: Final = {'"': "&quot;"}
+# An attribute name from a doorbell's meta is only used if it is a plain
+# identifier: anything else could break out of the tag, so it is dropped.
+_ATTR_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_NO_REPLY_LINE: Final = re.compile(r"^\s*NO_REPLY\s*$", re.MULTILINE)
+
+
+def escape(text: str) -> str:
+    """Escape ``&``, ``<``, ``>`` and ``"`` so ``text`` is inert inside a tag or its attributes."""
+    return _xml_escape(text, _ATTR_ESCAPES)
+
+
+def _attrs(pairs: Mapping[str, str]) -> str:
+    return "".join(f' {key}="{escape(str(value))}"' for key, value in pairs.items() if _ATTR_NAME.match(key))
+
+
+@attrs.frozen(kw_only=True)
+class RenderedNotice:
+    """A notice as the model sees it (``text``) and as the session records it."""
+
+    text: str
+    """The whole user-role message: wrapper, body and instruction line."""
+    task_id: str
+    """The session's monitor-event task id, e.g. ``watch-cm``."""
+    description: str
+    """E.g. ``watch cm kcp-events://...``."""
+    note: str
+    """The instruction line (the session record's note)."""
+
+
+def render_notice(notice: Notice) -> RenderedNotice:
+    """Render any notice; watches, restores and channel doorbells each get their own wrapper."""
+    meta = notice.meta
+    body = escape(notice.text.strip("\n"))
+    if notice.source == SOURCE_WATCH:
+        name, uri = meta.get("name", ""), meta.get("uri", "")
+        # Extra meta (e.g. failed="true" when a watch gave up) follows name and uri.
+        extra = _attrs({k: v for k, v in meta.items() if k not in ("name", "uri")})
+        wrapper = f'<watch-event name="{escape(name)}" uri="{escape(uri)}"{extra}>\n{body}\n</watch-event>'
+        return RenderedNotice(
+            text=f"{wrapper}\n{WATCH_INSTRUCTION}",
+            task_id=f"watch-{name}",
+            description=f"watch {name} {uri}",
+            note=WATCH_INSTRUCTION,
+        )
+    if notice.source == SOURCE_RESTORE:
+        wrapper = f"<watch-restore{_attrs(meta)}>\n{body}\n</watch-restore>"
+        return RenderedNotice(
+            text=f"{wrapper}\n{RESTORE_INSTRUCTION}",
+            task_id="watch-restore",
+            description="watch restore",
+            note=RESTORE_INSTRUCTION,
+        )
+    if notice.source == SOURCE_CHANNEL:
+        # Claude Code's channel shape: <channel source="server" k="v">content</channel>.
+        server = meta.get("server", "")
+        rest = {k: v for k, v in meta.items() if k not in ("server", "source")}
+        wrapper = f'<channel source="{escape(server)}"{_attrs(rest)}>{body}</channel>'
+        return RenderedNotice(
+            text=f"{wrapper}\n{CHANNEL_INSTRUCTION}",
+            task_id=f"channel-{server}",
+            description=f"channel {server}",
+            note=CHANNEL_INSTRUCTION,
+        )
+    wrapper = f'<notice source="{escape(notice.source)}"{_attrs(meta)}>\n{body}\n</notice>'
+    return RenderedNotice(
+        text=f"{wrapper}\n{OTHER_INSTRUCTION}",
+        task_id=notice.source,
+        description=notice.source,
+        note=OTHER_INSTRUCTION,
+    )
+
+
+def is_no_reply(reply: str | None) -> bool:
+    """The ADR rule: an empty reply, or one with a line that is only ``NO_REPLY``, is not published."""
+    if reply is None or not reply.strip():
+        return True
+    return _NO_REPLY_LINE.search(reply) is not None

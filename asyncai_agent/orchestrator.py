@@ -1,0 +1,254 @@
+"""The reactor: input sources, the notice stream and the runtime, multiplexed with anyio.
+
+Input and notices take the same path (ADR "Delivery to the agent"): add a
+user-role message, then run the thread. Coalescing is the runtime's
+``queued_run``. Reply routing:
+
+- every input carries its reply channel and stays *unclaimed* until a run
+  starts; the new run claims all unclaimed inputs and replies to the most
+  recent claimed channel;
+- a run that claimed no input (notices only) replies to the channel of the
+  last addressed input, otherwise the default channel.
+
+The loop is idle when no input is unclaimed and no run is active or queued;
+:meth:`Orchestrator.wait_idle` is what shutdown waits for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterable, Callable
+from types import TracebackType
+from typing import Final, Protocol
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from asyncai_agent.events import (
+    AgentEvent,
+    InputReceived,
+    NoticeReceived,
+    ReplyChannel,
+    ReplyPublished,
+    ReplySuppressed,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+)
+from asyncai_agent.messages import is_no_reply, render_notice
+from asyncai_agent.runtime import AgentRuntime, Run
+from asyncai_agent.thread import Message
+from asyncai_watch.log import emit, logger
+from asyncai_watch.notice import Notice
+
+__all__ = ["Executor", "Input", "Orchestrator"]
+
+NOTICE_BUFFER: Final = 64
+"""Notices are already debounced; a small buffer only absorbs a burst from several watches."""
+
+
+class Executor(Protocol):
+    """One run of the model over the thread (see :class:`asyncai_agent.agent.Agent`)."""
+
+    async def __call__(
+        self, run: Run, thread: list[Message], emit: Callable[[AgentEvent], None]
+    ) -> str | None: ...
+
+
+@attrs.frozen
+class Input:
+    """A line of input and the channel its reply belongs to."""
+
+    text: str
+    channel: ReplyChannel
+
+
+class Orchestrator:
+    """Use as ``async with Orchestrator(executor, default_channel=...) as orch:``.
+
+    ``notice_tx`` accepts :class:`~asyncai_watch.notice.Notice` from any
+    background source; :meth:`submit` / :meth:`add_input` take input;
+    :meth:`subscribe` yields every :class:`~asyncai_agent.events.AgentEvent`.
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        default_channel: ReplyChannel,
+        observers: tuple[Callable[[AgentEvent], None], ...] = (),
+        verbose: bool = False,
+    ) -> None:
+        self._executor = executor
+        self.default_channel = default_channel
+        self.verbose = verbose
+        self.runtime = AgentRuntime(self._execute)
+        self.runtime.listener = self
+        self._observers: list[Callable[[AgentEvent], None]] = list(observers)
+        self._subscribers: list[MemoryObjectSendStream[AgentEvent]] = []
+        self._unclaimed: list[Input] = []
+        self._last_addressed: ReplyChannel | None = None
+        self._notice_tx, self._notice_rx = anyio.create_memory_object_stream[Notice](NOTICE_BUFFER)
+        self._tg: TaskGroup | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Orchestrator:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self.runtime.serve)
+        self._tg.start_soon(self._pump_notices)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._tg is not None
+        # The reactor runs until its owner leaves: in-flight work is cancelled, never orphaned.
+        self._tg.cancel_scope.cancel()
+        try:
+            return await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._tg = None
+            for stream in self._subscribers:
+                stream.close()
+            self._notice_tx.close()
+
+    # -- inputs -----------------------------------------------------------------------------------
+
+    @property
+    def notice_tx(self) -> MemoryObjectSendStream[Notice]:
+        """Send notices here (``clone()`` it for a source that closes its end)."""
+        return self._notice_tx
+
+    def submit(self, text: str, channel: ReplyChannel) -> None:
+        """Take one input: add it as a user message and run the thread."""
+        item = Input(text, channel)
+        self._unclaimed.append(item)
+        self._last_addressed = channel
+        self._emit(InputReceived(text=text, channel=channel.name))
+        self.runtime.add_message(Message(role="user", text=text))
+        self.runtime.run_thread()
+
+    def add_input(self, source: AsyncIterable[Input]) -> None:
+        """Consume ``source`` in the reactor's task group until it ends."""
+        self._task_group.start_soon(self._pump_input, source)
+
+    async def feed(self, source: AsyncIterable[Input]) -> None:
+        """Consume ``source`` here until it ends (e.g. stdin until EOF)."""
+        await self._pump_input(source)
+
+    def forward_notices(self, source: AsyncIterable[Notice]) -> None:
+        """Forward a notice stream (e.g. ``WatchManager.notices``) into ``notice_tx``."""
+        self._task_group.start_soon(self._forward, source)
+
+    def take_notice(self, notice: Notice) -> None:
+        """A notice: the same path as input, minus the claim (a notice has no reply channel)."""
+        rendered = render_notice(notice)
+        self._emit(NoticeReceived(notice=notice, rendered=rendered))
+        emit("agent.notice", verbose=self.verbose, source=notice.source, task_id=rendered.task_id)
+        self.runtime.add_message(Message(role="user", text=rendered.text))
+        self.runtime.run_thread()
+
+    async def _pump_input(self, source: AsyncIterable[Input]) -> None:
+        async for item in source:
+            self.submit(item.text, item.channel)
+
+    async def _forward(self, source: AsyncIterable[Notice]) -> None:
+        async with self._notice_tx.clone() as tx:
+            async for notice in source:
+                await tx.send(notice)
+
+    async def _pump_notices(self) -> None:
+        async for notice in self._notice_rx:
+            self.take_notice(notice)
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        return not self._unclaimed and self.runtime.idle
+
+    async def wait_idle(self) -> None:
+        """Return once no input is unclaimed and no run is active or queued."""
+        # Every input requests a run, so "runtime idle" already implies "nothing unclaimed".
+        await self.runtime.wait_idle()
+
+    def subscribe(self) -> MemoryObjectReceiveStream[AgentEvent]:
+        """A stream of every event from now on (unbounded, so the reactor never blocks on it)."""
+        tx, rx = anyio.create_memory_object_stream[AgentEvent](math.inf)
+        self._subscribers.append(tx)
+        return rx
+
+    def add_observer(self, observer: Callable[[AgentEvent], None]) -> None:
+        self._observers.append(observer)
+
+    @property
+    def _task_group(self) -> TaskGroup:
+        if self._tg is None:
+            raise RuntimeError("Orchestrator is not running: use it as 'async with Orchestrator(...)'")
+        return self._tg
+
+    def _emit(self, event: AgentEvent) -> None:
+        for observer in self._observers:
+            observer(event)
+        for stream in list(self._subscribers):
+            try:
+                stream.send_nowait(event)
+            except anyio.BrokenResourceError:  # the subscriber went away
+                self._subscribers.remove(stream)
+
+    # -- runtime listener -------------------------------------------------------------------------
+
+    def run_created(self, run: Run) -> None:
+        claimed, self._unclaimed = self._unclaimed, []
+        if claimed:
+            channel = claimed[-1].channel
+        else:
+            channel = self._last_addressed if self._last_addressed is not None else self.default_channel
+        run.channel = channel
+        self._emit(
+            RunStarted(
+                run_id=run.id, channel=channel.name, claimed=len(claimed), picked_up=len(run.picked_up)
+            )
+        )
+        emit("agent.run", verbose=self.verbose, run=run.id, channel=channel.name, claimed=len(claimed))
+
+    async def run_completed(self, run: Run) -> None:
+        channel: ReplyChannel = run.channel if run.channel is not None else self.default_channel
+        if run.error is not None:
+            # Reported to whoever is waiting for the answer, and logged: never swallowed.
+            logger.error("agent.error", extra={"run": run.id, "channel": channel.name, "error": run.error})
+            self._emit(RunFailed(run_id=run.id, channel=channel.name, error=run.error))
+            await self._publish(run, channel, f"error: {run.error}")
+        elif is_no_reply(run.reply):
+            emit(
+                "reply.suppressed",
+                verbose=self.verbose,
+                run=run.id,
+                channel=channel.name,
+                reply=run.reply or "",
+            )
+            self._emit(ReplySuppressed(run_id=run.id, channel=channel.name, text=run.reply or ""))
+        else:
+            assert run.reply is not None
+            if await self._publish(run, channel, run.reply):
+                self._emit(ReplyPublished(run_id=run.id, channel=channel.name, text=run.reply))
+        self._emit(RunCompleted(run_id=run.id))
+
+    async def _publish(self, run: Run, channel: ReplyChannel, text: str) -> bool:
+        try:
+            await channel.send(text)
+        except Exception as exc:  # a broken channel must not take the reactor down with it
+            logger.error(
+                "agent.publish_failed",
+                extra={"run": run.id, "channel": channel.name, "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return False
+        return True
+
+    async def _execute(self, run: Run, thread: list[Message]) -> str | None:
+        result: str | None = await self._executor(run, thread, self._emit)
+        return result

@@ -1,0 +1,76 @@
+"""``asyncai-mcp-files ROOT...``: serve files under ROOT(s) over MCP stdio, watched through inotify."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from asyncai_servers.files.change_source import InotifyUnavailable, NotifyTiming, check_inotify
+from asyncai_servers.files.content import DEFAULT_MAX_BYTES
+from asyncai_servers.files.paths import RootError, Roots
+
+if TYPE_CHECKING:
+    from asyncai_servers.files.server import FilesServer
+
+__all__ = ["main", "serve_stdio"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="asyncai-mcp-files",
+        description="MCP server (stdio) for files under ROOT...: file://{+path} state and "
+        "dir-events://{+path}{?recursive,glob} event logs, pushed through inotify (never polling).",
+    )
+    p.add_argument("roots", nargs="+", metavar="ROOT", help="an existing directory to serve (one or more)")
+    p.add_argument(
+        "--debounce-ms",
+        type=int,
+        default=50,
+        help="longest time watchfiles groups a burst of changes into one batch (default 50)",
+    )
+    p.add_argument(
+        "--step-ms",
+        type=int,
+        default=10,
+        help="watchfiles' wait step: a batch ends after a step with no new change (default 10)",
+    )
+    p.add_argument(
+        "--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="largest file file:// serves (default 4 MiB)"
+    )
+    return p
+
+
+async def serve_stdio(server: FilesServer) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with server.running(), stdio_server() as (read, write):
+        await server.server.run(read, write, server.server.create_initialization_options())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.step_ms < 1 or args.debounce_ms < 0 or args.max_bytes < 1:
+        parser.error(
+            "--step-ms must be >= 1, --debounce-ms >= 0 and --max-bytes >= 1 "
+            f"(got {args.step_ms}, {args.debounce_ms}, {args.max_bytes})"
+        )
+    try:
+        roots = Roots.from_args(args.roots)
+        timing = NotifyTiming(debounce_ms=args.debounce_ms, step_ms=args.step_ms)
+        check_inotify()
+    except (RootError, InotifyUnavailable) as exc:
+        print(f"asyncai-mcp-files: {exc}", file=sys.stderr)
+        raise SystemExit(2 if isinstance(exc, RootError) else 1) from None
+    # Imported only now so that bad arguments fail fast, before the MCP SDK loads.
+    import anyio
+
+    from asyncai_servers.files.server import FilesServer
+
+    anyio.run(serve_stdio, FilesServer(roots, timing=timing, max_bytes=args.max_bytes))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""``asyncai-mcp-kcp`` (read-write, admin kubeconfig) and ``asyncai-mcp-kcp-readonly`` (re-minted token).
+
+Both serve MCP over stdio (or Streamable HTTP with ``--http HOST:PORT``).
+``python -m asyncai_servers.kcp`` is the read-write server; add ``--read-only``
+for the read-only one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+
+import anyio
+from mcp.server.stdio import stdio_server
+
+from asyncai_servers._http import parse_host_port, serve_http
+from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
+from asyncai_servers.kcp.server import KcpServer
+from asyncai_servers.kcp.watcher import Backoff, WatcherPool
+
+__all__ = ["main", "main_readonly"]
+
+
+def _parser(prog: str, read_only: bool) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "kcp MCP server: kcp-events://watch/{workspace}/{resource} event logs fed by kubectl -w, "
+            "kcp-api://{workspace}/resources, and kubectl tools"
+            + (" (read-only)." if read_only else " (read-write: apply/delete).")
+        ),
+    )
+    p.add_argument("--kubectl", default=os.environ.get("ASYNCAI_KUBECTL", "kubectl"), help="kubectl binary")
+    p.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig of the default kcp endpoint (default: $KUBECONFIG, else kubectl's default)",
+    )
+    p.add_argument(
+        "--kcp-host",
+        metavar="URL",
+        help="kcp base URL, e.g. https://127.0.0.1:6443 (default: the kubeconfig's current cluster server, "
+        "with any /clusters/... path removed); workspaces are addressed as URL/clusters/<workspace>",
+    )
+    p.add_argument(
+        "--endpoint",
+        action="append",
+        default=[],
+        metavar="NAME=KUBECONFIG",
+        help="an alternate kcp endpoint, selected by the URI query ?kcp=NAME (repeatable)",
+    )
+    p.add_argument(
+        "--token-command",
+        default=os.environ.get("ASYNCAI_KCP_TOKEN_COMMAND"),
+        metavar="CMD",
+        help="command printing a bearer token, run on every (re)connect"
+        + (" (required; default $ASYNCAI_KCP_TOKEN_COMMAND)" if read_only else " (optional)"),
+    )
+    p.add_argument(
+        "--backoff",
+        default="0.8:30",
+        metavar="INITIAL:MAX",
+        help="reconnect backoff in seconds, doubling from INITIAL up to MAX (default 0.8:30)",
+    )
+    p.add_argument(
+        "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
+    )
+    p.add_argument("--read-only", action="store_true", help="serve no mutating tools; needs --token-command")
+    p.add_argument("--log-level", default=os.environ.get("ASYNCAI_KCP_LOG", "WARNING"))
+    return p
+
+
+def _backoff(text: str, p: argparse.ArgumentParser) -> tuple[float, float]:
+    try:
+        initial, _, maximum = text.partition(":")
+        lo, hi = float(initial), float(maximum or initial)
+    except ValueError:
+        p.error(f"--backoff expects INITIAL:MAX in seconds (e.g. 0.8:30), got {text!r}")
+    if lo < 0 or hi < lo:
+        p.error(f"--backoff needs 0 <= INITIAL <= MAX, got {text!r}")
+    return lo, hi
+
+
+def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
+    p = _parser(prog, read_only)
+    args = p.parse_args(argv)
+    read_only = read_only or args.read_only
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
+    )
+    token_command = shlex.split(args.token_command) if args.token_command else None
+    if read_only and not token_command:
+        p.error("the read-only server re-mints its token on every reconnect: pass --token-command CMD")
+    endpoints: dict[str | None, Endpoint] = {
+        None: Endpoint(kubeconfig=args.kubeconfig, server=args.kcp_host, token_command=token_command)
+    }
+    for spec in args.endpoint:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            p.error(f"--endpoint expects NAME=KUBECONFIG, got {spec!r}")
+        endpoints[name] = Endpoint(kubeconfig=path, token_command=token_command)
+    lo, hi = _backoff(args.backoff, p)
+    http = None
+    if args.http:
+        try:
+            http = parse_host_port(args.http)
+        except ValueError as exc:
+            p.error(str(exc))
+    kcp = KcpServer(Kubectl(args.kubectl, endpoints), read_write=not read_only, name=prog)
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as tg:
+            kcp.attach_pool(WatcherPool(tg, kcp.kubectl, kcp.publish, backoff=lambda: Backoff(lo, hi)))
+            if http is not None:
+                await serve_http(kcp.server.streamable_http_app(host=http[0]), *http)
+            else:
+                async with stdio_server() as (read, write):
+                    await kcp.server.run(read, write, kcp.server.create_initialization_options())
+            tg.cancel_scope.cancel()  # stdin closed: stop every watcher (and its kubectl)
+
+    anyio.run(serve)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return _run(argv, read_only=False, prog="asyncai-mcp-kcp")
+
+
+def main_readonly(argv: list[str] | None = None) -> int:
+    return _run(argv, read_only=True, prog="asyncai-mcp-kcp-readonly")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,374 @@
+"""Running kubectl against kcp workspaces: argv building, credentials, errors, API discovery.
+
+Every call is a kubectl subprocess, so the server works with whatever kubectl
+the user has and kcp's addressing: a workspace is the URL path prefix
+``--server https://HOST/clusters/<workspace>``. The host comes from the
+endpoint's kubeconfig (``kubectl config view --minify``) unless given.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import shlex
+import subprocess
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import attrs
+
+from asyncai_servers.kcp.jsonstream import JsonStreamParser
+from asyncai_servers.kcp.uri import WatchTarget
+
+__all__ = [
+    "ApiResource",
+    "Endpoint",
+    "Kubectl",
+    "KubectlError",
+    "WatchStream",
+    "did_you_mean",
+    "parse_api_resources_wide",
+]
+
+_STDERR_LIMIT: Final = 8192
+_NO_WORKSPACE: Final = "the server could not find the requested resource"
+# klog lines (``E1202 14:00:00.000000   42 memcache.go:265] ...``) repeat the real error; keep them out of messages.
+_KLOG: Final = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
+# kubectl errors that no retry can fix: the URI names something that does not exist or cannot parse.
+_PERMANENT: Final = (
+    "doesn't have a resource type",
+    "unable to parse",
+    "(BadRequest)",
+    "(NotFound)",
+    "invalid selector",
+    "unknown flag",
+    "not a valid",
+)
+
+
+class KubectlError(Exception):
+    """kubectl failed; ``message`` is what to show (kubectl's stderr plus our hints)."""
+
+    def __init__(self, message: str, *, stderr: str = "", returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.stderr = stderr
+        self.returncode = returncode
+
+    @property
+    def permanent(self) -> bool:
+        return any(p in self.stderr for p in _PERMANENT)
+
+
+@attrs.frozen(kw_only=True)
+class Endpoint:
+    """One kcp installation: its kubeconfig, host override and credentials."""
+
+    kubeconfig: str | None = None
+    server: str | None = None
+    """``https://HOST[:PORT]`` of kcp; ``None``: take it from the kubeconfig's current cluster."""
+    token_command: Sequence[str] | None = None
+    """Run on every (re)connect; its stdout is the bearer token (the read-only server's re-minting)."""
+
+
+@attrs.frozen(kw_only=True)
+class ApiResource:
+    name: str
+    short_names: tuple[str, ...]
+    api_version: str
+    namespaced: bool
+    kind: str
+    verbs: tuple[str, ...]
+    categories: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shortNames": list(self.short_names),
+            "apiVersion": self.api_version,
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": list(self.verbs),
+            "categories": list(self.categories),
+        }
+
+    @property
+    def qualified(self) -> str:
+        group = self.api_version.rpartition("/")[0]
+        return f"{self.name}.{group}" if group else self.name
+
+
+def parse_api_resources_wide(text: str) -> list[ApiResource]:
+    """Parse ``kubectl api-resources -o wide`` (a tabwriter table: slice rows at the header's column starts)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return []
+    header = lines[0]
+    names = header.split()
+    if names[:1] != ["NAME"]:
+        raise ValueError(f"unexpected kubectl api-resources header: {header!r}")
+    starts = [header.index(n) for n in names]
+    out: list[ApiResource] = []
+    for line in lines[1:]:
+        cells: dict[str, str] = {}
+        for i, col in enumerate(names):
+            end = starts[i + 1] if i + 1 < len(starts) else None
+            cells[col] = line[starts[i] : end].strip()
+        # kubectl prints verbs comma-separated (older ones: "[get list]").
+        verbs = cells.get("VERBS", "").strip("[]").replace(",", " ").split()
+        out.append(
+            ApiResource(
+                name=cells["NAME"],
+                short_names=tuple(s for s in cells.get("SHORTNAMES", "").split(",") if s),
+                api_version=cells.get("APIVERSION", ""),
+                namespaced=cells.get("NAMESPACED", "") == "true",
+                kind=cells.get("KIND", ""),
+                verbs=tuple(verbs),
+                categories=tuple(s for s in cells.get("CATEGORIES", "").split(",") if s),
+            )
+        )
+    return out
+
+
+def did_you_mean(wanted: str, resources: Sequence[ApiResource], n: int = 3) -> list[str]:
+    """Close resource names for a typo (``atproprecords`` -> ``atprotorecords``)."""
+    by_alias: dict[str, str] = {}
+    for r in resources:
+        for alias in (r.name, r.qualified, r.kind.lower(), *r.short_names):
+            by_alias.setdefault(alias, r.name)
+    out: list[str] = []
+    for alias in difflib.get_close_matches(wanted.lower(), list(by_alias), n=n * 2, cutoff=0.6):
+        name = by_alias[alias]
+        if name not in out:
+            out.append(name)
+    return out[:n]
+
+
+def _stderr_text(data: bytes) -> str:
+    text = data.decode("utf-8", "replace").strip()
+    lines = text.splitlines()
+    kept = [ln for ln in lines if not _KLOG.match(ln)]
+    return ("\n".join(kept) if kept else text)[-_STDERR_LIMIT:]
+
+
+@attrs.define
+class WatchStream:
+    """A running ``kubectl get -w``: iterate events; ``returncode``/``stderr`` once the stream ended."""
+
+    process: anyio.abc.Process
+    argv: list[str]
+    returncode: int | None = None
+    stderr: str = ""
+    _err_chunks: list[bytes] = attrs.field(factory=list)
+
+    async def batches(self) -> AsyncIterator[list[Any]]:
+        """The documents completed by each read from kubectl's stdout (a burst arrives as one batch)."""
+        assert self.process.stdout is not None
+        parser = JsonStreamParser()
+        async for chunk in self.process.stdout:
+            docs = parser.feed(chunk)
+            if docs:
+                yield docs
+
+    async def _drain_stderr(self) -> None:
+        assert self.process.stderr is not None
+        async for chunk in self.process.stderr:
+            self._err_chunks.append(chunk)
+            if sum(map(len, self._err_chunks)) > 4 * _STDERR_LIMIT:
+                self._err_chunks[:] = [b"".join(self._err_chunks)[-_STDERR_LIMIT:]]
+
+
+class Kubectl:
+    """kubectl for a set of kcp endpoints; ``None`` names the default one."""
+
+    def __init__(
+        self,
+        binary: str,
+        endpoints: Mapping[str | None, Endpoint],
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if None not in endpoints:
+            raise ValueError("the endpoints map needs a default entry (key None)")
+        self.binary = binary
+        self.endpoints = dict(endpoints)
+        self.env = dict(env) if env is not None else None
+        self._hosts: dict[str | None, str] = {}
+
+    def endpoint(self, kcp: str | None) -> Endpoint:
+        try:
+            return self.endpoints[kcp]
+        except KeyError:
+            names = ", ".join(sorted(k for k in self.endpoints if k is not None)) or "none configured"
+            raise KubectlError(
+                f"unknown kcp endpoint {kcp!r}; configured with --endpoint NAME=KUBECONFIG: {names}"
+            ) from None
+
+    async def run(self, args: Sequence[str], *, stdin: bytes | None = None) -> tuple[bytes, str]:
+        """Run kubectl to completion; return (stdout, stderr) or raise KubectlError with its stderr."""
+        argv = [self.binary, *args]
+        try:
+            proc = await anyio.run_process(argv, input=stdin, check=False, env=self.env)
+        except OSError as exc:
+            raise KubectlError(f"cannot run kubectl ({self.binary!r}): {exc}") from exc
+        err = _stderr_text(proc.stderr)
+        if proc.returncode != 0:
+            raise KubectlError(
+                err or f"kubectl exited with status {proc.returncode}", stderr=err, returncode=proc.returncode
+            )
+        return proc.stdout, err
+
+    async def _host(self, kcp: str | None) -> str:
+        ep = self.endpoint(kcp)
+        if ep.server:
+            return ep.server.rstrip("/")
+        cached = self._hosts.get(kcp)
+        if cached is not None:
+            return cached
+        args = ["config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"]
+        if ep.kubeconfig:
+            args += ["--kubeconfig", ep.kubeconfig]
+        out, _ = await self.run(args)
+        server = out.decode().strip()
+        parts = urllib.parse.urlsplit(server)
+        if not parts.scheme or not parts.netloc:
+            raise KubectlError(
+                f"the kubeconfig's current cluster has no usable server URL ({server!r}); pass --kcp-host"
+            )
+        # The kubeconfig may already point into a workspace (.../clusters/root:x); we address workspaces ourselves.
+        host = f"{parts.scheme}://{parts.netloc}"
+        self._hosts[kcp] = host
+        return host
+
+    async def connection_args(self, workspace: str, kcp: str | None) -> list[str]:
+        """``--kubeconfig``/``--server``/``--token`` for one connection; re-mints the token each call."""
+        ep = self.endpoint(kcp)
+        args: list[str] = []
+        if ep.kubeconfig:
+            args += ["--kubeconfig", ep.kubeconfig]
+        args += ["--server", f"{await self._host(kcp)}/clusters/{workspace}"]
+        if ep.token_command:
+            try:
+                proc = await anyio.run_process(list(ep.token_command), check=False, env=self.env)
+            except OSError as exc:
+                raise KubectlError(
+                    f"token command {shlex.join(ep.token_command)!r} cannot run: {exc}"
+                ) from exc
+            token = proc.stdout.decode().strip()
+            if proc.returncode != 0 or not token:
+                raise KubectlError(
+                    f"token command {shlex.join(ep.token_command)!r} failed (exit {proc.returncode}): "
+                    f"{_stderr_text(proc.stderr) or 'no token printed'}"
+                )
+            args += ["--token", token]
+        return args
+
+    @staticmethod
+    def selection_args(target: WatchTarget) -> list[str]:
+        args: list[str] = []
+        if target.all_namespaces:
+            args.append("-A")
+        elif target.namespace:
+            args += ["-n", target.namespace]
+        if target.label_selector:
+            args += ["-l", target.label_selector]
+        if target.field_selector:
+            args += ["--field-selector", target.field_selector]
+        return args
+
+    async def list_objects(self, target: WatchTarget, conn: Sequence[str]) -> list[Any]:
+        """``kubectl get <resource> -o json``: the items of the list."""
+        out, _ = await self.run(["get", target.resource, "-o", "json", *self.selection_args(target), *conn])
+        try:
+            doc = json.loads(out)
+        except json.JSONDecodeError as exc:
+            raise KubectlError(f"kubectl get {target.resource} -o json printed invalid JSON: {exc}") from exc
+        if isinstance(doc, dict) and isinstance(doc.get("items"), list):
+            return list(doc["items"])
+        if isinstance(doc, dict) and "metadata" in doc:
+            return [doc]
+        raise KubectlError(f"kubectl get {target.resource} -o json printed no list: {str(doc)[:200]}")
+
+    def watch_argv(self, target: WatchTarget, conn: Sequence[str]) -> list[str]:
+        return [
+            self.binary,
+            "get",
+            target.resource,
+            "-w",
+            "--output-watch-events",
+            "-o",
+            "json",
+            "--request-timeout=0",
+            *self.selection_args(target),
+            *conn,
+        ]
+
+    @asynccontextmanager
+    async def watch(self, target: WatchTarget, conn: Sequence[str]) -> AsyncIterator[WatchStream]:
+        """Start ``kubectl get -w``; on exit the process is ended (killed if still running) and reaped."""
+        argv = self.watch_argv(target, conn)
+        try:
+            process = await anyio.open_process(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env
+            )
+        except OSError as exc:
+            raise KubectlError(f"cannot run kubectl ({self.binary!r}): {exc}") from exc
+        stream = WatchStream(process=process, argv=argv)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stream._drain_stderr)
+                try:
+                    yield stream
+                finally:
+                    if process.returncode is None:
+                        process.kill()
+                    with anyio.CancelScope(shield=True):
+                        stream.returncode = await process.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await process.aclose()
+            stream.stderr = _stderr_text(b"".join(stream._err_chunks))
+
+    async def api_resources(self, workspace: str, kcp: str | None) -> list[ApiResource]:
+        conn = await self.connection_args(workspace, kcp)
+        out, _ = await self.run(["api-resources", "-o", "wide", *conn])
+        try:
+            return parse_api_resources_wide(out.decode())
+        except (ValueError, KeyError) as exc:
+            raise KubectlError(f"cannot read kubectl api-resources output: {exc}") from exc
+
+    async def explain_failure(self, err: KubectlError, target: WatchTarget) -> KubectlError:
+        """Add ``did you mean: ...`` (or why the workspace cannot be asked) to a failed get."""
+        if _NO_WORKSPACE in err.stderr and "(NotFound)" in err.stderr:
+            # Under kcp, a 404 for discovery itself means the workspace path does not exist (or is not visible).
+            return KubectlError(
+                f"{err.message}\nworkspace {target.workspace!r} was not found at this kcp server "
+                "(kubectl's API discovery under /clusters/<workspace> answered 404)",
+                stderr=err.stderr,
+                returncode=err.returncode,
+            )
+        if "doesn't have a resource type" not in err.stderr:
+            return err
+        try:
+            resources = await self.api_resources(target.workspace, target.kcp)
+        except KubectlError as exc:
+            return KubectlError(
+                f"{err.message}\nworkspace {target.workspace!r} did not answer API discovery "
+                f"(does it exist?): {exc.message}",
+                stderr=err.stderr,
+                returncode=err.returncode,
+            )
+        if not resources:
+            hint = f"workspace {target.workspace!r} serves no API resources (does it exist?)"
+        else:
+            close = did_you_mean(target.resource, resources)
+            if close:
+                hint = f"did you mean: {', '.join(close)}"
+            else:
+                hint = f"available: {', '.join(sorted(r.name for r in resources)[:30])}"
+        return KubectlError(f"{err.message}\n{hint}", stderr=err.stderr, returncode=err.returncode)

@@ -1,0 +1,302 @@
+"""One watcher per watched URI: seed, watch, reconnect with a re-list, all into an event ring.
+
+A :class:`Watcher` is one anyio task: ``kubectl get -o json`` (seed), then
+``kubectl get -w`` streamed through :class:`WatchState`; when the stream ends it
+waits (exponential backoff on the injected clock), re-lists, appends the
+synthetic events for the gap and watches again. :class:`WatcherPool` shares one
+watcher between every listener of a URI and stops it after the last one leaves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import anyio
+import anyio.abc
+import attrs
+
+from asyncai_servers._eventlog import DEFAULT_RING_CAPACITY, EventRing
+from asyncai_servers.kcp.jsonstream import JsonStreamError
+from asyncai_servers.kcp.kubectl import Kubectl, KubectlError
+from asyncai_servers.kcp.state import WatchState
+from asyncai_servers.kcp.uri import WatchTarget, parse_watch_uri
+from asyncai_watch.clock import Clock, SystemClock
+
+__all__ = ["Backoff", "SeedError", "Watcher", "WatcherPool"]
+
+log = logging.getLogger("asyncai_servers.kcp")
+
+SEED_TIMEOUT: Final = 30.0
+
+
+@attrs.define
+class Backoff:
+    """client-go's reflector shape: 0.8 s doubling to 30 s; a healthy connection resets it."""
+
+    initial: float = 0.8
+    maximum: float = 30.0
+    factor: float = 2.0
+    reset_after: float = 120.0
+    """A failed stream that had lasted this long still counts as healthy (client-go: 2 min)."""
+    _next: float | None = None
+
+    def delay(self) -> float:
+        current = self.initial if self._next is None else self._next
+        self._next = min(self.maximum, max(current, 1e-9) * self.factor) if current > 0 else 0.0
+        return current
+
+    def reset(self) -> None:
+        self._next = None
+
+
+class SeedError(Exception):
+    """The first list failed; the message is kubectl's error plus hints."""
+
+
+class Watcher:
+    def __init__(
+        self,
+        uri: str,
+        target: WatchTarget,
+        kubectl: Kubectl,
+        publish: Callable[[str], Awaitable[None]],
+        *,
+        clock: Clock,
+        backoff: Backoff,
+        start_seq: int = 0,
+        capacity: int = DEFAULT_RING_CAPACITY,
+    ) -> None:
+        self.uri = uri
+        self.target = target
+        self.kubectl = kubectl
+        self.publish = publish
+        self.clock = clock
+        self.backoff = backoff
+        self.ring = EventRing(capacity, start_seq=start_seq)
+        self.state = WatchState()
+        self.ready = anyio.Event()
+        self.seed_error: KubectlError | None = None
+        self.connects = 0  # (re)connects so far; tests and the bench read it
+        self.streams_started = 0
+        self.caught_up = anyio.Event()  # set after each re-list's events were appended
+
+    async def _append(self, events: list[dict[str, object]]) -> None:
+        if not events:
+            return
+        for ev in events:
+            self.ring.append(ev)
+        await self.publish(self.uri)
+
+    async def _error(self, message: str) -> None:
+        self.ring.error(message)
+        log.warning("%s: %s", self.uri, message)
+        await self.publish(self.uri)
+
+    async def run(self) -> None:
+        """Run until cancelled, or until the seed fails permanently (then ``seed_error`` says why)."""
+        seeded = False
+        while True:
+            try:
+                conn = await self.kubectl.connection_args(self.target.workspace, self.target.kcp)
+                listed = await self.kubectl.list_objects(self.target, conn)
+            except KubectlError as exc:
+                if not seeded:
+                    self.seed_error = await self.kubectl.explain_failure(exc, self.target)
+                    self.ready.set()
+                    if exc.permanent or self.seed_error.permanent:
+                        return
+                else:
+                    await self._error(f"re-list failed: {exc.message}")
+                await self._sleep(self.backoff.delay())
+                continue
+            self.connects += 1
+            if not seeded:
+                self.state.seed(listed)
+                self.seed_error = None
+                seeded = True
+                self.ready.set()
+            else:
+                await self._append(self.state.relist(listed))
+            self.caught_up.set()
+            self.caught_up = anyio.Event()
+            healthy = await self._watch_once(conn)
+            if healthy:
+                self.backoff.reset()
+            await self._sleep(self.backoff.delay())
+
+    async def _sleep(self, seconds: float) -> None:
+        await self.clock.sleep_until(self.clock.now() + seconds)
+
+    async def _watch_once(self, conn: list[str]) -> bool:
+        """Stream one ``kubectl get -w``; True when it ended cleanly (server timeout), False on an error."""
+        expired = False
+        began = self.clock.now()
+        try:
+            async with self.kubectl.watch(self.target, conn) as stream:
+                self.streams_started += 1
+                try:
+                    async for docs in stream.batches():
+                        # One notification per batch: a listen stream's SDK buffer (1024) must not fill up
+                        # with one notification per event during a burst (the SDK then ends the stream).
+                        batch: list[dict[str, object]] = []
+                        for doc in docs:
+                            outcome = self.state.on_event(doc)
+                            batch += outcome.events
+                            if outcome.expired:
+                                expired = True
+                                break
+                        await self._append(batch)
+                        if expired:
+                            break
+                except JsonStreamError as exc:
+                    await self._error(f"kubectl watch output could not be parsed: {exc}")
+                    return False
+        except KubectlError as exc:
+            await self._error(exc.message)
+            return False
+        if expired:
+            # 410 Gone: the watch's resourceVersion was compacted away; the next re-list starts from scratch.
+            log.info("%s: watch expired (410 Gone); re-listing", self.uri)
+            return True
+        if stream.returncode not in (0, None):
+            stderr = stream.stderr
+            if "410" in stderr or "too old resource version" in stderr or "Expired" in stderr:
+                log.info("%s: kubectl reported an expired resourceVersion; re-listing", self.uri)
+                return True
+            await self._error(
+                f"kubectl watch exited with status {stream.returncode}: {stderr or 'no stderr'}"
+            )
+            # kubectl re-prints every object on start, so "it printed something" says nothing about health.
+            return self.clock.now() - began >= self.backoff.reset_after
+        return True
+
+
+@attrs.define
+class _Entry:
+    watcher: Watcher
+    scope: anyio.CancelScope
+    listeners: int = 0
+    linger: anyio.CancelScope | None = None
+
+
+class WatcherPool:
+    """The server's watchers, keyed by the exact URI string listeners subscribed to."""
+
+    def __init__(
+        self,
+        tg: anyio.abc.TaskGroup,
+        kubectl: Kubectl,
+        publish: Callable[[str], Awaitable[None]],
+        *,
+        clock: Clock | None = None,
+        backoff: Callable[[], Backoff] = Backoff,
+        idle_grace: float = 60.0,
+        seed_timeout: float = SEED_TIMEOUT,
+    ) -> None:
+        self._tg = tg
+        self.kubectl = kubectl
+        self.publish = publish
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._backoff = backoff
+        self.idle_grace = idle_grace
+        self.seed_timeout = seed_timeout
+        self.entries: dict[str, _Entry] = {}
+        self._last_seq: dict[str, int] = {}  # keeps seq monotonic across a URI's watcher restarts
+
+    def _start(self, uri: str, target: WatchTarget) -> _Entry:
+        watcher = Watcher(
+            uri,
+            target,
+            self.kubectl,
+            self.publish,
+            clock=self.clock,
+            backoff=self._backoff(),
+            start_seq=self._last_seq.get(uri, 0),
+        )
+        entry = _Entry(watcher=watcher, scope=anyio.CancelScope())
+        self.entries[uri] = entry
+
+        async def run() -> None:
+            with entry.scope:
+                try:
+                    await watcher.run()
+                except Exception as exc:  # one broken watcher must not take the server down
+                    log.exception("%s: watcher crashed", uri)
+                    watcher.seed_error = KubectlError(f"watcher failed: {exc!r}")
+                    watcher.ready.set()
+            self._last_seq[uri] = watcher.ring.last_seq
+            if self.entries.get(uri) is entry and entry.listeners == 0:
+                self._stop(uri)
+
+        self._tg.start_soon(run)
+        log.info("%s: watcher started", uri)
+        return entry
+
+    def _stop(self, uri: str) -> None:
+        entry = self.entries.pop(uri, None)
+        if entry is None:
+            return
+        self._last_seq[uri] = entry.watcher.ring.last_seq
+        entry.scope.cancel()
+        if entry.linger is not None:
+            entry.linger.cancel()
+        log.info("%s: watcher stopped", uri)
+
+    def add_listener(self, uri: str) -> None:
+        """A listen stream subscribed to ``uri``: start its watcher if it is the first."""
+        try:
+            target = parse_watch_uri(uri)
+        except ValueError:
+            return  # not ours; the read reports the URI error
+        entry = self.entries.get(uri)
+        if entry is None:
+            entry = self._start(uri, target)
+        entry.listeners += 1
+        if entry.linger is not None:
+            entry.linger.cancel()
+            entry.linger = None
+
+    def remove_listener(self, uri: str) -> None:
+        entry = self.entries.get(uri)
+        if entry is None:
+            return
+        entry.listeners -= 1
+        if entry.listeners <= 0:
+            self._stop(uri)
+
+    def _linger(self, uri: str, entry: _Entry) -> None:
+        """A read started this watcher with no listener: stop it after ``idle_grace`` unless one arrives."""
+        scope = anyio.CancelScope()
+        entry.linger = scope
+
+        async def wait() -> None:
+            with scope:
+                await self.clock.sleep_until(self.clock.now() + self.idle_grace)
+                if self.entries.get(uri) is entry and entry.listeners == 0:
+                    self._stop(uri)
+
+        self._tg.start_soon(wait)
+
+    async def read(self, uri: str) -> str:
+        """The ring's read body; the first read awaits the seed and fails with its error."""
+        target = parse_watch_uri(uri)
+        entry = self.entries.get(uri)
+        if entry is None:
+            entry = self._start(uri, target)
+            self._linger(uri, entry)
+        watcher = entry.watcher
+        with anyio.move_on_after(self.seed_timeout):
+            await watcher.ready.wait()
+        if not watcher.ready.is_set():
+            raise SeedError(
+                f"kubectl get {target.resource} did not answer within {self.seed_timeout:g} s "
+                f"(workspace {target.workspace}); is the kcp server reachable?"
+            )
+        if watcher.seed_error is not None and watcher.connects == 0:
+            error = watcher.seed_error
+            if entry.listeners == 0 and self.entries.get(uri) is entry:
+                self._stop(uri)  # the next read tries afresh
+            raise SeedError(error.message)
+        return watcher.ring.text()

@@ -1,0 +1,96 @@
+"""``asyncai-mcp-simple`` / ``python -m asyncai_servers.memo``: serve the memo over stdio or HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import os
+import sys
+
+import anyio
+from mcp.server.stdio import stdio_server
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from asyncai_servers._http import parse_host_port, serve_http
+from asyncai_servers.memo.server import build_server
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asyncai-mcp-simple",
+        description="The memo MCP server: memo://notes (a watchable JSON object) and memo_set/memo_get/memo_delete.",
+    )
+    parser.add_argument(
+        "--bearer-token",
+        metavar="TOKEN",
+        help="with --http: answer 401 unless a request carries 'Authorization: Bearer TOKEN' "
+        "(default: $ASYNCAI_MEMO_TOKEN; unset = no auth)",
+    )
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve MCP Streamable HTTP at http://HOST:PORT/mcp instead of stdio "
+        "(port 0 picks a free port; the URL is printed as 'READY <url>' on stderr)",
+    )
+    return parser
+
+
+async def _serve_stdio() -> None:
+    server = build_server()
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def _require_bearer(app: ASGIApp, token: str) -> ASGIApp:
+    """Wrap ``app`` so HTTP requests without ``Authorization: Bearer <token>`` get 401."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b'{"error": "invalid_token"}'})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def _serve_http(host: str, port: int, token: str | None) -> None:
+    server = build_server()
+    app: ASGIApp = server.streamable_http_app(host=host)
+    if token:
+        app = _require_bearer(app, token)
+    await serve_http(app, host, port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.http is None:
+        if args.bearer_token is not None:
+            _parser().error("--bearer-token needs --http (stdio has no auth)")
+        anyio.run(_serve_stdio)
+        return 0
+    try:
+        host, port = parse_host_port(args.http)
+    except ValueError as exc:
+        _parser().error(str(exc))
+    try:
+        anyio.run(_serve_http, host, port, args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN"))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:  # e.g. the port is taken: say so instead of a traceback
+        print(f"asyncai-mcp-simple: cannot serve HTTP on {args.http}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""The memo server: one JSON-object state resource and the tools that change it.
+
+``memo://notes`` is the whole memo as a JSON object; ``memo://notes/{key}`` is
+one entry's value (``null`` while unset). Writes are tools (``memo_set``,
+``memo_delete``); each one publishes ``ResourceUpdated`` on the subscription
+bus for every URI it changed, right after the change (its own write path is
+the native change source: nothing polls). Reads carry no ``ttlMs``, so no
+client may serve a cached copy that hides the change just announced.
+
+The low-level :class:`mcp.server.Server` is used (not ``MCPServer``) so the
+listen handler is ours: it rejects URIs this server does not serve instead of
+acknowledging them and never sending anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+from mcp.shared.exceptions import MCPError
+from mcp.shared.uri_template import UriTemplate
+
+__all__ = [
+    "MIME_TYPE",
+    "NOTES_URI",
+    "NOTE_TEMPLATE",
+    "RESOURCE_NOT_FOUND",
+    "MemoState",
+    "build_server",
+]
+
+NOTES_URI: Final = "memo://notes"
+NOTE_TEMPLATE: Final = "memo://notes/{key}"
+MIME_TYPE: Final = "application/json"
+RESOURCE_NOT_FOUND: Final = -32002
+"""The MCP spec's error code for a URI the server does not serve."""
+
+SERVER_NAME: Final = "memo"
+
+_NOTE = UriTemplate.parse(NOTE_TEMPLATE)
+
+_NOTES_DESCRIPTION = (
+    "The whole memo as a JSON object (key -> any JSON value). Changes with memo_set / memo_delete; "
+    "watchers get one update per change, diffed by top-level key.\n"
+    'Example: await watch_start(name="notes", uri="memo://notes")'
+)
+_NOTE_DESCRIPTION = (
+    "One memo entry's value as JSON (null while the key is unset).\n"
+    'Example: await watch_start(name="todo", uri="memo://notes/todo")'
+)
+
+_KEY_SCHEMA: Final[dict[str, Any]] = {"type": "string", "minLength": 1, "description": "the memo key"}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+class MemoState:
+    """The memo's data and the bus its changes are announced on."""
+
+    def __init__(self, bus: InMemorySubscriptionBus | None = None) -> None:
+        self.notes: dict[str, Any] = {}
+        self.bus = bus if bus is not None else InMemorySubscriptionBus()
+
+    async def set(self, key: str, value: Any) -> None:
+        self.notes[key] = value
+        await self._announce(key)
+
+    async def delete(self, key: str) -> bool:
+        if key not in self.notes:
+            return False
+        del self.notes[key]
+        await self._announce(key)
+        return True
+
+    async def _announce(self, key: str) -> None:
+        # Announce after the change is in place: a reader woken by this sees it.
+        await self.bus.publish(ResourceUpdated(uri=NOTES_URI))
+        await self.bus.publish(ResourceUpdated(uri=_NOTE.expand({"key": key})))
+
+    def read(self, uri: str) -> str:
+        """The read body for ``uri``; raise ``MCPError`` naming what is served otherwise."""
+        if uri == NOTES_URI:
+            return _json(self.notes)
+        match = _NOTE.match(uri)
+        key = match.get("key") if match is not None else None
+        if isinstance(key, str) and key:
+            return _json(self.notes.get(key))
+        raise MCPError(
+            RESOURCE_NOT_FOUND,
+            f"memo: unknown resource {uri!r}; this server serves {NOTES_URI!r} and {NOTE_TEMPLATE!r}",
+        )
+
+    def serves(self, uri: str) -> bool:
+        try:
+            self.read(uri)
+        except MCPError:
+            return False
+        return True
+
+
+_TOOLS: Final = [
+    types.Tool(
+        name="memo_set",
+        description=(
+            "Set memo key `key` to `value` (any JSON value) and notify watchers of memo://notes "
+            "and memo://notes/{key}."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"key": _KEY_SCHEMA, "value": {"description": "any JSON value"}},
+            "required": ["key", "value"],
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+    ),
+    types.Tool(
+        name="memo_get",
+        description="Return memo key `key`'s value as JSON (null when unset).",
+        input_schema={
+            "type": "object",
+            "properties": {"key": _KEY_SCHEMA},
+            "required": ["key"],
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    ),
+    types.Tool(
+        name="memo_delete",
+        description="Delete memo key `key`; returns whether it existed. Notifies watchers when it did.",
+        input_schema={
+            "type": "object",
+            "properties": {"key": _KEY_SCHEMA},
+            "required": ["key"],
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+        ),
+    ),
+]
+_TOOL_NAMES: Final = [tool.name for tool in _TOOLS]
+
+
+def _tool_error(text: str) -> types.CallToolResult:
+    # Tool failures are in-band results (is_error), so the model sees the reason.
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _tool_ok(text: str, structured: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=structured
+    )
+
+
+def _key_argument(tool: str, arguments: Mapping[str, Any], allowed: set[str]) -> str | types.CallToolResult:
+    unknown = sorted(set(arguments) - allowed)
+    if unknown:
+        return _tool_error(f"{tool}: unknown argument(s) {unknown}; accepted: {sorted(allowed)}")
+    key = arguments.get("key")
+    if not isinstance(key, str) or not key:
+        return _tool_error(f"{tool}: `key` must be a non-empty string, got {key!r}")
+    return key
+
+
+class _ValidatingListen:
+    """``ListenHandler`` that refuses URIs this server does not serve.
+
+    The SDK's handler acknowledges any URI, so a typo would give a watch that
+    silently never fires; an error names what would be accepted instead.
+    """
+
+    def __init__(self, state: MemoState, inner: ListenHandler) -> None:
+        self._state = state
+        self._inner = inner
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        requested = params.notifications.resource_subscriptions or []
+        unknown = [uri for uri in requested if not self._state.serves(uri)]
+        if unknown:
+            raise MCPError(
+                RESOURCE_NOT_FOUND,
+                f"memo: cannot subscribe to {unknown}; this server serves {NOTES_URI!r} and {NOTE_TEMPLATE!r}",
+            )
+        return await self._inner(ctx, params)
+
+
+def build_server(state: MemoState | None = None) -> Server[Any]:
+    """A memo :class:`~mcp.server.Server` over ``state`` (a fresh one when omitted)."""
+    memo = state if state is not None else MemoState()
+
+    async def list_resources(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    uri=NOTES_URI, name="notes", description=_NOTES_DESCRIPTION, mime_type=MIME_TYPE
+                )
+            ]
+        )
+
+    async def list_templates(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=NOTE_TEMPLATE,
+                    name="note",
+                    description=_NOTE_DESCRIPTION,
+                    mime_type=MIME_TYPE,
+                )
+            ]
+        )
+
+    async def read_resource(
+        _ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        text = memo.read(params.uri)
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=params.uri, mime_type=MIME_TYPE, text=text)]
+        )
+
+    async def list_tools(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(_TOOLS))
+
+    async def call_tool(
+        _ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments: Mapping[str, Any] = params.arguments or {}
+        if params.name == "memo_set":
+            key = _key_argument("memo_set", arguments, {"key", "value"})
+            if isinstance(key, types.CallToolResult):
+                return key
+            if "value" not in arguments:
+                return _tool_error("memo_set: `value` is required (any JSON value, null included)")
+            await memo.set(key, arguments["value"])
+            return _tool_ok("ok", {"key": key, "value": arguments["value"]})
+        if params.name == "memo_get":
+            key = _key_argument("memo_get", arguments, {"key"})
+            if isinstance(key, types.CallToolResult):
+                return key
+            value = memo.notes.get(key)
+            return _tool_ok(_json(value), {"key": key, "value": value, "found": key in memo.notes})
+        if params.name == "memo_delete":
+            key = _key_argument("memo_delete", arguments, {"key"})
+            if isinstance(key, types.CallToolResult):
+                return key
+            existed = await memo.delete(key)
+            return _tool_ok("deleted" if existed else "absent", {"key": key, "deleted": existed})
+        return _tool_error(f"memo: unknown tool {params.name!r}; tools: {_TOOL_NAMES}")
+
+    return Server(
+        SERVER_NAME,
+        version="0.1.0",
+        instructions=(
+            "A shared JSON memo. Read memo://notes; change it with memo_set / memo_delete; "
+            'watch it with await watch_start(name="notes", uri="memo://notes").'
+        ),
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_subscriptions_listen=_ValidatingListen(memo, ListenHandler(memo.bus)),
+    )

@@ -1,0 +1,121 @@
+"""``asyncai-switchboard``: the durable todo queue with channel doorbells, over Streamable HTTP or stdio."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+import anyio
+
+from asyncai_servers._http import parse_host_port, serve_http
+
+from .config import ConfigError, Credential, Credentials, load_credentials
+from .core import DEFAULT_LEASE_SECONDS, Switchboard
+from .hub import DEFAULT_BUFFER
+from .ledger import Ledger, LedgerError
+from .server import BearerAuth, LegacyStdioAttach, build_server
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="asyncai-switchboard",
+        description="Durable todo queue over MCP; verified-human todos ring notifications/claude/channel doorbells.",
+    )
+    p.add_argument(
+        "--config", required=True, type=Path, help="credentials JSON file (tokens, queue scopes, attribution)"
+    )
+    store = p.add_mutually_exclusive_group()
+    store.add_argument("--sqlite", type=Path, help="SQLite ledger file (default: ./switchboard.db)")
+    store.add_argument(
+        "--postgres", metavar="DSN", help="PostgreSQL DSN; replicas sharing it ring each other's sessions"
+    )
+    p.add_argument(
+        "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp (port 0 = any)"
+    )
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        help="stdio: file holding this session's bearer token (or SWITCHBOARD_TOKEN)",
+    )
+    p.add_argument(
+        "--lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS, help="claim lease length (default 300)"
+    )
+    p.add_argument(
+        "--buffer", type=int, default=DEFAULT_BUFFER, help="doorbells buffered per session (default 64)"
+    )
+    p.add_argument("--source", default="switchboard", help="the doorbell's meta source (default switchboard)")
+    p.add_argument("--verbose", action="store_true")
+    return p
+
+
+def _stdio_credential(args: argparse.Namespace, creds: Credentials) -> Credential:
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SystemExit(
+                f"asyncai-switchboard: cannot read --token-file {str(args.token_file)!r}: {exc.strerror}"
+            ) from None
+    else:
+        token = os.environ.get("SWITCHBOARD_TOKEN", "").strip()
+    if not token:
+        raise SystemExit(
+            "asyncai-switchboard: stdio needs a credential: --token-file FILE or SWITCHBOARD_TOKEN"
+        )
+    cred = creds.lookup(token)
+    if cred is None:
+        raise SystemExit(f"asyncai-switchboard: the stdio token is not in --config {str(args.config)!r}")
+    return cred
+
+
+def _ledger(args: argparse.Namespace) -> Ledger:
+    if args.postgres:
+        from .ledger_pg import PostgresLedger
+
+        return PostgresLedger(args.postgres)
+    from .ledger_sqlite import SqliteLedger
+
+    return SqliteLedger(args.sqlite or Path("switchboard.db"))
+
+
+async def _run(args: argparse.Namespace) -> None:
+    creds = load_credentials(args.config)
+    stdio_cred = None if args.http else _stdio_credential(args, creds)
+    address = parse_host_port(args.http) if args.http else None  # bad input fails before any file is made
+    board = Switchboard(
+        _ledger(args), creds, lease_seconds=args.lease_seconds, buffer=args.buffer, source=args.source
+    )
+    server = build_server(board, stdio_credential=stdio_cred)
+    async with board:
+        if address is not None:
+            host, port = address
+            app = BearerAuth(server.streamable_http_app(host=host), creds)
+            await serve_http(app, host, port, on_shutdown=board.hub.close)
+        else:
+            from mcp.server.stdio import stdio_server
+
+            async with stdio_server() as (read, write), anyio.create_task_group() as tg:
+                assert stdio_cred is not None
+                server.middleware.append(LegacyStdioAttach(board, stdio_cred, tg))
+                await server.run(read, write, server.create_initialization_options())
+                tg.cancel_scope.cancel()  # stdin closed: the connection's doorbell writer goes too
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    try:
+        anyio.run(_run, args)
+    except (ConfigError, LedgerError, ValueError) as exc:
+        raise SystemExit(f"asyncai-switchboard: {exc}") from None
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

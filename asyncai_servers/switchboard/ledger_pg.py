@@ -1,0 +1,365 @@
+"""PostgreSQL ledger: several replicas share one database.
+
+Claims take the oldest open todo with ``FOR UPDATE SKIP LOCKED``, so two
+replicas claiming at once never block on or double-claim the same row. Every
+committed transition sends ``pg_notify('switchboard', ...)`` inside its own
+transaction (delivered only on commit); each replica ``LISTEN``s and fans
+the other replicas' transitions out to its own attached sessions. NOTIFY is
+lossy across disconnects, which is fine: it only rings doorbells, and the
+ledger plus the pull verbs are the truth.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final, TypeVar
+
+import anyio
+import psycopg
+from psycopg import sql as pgsql
+
+from .ledger import (
+    COLUMNS,
+    Change,
+    Creator,
+    LedgerError,
+    RemoteChange,
+    Todo,
+    decode_notify,
+    encode_json,
+    not_claimable,
+)
+
+__all__ = ["NOTIFY_CHANNEL", "PostgresLedger"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+NOTIFY_CHANNEL: Final = "switchboard"
+_COLS = ", ".join(COLUMNS)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS todos (
+    id BIGSERIAL PRIMARY KEY,
+    queue TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'open',
+    creator TEXT NOT NULL,
+    creator_attribution TEXT NOT NULL,
+    creator_verified BOOLEAN NOT NULL,
+    push BOOLEAN NOT NULL,
+    idempotency_key TEXT,
+    assignee TEXT,
+    claimant TEXT,
+    lease TEXT,
+    lease_until DOUBLE PRECISION,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    result TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    UNIQUE (creator, idempotency_key)
+);
+CREATE INDEX IF NOT EXISTS todos_queue_status ON todos (queue, status, id);
+CREATE INDEX IF NOT EXISTS todos_lease ON todos (lease_until) WHERE status = 'claimed';
+"""
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+
+def _in(values: Sequence[str] | None) -> tuple[str, list[Any]]:
+    if values is None:
+        return "TRUE", []
+    return "queue = ANY(%s)", [list(values)]
+
+
+class PostgresLedger:
+    name = "postgres"
+
+    def __init__(self, dsn: str, *, pool_size: int = 4, replica_id: str | None = None) -> None:
+        self.dsn = dsn
+        self.pool_size = pool_size
+        self.replica_id = replica_id or uuid.uuid4().hex
+        self._conns: list[Conn] = []
+        self._free_send, self._free_recv = anyio.create_memory_object_stream[Conn](pool_size)
+
+    async def open(self) -> None:
+        try:
+            for _ in range(self.pool_size):
+                conn = await psycopg.AsyncConnection.connect(self.dsn)
+                self._conns.append(conn)
+                self._free_send.send_nowait(conn)
+            # Two replicas starting at once would race on CREATE TABLE IF NOT EXISTS; serialize them.
+            async with self._conn() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(7320211)")
+                await conn.execute(SCHEMA)
+        except psycopg.Error as exc:
+            await self.aclose()
+            raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from None
+
+    async def aclose(self) -> None:
+        conns, self._conns = self._conns, []
+        for conn in conns:
+            await conn.close()
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Conn]:
+        conn = await self._free_recv.receive()
+        try:
+            yield conn
+        finally:
+            self._free_send.send_nowait(conn)
+
+    async def _tx(self, body: Callable[[Conn], Awaitable[T]]) -> T:
+        async with self._conn() as conn:
+            try:
+                async with conn.transaction():
+                    return await body(conn)
+            except psycopg.Error as exc:
+                raise LedgerError(f"PostgreSQL error: {exc}") from exc
+
+    async def _notify(self, conn: Conn, transition: str, todo_id: str, actor_pushes: bool) -> None:
+        payload = json.dumps({"r": self.replica_id, "t": transition, "id": todo_id, "p": actor_pushes})
+        await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, payload))
+
+    @staticmethod
+    async def _get(conn: Conn, todo_id: str, *, lock: bool = False) -> Todo | None:
+        if not todo_id.isdigit():
+            return None
+        q = f"SELECT {_COLS} FROM todos WHERE id = %s" + (" FOR UPDATE" if lock else "")
+        cur = await conn.execute(q, (int(todo_id),))
+        row = await cur.fetchone()
+        return None if row is None else Todo.from_row(row)
+
+    async def create(
+        self,
+        *,
+        queue: str,
+        kind: str,
+        summary: str,
+        payload: Any,
+        creator: Creator,
+        idempotency_key: str | None,
+        now: float,
+    ) -> tuple[Todo, bool]:
+        payload_text = encode_json(payload, "payload")
+
+        async def body(conn: Conn) -> tuple[Todo, bool]:
+            cur = await conn.execute(
+                f"INSERT INTO todos (queue, kind, summary, payload, creator, creator_attribution,"
+                f" creator_verified, push, idempotency_key, created_at, updated_at)"
+                f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                f" ON CONFLICT (creator, idempotency_key) DO NOTHING RETURNING {_COLS}",
+                (
+                    queue,
+                    kind,
+                    summary,
+                    payload_text,
+                    creator.name,
+                    creator.attribution,
+                    creator.verified,
+                    creator.push,
+                    idempotency_key,
+                    now,
+                    now,
+                ),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                todo = Todo.from_row(row)
+                await self._notify(conn, "create", todo.id, creator.push)
+                return todo, True
+            cur = await conn.execute(
+                f"SELECT {_COLS} FROM todos WHERE creator = %s AND idempotency_key = %s",
+                (creator.name, idempotency_key),
+            )
+            existing = await cur.fetchone()
+            if existing is None:  # the conflicting insert was by a transaction that rolled back
+                raise LedgerError("idempotency_key conflict with an uncommitted create; retry the call")
+            return Todo.from_row(existing), False
+
+        return await self._tx(body)
+
+    async def get(self, todo_id: str) -> Todo | None:
+        async with self._conn() as conn:
+            todo = await self._get(conn, todo_id)
+            await conn.rollback()
+            return todo
+
+    async def assign(self, todo_id: str, assignee: str | None, *, actor_pushes: bool, now: float) -> Change:
+        async def body(conn: Conn) -> Change:
+            old = await self._get(conn, todo_id, lock=True)
+            if old is None:
+                raise not_claimable(None, todo_id)
+            if old.status == "done":
+                raise LedgerError(f"todo {todo_id} is already done; it cannot be assigned")
+            cur = await conn.execute(
+                f"UPDATE todos SET assignee = %s, updated_at = %s WHERE id = %s RETURNING {_COLS}",
+                (assignee, now, int(todo_id)),
+            )
+            todo = Todo.from_row(await cur.fetchone() or ())
+            await self._notify(conn, "assign", todo.id, actor_pushes)
+            return Change(transition="assign", todo=todo, old=old, actor_pushes=actor_pushes)
+
+        return await self._tx(body)
+
+    async def claim(
+        self, queues: Sequence[str] | None, claimant: str, *, lease: str, lease_seconds: float, now: float
+    ) -> tuple[Todo | None, bool]:
+        where, args = _in(queues)
+
+        async def body(conn: Conn) -> tuple[Todo | None, bool]:
+            cur = await conn.execute(
+                f"SELECT {_COLS} FROM todos WHERE status = 'claimed' AND claimant = %s AND lease_until > %s"
+                f" AND {where} ORDER BY id LIMIT 1",
+                (claimant, now, *args),
+            )
+            held = await cur.fetchone()
+            if held is not None:
+                return Todo.from_row(held), False
+            cur = await conn.execute(
+                f"UPDATE todos SET status = 'claimed', claimant = %s, lease = %s, lease_until = %s,"
+                f" attempts = attempts + 1, updated_at = %s"
+                f" WHERE id = (SELECT id FROM todos WHERE status = 'open' AND {where}"
+                f" AND (assignee IS NULL OR assignee = %s) ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)"
+                f" RETURNING {_COLS}",
+                (claimant, lease, now + lease_seconds, now, *args, claimant),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None, False
+            todo = Todo.from_row(row)
+            await self._notify(conn, "claim", todo.id, False)
+            return todo, True
+
+        return await self._tx(body)
+
+    async def _finish(
+        self, todo_id: str, lease: str, now: float, sql: str, args: tuple[Any, ...], transition: str
+    ) -> Change:
+        async def body(conn: Conn) -> Change:
+            old = await self._get(conn, todo_id, lock=True)
+            if transition == "complete" and old is not None and old.status == "done" and old.lease == lease:
+                return Change(transition="complete", todo=old, old=old)
+            if old is None or old.status != "claimed" or old.lease != lease:
+                raise not_claimable(old, todo_id)
+            if old.lease_until is not None and old.lease_until <= now:
+                raise not_claimable(old, todo_id, lease_expired=True)
+            cur = await conn.execute(sql, (*args, now, int(todo_id)))
+            todo = Todo.from_row(await cur.fetchone() or ())
+            await self._notify(conn, transition, todo.id, False)
+            return Change(transition=transition, todo=todo, old=old)  # type: ignore[arg-type]
+
+        return await self._tx(body)
+
+    async def complete(self, todo_id: str, lease: str, result: Any, *, now: float) -> Change:
+        return await self._finish(
+            todo_id,
+            lease,
+            now,
+            f"UPDATE todos SET status = 'done', result = %s, lease_until = NULL, updated_at = %s"
+            f" WHERE id = %s RETURNING {_COLS}",
+            (encode_json(result, "result"),),
+            "complete",
+        )
+
+    async def release(self, todo_id: str, lease: str, *, now: float) -> Change:
+        return await self._finish(
+            todo_id,
+            lease,
+            now,
+            f"UPDATE todos SET status = 'open', claimant = NULL, lease = NULL, lease_until = NULL,"
+            f" updated_at = %s WHERE id = %s RETURNING {_COLS}",
+            (),
+            "release",
+        )
+
+    async def list_todos(
+        self,
+        queues: Sequence[str] | None,
+        *,
+        status: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        claimable_by: str | None = None,
+    ) -> list[Todo]:
+        where, args = _in(queues)
+        q = f"SELECT {_COLS} FROM todos WHERE {where}"
+        if status is not None:
+            q += " AND status = %s"
+            args.append(status)
+        if after is not None:
+            q += " AND id > %s"
+            args.append(int(after))
+        if claimable_by is not None:
+            q += " AND (assignee IS NULL OR assignee = %s)"
+            args.append(claimable_by)
+        q += " ORDER BY id LIMIT %s"
+        args.append(limit)
+        async with self._conn() as conn:
+            cur = await conn.execute(pgsql.SQL(q), args)
+            rows = await cur.fetchall()
+            await conn.rollback()
+        return [Todo.from_row(r) for r in rows]
+
+    async def expire(self, now: float) -> list[Change]:
+        async def body(conn: Conn) -> list[Change]:
+            cur = await conn.execute(
+                f"SELECT {_COLS} FROM todos WHERE status = 'claimed' AND lease_until <= %s"
+                f" ORDER BY id FOR UPDATE SKIP LOCKED",
+                (now,),
+            )
+            olds = [Todo.from_row(r) for r in await cur.fetchall()]
+            if not olds:
+                return []
+            cur = await conn.execute(
+                f"UPDATE todos SET status = 'open', claimant = NULL, lease = NULL, lease_until = NULL,"
+                f" updated_at = %s WHERE id = ANY(%s) RETURNING {_COLS}",
+                (now, [int(o.id) for o in olds]),
+            )
+            new = {t.id: t for t in map(Todo.from_row, await cur.fetchall())}
+            for o in olds:
+                await self._notify(conn, "expire", o.id, o.push)
+            return [Change(transition="expire", todo=new[o.id], old=o, actor_pushes=o.push) for o in olds]
+
+        return await self._tx(body)
+
+    async def next_lease_deadline(self) -> float | None:
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT MIN(lease_until) FROM todos WHERE status = 'claimed'")
+            row = await cur.fetchone()
+            await conn.rollback()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def remote_changes(self) -> AsyncIterator[RemoteChange]:
+        return self._listen()
+
+    async def _listen(self) -> AsyncIterator[RemoteChange]:
+        """Other replicas' transitions; reconnects with backoff when the LISTEN connection drops."""
+        delay = 1.0
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            except psycopg.Error as exc:
+                log.warning("switchboard LISTEN connect failed (%s); retrying in %.0f s", exc, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 16.0)
+                continue
+            try:
+                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                delay = 1.0
+                yield RemoteChange(transition="resync", todo_id="", actor_pushes=False)
+                async for note in conn.notifies():
+                    decoded = decode_notify(note.payload)
+                    if decoded is None or decoded[0] == self.replica_id:
+                        continue
+                    yield decoded[1]
+            except psycopg.Error as exc:
+                log.warning("switchboard LISTEN connection lost (%s); reconnecting", exc)
+            finally:
+                with anyio.CancelScope(shield=True):  # also on cancellation: do not leak the connection
+                    await conn.close()

@@ -1,0 +1,122 @@
+"""Changed paths of a MODIFIED event, and dropping MODIFIED events that changed nothing.
+
+Pure: no I/O, no clock. ``changed_paths(old, new)`` is the sorted tuple of dotted paths
+whose values differ, at most ``max_depth`` keys deep: below that depth the difference is
+reported at its depth-``max_depth`` prefix, and lists are compared as a whole at their path.
+Server bookkeeping that changes on every write, ``metadata.resourceVersion``,
+``metadata.generation`` and ``metadata.managedFields`` (top-level ``metadata`` only), is
+ignored, so a write that changed nothing else is a no-op and :func:`annotate` drops it.
+
+When ``old`` or ``new`` is not an object the value changed as a whole: its path is ``""``.
+Values compare with ``==`` on parsed JSON, as in :mod:`asyncai_watch.diff`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from asyncai_watch.events import MODIFIED, Event
+
+__all__ = ["IGNORED_METADATA", "ROOT", "annotate", "changed_paths"]
+
+IGNORED_METADATA: Final = frozenset({"resourceVersion", "generation", "managedFields"})
+"""Keys of the top-level ``metadata`` object whose changes do not count."""
+ROOT: Final = ""
+"""The path of a value that changed as a whole (``old`` or ``new`` is not an object)."""
+
+_MISSING: Final[Any] = object()
+_NOTHING: Final[frozenset[str]] = frozenset()
+
+
+_PLAIN: Final[frozenset[type]] = frozenset({str, int, float, bool, type(None), list})
+
+
+def _is_map(value: Any) -> bool:
+    # isinstance(x, Mapping) is an ABC check, slow; parsed JSON is dicts and plain values.
+    t = type(value)
+    return t is dict or (t not in _PLAIN and isinstance(value, Mapping))
+
+
+def changed_paths(old: Any, new: Any, *, max_depth: int = 3) -> tuple[str, ...]:
+    """Sorted dotted paths where ``old`` and ``new`` differ (see the module docstring)."""
+    if type(max_depth) is not int or max_depth < 1:
+        raise ValueError(f"changed_paths: max_depth must be an int >= 1, got {max_depth!r}")
+    if _is_map(old) and _is_map(new):
+        out: list[str] = []
+        _walk(old, new, "", 1, max_depth, _NOTHING, out)
+        out.sort()
+        return tuple(out)
+    return () if old == new else (ROOT,)
+
+
+def _walk(
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    prefix: str,
+    depth: int,
+    max_depth: int,
+    ignore: frozenset[str],
+    out: list[str],
+) -> None:
+    get = new.get
+    for k, a in old.items():
+        b = get(k, _MISSING)
+        if a is b or a == b or (ignore and k in ignore):
+            continue
+        path = f"{prefix}.{k}" if prefix else str(k)
+        if depth < max_depth and _is_map(a) and _is_map(b):
+            child_ignore = IGNORED_METADATA if depth == 1 and k == "metadata" else _NOTHING
+            if child_ignore and _equal_but(a, b, child_ignore):
+                continue
+            _walk(a, b, path, depth + 1, max_depth, child_ignore, out)
+        elif (
+            depth == 1
+            and k == "metadata"
+            and _is_map(a)
+            and _is_map(b)
+            and _equal_but(a, b, IGNORED_METADATA)
+        ):
+            continue  # at the depth limit, metadata still counts only for what is not bookkeeping
+        else:
+            out.append(path)
+    if len(new) != len(old) or new.keys() != old.keys():
+        for k in new:
+            if k not in old and not (ignore and k in ignore):
+                out.append(f"{prefix}.{k}" if prefix else str(k))
+
+
+def _equal_but(a: Mapping[str, Any], b: Mapping[str, Any], ignore: frozenset[str]) -> bool:
+    """``a == b`` apart from the ``ignore`` keys: one C-level compare instead of a walk
+    (a Kubernetes write usually changes metadata only in resourceVersion)."""
+    patched = dict(b)
+    for k in ignore:
+        if k in a:
+            patched[k] = a[k]
+        else:
+            patched.pop(k, None)
+    return patched == a
+
+
+def annotate(event: Event) -> Event | None:
+    """Fill ``changed`` on a MODIFIED event that has ``old``; ``None`` when nothing changed.
+
+    Other events come back as they are. A state-diff MODIFIED always has its ``old``
+    (even ``null``); an event-log one has it when the server sent ``old``.
+    """
+    if event.type != MODIFIED:
+        return event
+    if event.old is None and (event.fields and "old" not in event.fields):
+        return event
+    changed = changed_paths(event.old, event.new)
+    if not changed:
+        return None
+    return Event(
+        type=event.type,
+        key=event.key,
+        old=event.old,
+        new=event.new,
+        changed=changed,
+        seq=event.seq,
+        fields=event.fields,
+    )

@@ -1,0 +1,91 @@
+"""Trailing debounce with a cap: lines in, one notice text out per burst.
+
+Pure: ``now`` is always passed in, nothing reads a clock (ADR "Debounce"). Each line moves
+the flush to ``quiet`` seconds after it, but never later than ``max_wait`` after the
+burst's first line. A notice lists the burst's distinct lines in first-arrival order,
+a line that came N times as ``line ×N``, at most ``max_lines`` of them, then ``+N more``
+counting every line not shown.
+
+The owner's loop is: ``deadline = d.add(line, now)``; sleep until the earliest of the
+next line and ``d.deadline``; ``d.flush_due(now)`` gives the notice text once due.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["Debouncer"]
+
+
+class Debouncer:
+    __slots__ = ("_counts", "_first", "_last", "_total", "max_lines", "max_wait", "quiet")
+
+    def __init__(self, quiet: float = 3.0, max_wait: float = 15.0, max_lines: int = 20) -> None:
+        for name, value in (("quiet", quiet), ("max_wait", max_wait)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ValueError(f"Debouncer: {name} must be a finite number >= 0 (seconds), got {value!r}")
+        if type(max_lines) is not int or max_lines < 1:
+            raise ValueError(f"Debouncer: max_lines must be an int >= 1, got {max_lines!r}")
+        self.quiet = float(quiet)
+        self.max_wait = float(max_wait)
+        self.max_lines = max_lines
+        self._counts: dict[str, int] = {}
+        self._total = 0
+        self._first = 0.0
+        self._last = 0.0
+
+    @property
+    def pending(self) -> int:
+        """Lines added since the last flush (repeats included)."""
+        return self._total
+
+    @property
+    def deadline(self) -> float | None:
+        """When the pending lines are due, ``None`` when nothing is pending."""
+        if not self._total:
+            return None
+        return min(self._last + self.quiet, self._first + self.max_wait)
+
+    def add(self, line: str, now: float) -> float:
+        """Add a line that arrived at ``now``; returns the (new) deadline."""
+        if not math.isfinite(now):
+            raise ValueError(f"Debouncer.add: now must be a finite time, got {now!r}")
+        if not self._total:
+            self._first = now
+        # A clock that steps back must not push the deadline out: keep the latest time.
+        if now > self._last or self._total == 0:
+            self._last = now
+        counts = self._counts
+        counts[line] = counts.get(line, 0) + 1
+        self._total += 1
+        return min(self._last + self.quiet, self._first + self.max_wait)
+
+    def flush_due(self, now: float) -> str | None:
+        """The notice text when the deadline has passed at ``now``, else ``None``."""
+        deadline = self.deadline
+        if deadline is None or now < deadline:
+            return None
+        return self.flush()
+
+    def flush(self) -> str | None:
+        """The notice text of everything pending, now; ``None`` when nothing is pending."""
+        if not self._total:
+            return None
+        counts, total = self._counts, self._total
+        self._counts = {}
+        self._total = 0
+        out: list[str] = []
+        shown = 0
+        for line, n in counts.items():
+            if len(out) == self.max_lines:
+                break
+            out.append(line if n == 1 else f"{line} ×{n}")
+            shown += n
+        if shown < total:
+            out.append(f"+{total - shown} more")
+        return "\n".join(out)

@@ -1,0 +1,247 @@
+"""Event-log sequencer: read bodies in, each event out at most once, GAPs when seqs were missed.
+
+Pure: no I/O, no clock. A read body is ``{"events": [{"seq": int, "type": str, ...}]}``
+(ADR "Read shape", event-log). The :class:`Sequencer` remembers the newest ``seq`` it
+has seen and, per read:
+
+- delivers the events with ``seq`` above it, sorted by ``seq``, each seq once (a body may
+  repeat or reorder events);
+- reports a ``GAP`` first when the oldest new seq is beyond last seen + 1 (the server's
+  ring dropped events before this reader got to them);
+- with ``limit=N`` and more than N new events, keeps the newest N and reports the older
+  ones as one ``GAP`` (so a burst costs a bounded amount of work but nothing goes missing
+  silently);
+- treats a read whose newest seq is below the last seen as a server restart: one
+  ``GAP`` with ``reason: "reset"``, then the read's events are delivered;
+- passes in-band ``ERROR`` events through like any other event;
+- never raises on a bad body: a :class:`BodyError` names what was wrong, and the events
+  that were well-formed are still delivered.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from asyncai_watch.diff import item_key
+from asyncai_watch.events import GAP, Event
+
+__all__ = [
+    "GAP_LIMIT",
+    "GAP_RESET",
+    "GAP_TRUNCATED",
+    "BodyError",
+    "FeedResult",
+    "Sequencer",
+]
+
+GAP_TRUNCATED: Final = "truncated"
+"""GAP reason: the server's ring no longer held those seqs when this reader read."""
+GAP_LIMIT: Final = "limit"
+"""GAP reason: more than ``limit`` new events in one read; the older ones were skipped."""
+GAP_RESET: Final = "reset"
+"""GAP reason: seqs went backwards (the server restarted); what happened in between is unknown."""
+
+_EXPECTED: Final = 'expected {"events": [{"seq": <int>, "type": <str>, ...}, ...]}'
+_MAX_PROBLEMS: Final = 3
+
+
+@attrs.frozen
+class BodyError:
+    """A read body that is not a valid event log; ``message`` says what was wrong."""
+
+    message: str
+
+
+@attrs.frozen
+class FeedResult:
+    """One read's outcome: the events to deliver (GAPs first) and a body error, if any."""
+
+    events: list[Event]
+    error: BodyError | None = None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _parse(
+    body: str | bytes | bytearray | Mapping[str, Any],
+) -> tuple[list[tuple[int, Any]], BodyError | None]:
+    """``(seq, event)`` pairs of the well-formed events, in body order, and the first problems."""
+    data: Any
+    if isinstance(body, str | bytes | bytearray):
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            return [], BodyError(f"event-log body is not JSON ({exc}); {_EXPECTED}")
+    else:
+        data = body
+    if not isinstance(data, Mapping):
+        return [], BodyError(f"event-log body is a JSON {_json_type(data)}; {_EXPECTED}")
+    if "events" not in data:
+        keys = ", ".join(sorted(map(str, data))[:10]) or "none"
+        return [], BodyError(f'event-log body has no "events" key (keys: {keys}); {_EXPECTED}')
+    raw = data["events"]
+    if not isinstance(raw, list):
+        return [], BodyError(f'event-log "events" is a JSON {_json_type(raw)}, not an array; {_EXPECTED}')
+    # One comprehension for the common all-valid body; the loop below only runs to name problems.
+    out: list[tuple[int, Any]] = [
+        (ev["seq"], ev)
+        for ev in raw
+        if type(ev) is dict and type(ev.get("seq")) is int and type(ev.get("type")) is str
+    ]
+    if len(out) == len(raw):
+        return out, None
+    out = []
+    problems: list[str] = []
+    for i, ev in enumerate(raw):
+        if type(ev) is dict or isinstance(ev, Mapping):
+            seq = ev.get("seq")
+            if type(seq) is int and type(ev.get("type")) is str:
+                out.append((seq, ev))
+                continue
+        problems.append(_problem(i, ev))
+    if not problems:
+        return out, None
+    shown = "; ".join(problems[:_MAX_PROBLEMS])
+    more = f"; and {len(problems) - _MAX_PROBLEMS} more" if len(problems) > _MAX_PROBLEMS else ""
+    return out, BodyError(f"{shown}{more}. Those events were skipped; {_EXPECTED}")
+
+
+def _problem(i: int, ev: Any) -> str:
+    if not isinstance(ev, Mapping):
+        return f"events[{i}] is a JSON {_json_type(ev)}, not an object"
+    if "seq" not in ev:
+        return f'events[{i}] has no "seq"'
+    seq = ev["seq"]
+    if type(seq) is not int:
+        return f"events[{i}].seq is {_short(seq)} (a JSON {_json_type(seq)}), not an integer"
+    if "type" not in ev:
+        return f'events[{i}] (seq {seq}) has no "type"'
+    return f"events[{i}].type is {_short(ev['type'])} (a JSON {_json_type(ev['type'])}), not a string"
+
+
+def _gap(reason: str, from_seq: int | None, to_seq: int | None, missed: int | None, **extra: Any) -> Event:
+    fields: dict[str, Any] = {
+        "type": GAP,
+        "from_seq": from_seq,
+        "to_seq": to_seq,
+        "missed": missed,
+        "reason": reason,
+        **extra,
+    }
+    return Event(type=GAP, fields=fields)
+
+
+class Sequencer:
+    """At-most-once delivery per ``seq`` over stateless event-log reads (see the module docstring)."""
+
+    __slots__ = ("last_seq",)
+
+    def __init__(self, last_seq: int | None = None) -> None:
+        self.last_seq: int | None = last_seq
+        """The newest seq seen; ``None`` before any event was seen (then nothing counts as missed)."""
+
+    def prime(self, body: str | bytes | bytearray | Mapping[str, Any]) -> BodyError | None:
+        """Take the baseline read: remember its newest seq, deliver nothing.
+
+        An empty log leaves ``last_seq`` as it was, so the next read's events are all new
+        and none is reported missed (seqs need not start at 1).
+        """
+        items, error = _parse(body)
+        if items:
+            self.last_seq = max(seq for seq, _ in items)
+        return error
+
+    def feed(
+        self, body: str | bytes | bytearray | Mapping[str, Any], *, limit: int | None = None
+    ) -> FeedResult:
+        """The events of one read that were not delivered before, GAPs first."""
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise ValueError(f"Sequencer.feed: limit must be a positive int or None, got {limit!r}")
+        items, error = _parse(body)
+        if not items:
+            return FeedResult([], error)
+        items = _sorted_unique(items)
+        last = self.last_seq
+        gaps: list[Event] = []
+        hole_from: int | None = None
+        hole_missed = 0
+        if last is None:
+            new = items
+        elif items[-1][0] < last:
+            # Seqs went backwards: the server's log started over. Everything in this read
+            # is new to us; what happened between our last seq and the restart is unknown.
+            gaps.append(_gap(GAP_RESET, None, None, None, previous_seq=last, first_seq=items[0][0]))
+            new = items
+        else:
+            new = items[bisect_right(items, last, key=_seq_of) :]
+            if not new:
+                return FeedResult([], error)
+            if new[0][0] > last + 1:
+                hole_from, hole_missed = last + 1, new[0][0] - last - 1
+        if limit is not None and len(new) > limit:
+            dropped, new = new[:-limit], new[-limit:]
+            start = hole_from if hole_from is not None else dropped[0][0]
+            gaps.append(_gap(GAP_LIMIT, start, dropped[-1][0], hole_missed + len(dropped), limit=limit))
+        elif hole_from is not None:
+            gaps.append(_gap(GAP_TRUNCATED, hole_from, new[0][0] - 1, hole_missed))
+        self.last_seq = new[-1][0]
+        key = item_key
+        gaps.extend(
+            [
+                Event(
+                    type=ev["type"],
+                    key=key(ev.get("object")),
+                    old=ev.get("old"),
+                    new=ev.get("object"),
+                    seq=seq,
+                    fields=ev,
+                )
+                for seq, ev in new
+            ]
+        )
+        return FeedResult(gaps, error)
+
+
+def _seq_of(item: tuple[int, Any]) -> int:
+    return item[0]
+
+
+def _sorted_unique(items: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """Sorted by seq, first occurrence of each seq kept; the common already-sorted case is one pass."""
+    prev: int | None = None
+    for seq, _ in items:
+        if prev is not None and seq <= prev:
+            break
+        prev = seq
+    else:
+        return items
+    items = sorted(items, key=_seq_of)  # stable: a repeated seq keeps its first occurrence
+    out = [items[0]]
+    for item in items[1:]:
+        if item[0] != out[-1][0]:
+            out.append(item)
+    return out

@@ -1,0 +1,59 @@
+"""The parent <-> worker protocol: one compact JSON array per line (ASCII JSON).
+
+Parent -> worker:
+  ["init", source, filename, names]       compile, fresh scope; -> ["ok"] | ["err", message, type]
+  ["run", events, timeout]                 -> one ["o", line, error, error_type] per event
+  ["ret", call_id, ok, value_or_message]   the answer to a worker's ["call", ...]
+  ["probe"]                                -> ["probe", {...}] (environment/limits, for tests)
+Worker -> parent, besides the replies:
+  ["call", call_id, name, kwargs]          a catalog call from the running filter
+  ["fatal", message]                       the worker cannot go on (then it exits)
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring_ascii as _quote
+from typing import Any, Final
+
+import attrs
+
+MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+"""Largest protocol line the parent accepts from a worker; beyond it the worker is killed."""
+
+# ASCII on the wire, so any str (even a lone surrogate) survives the round trip.
+_wire_dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), default=lambda o: _plain(o)).encode
+_line_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=lambda o: _plain(o)).encode
+
+
+def _plain(obj: Any) -> Any:
+    if attrs.has(type(obj)):
+        return attrs.asdict(obj, recurse=True)
+    if isinstance(obj, set | frozenset | tuple):
+        return list(obj)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
+    return str(obj)
+
+
+def encode(message: Any) -> bytes:
+    """One protocol line. Non-JSON values become plain data or their ``str``."""
+    return (_wire_dumps(message) + "\n").encode("ascii")
+
+
+def outcome(line: str | None, error: str | None, error_type: str | None) -> bytes:
+    """An ``["o", ...]`` line; the common kept/dropped cases skip the generic encoder."""
+    if error is None:
+        if line is None:
+            return b'["o",null,null,null]\n'
+        return b'["o",' + _quote(line).encode("ascii") + b",null,null]\n"
+    return encode(["o", line, error, error_type])
+
+
+def compact_json(value: Any) -> str:
+    """A filter value as its notice line (compact JSON, non-JSON values as ``str``)."""
+    return str(_line_dumps(value))
+
+
+def decode(line: bytes | bytearray) -> Any:
+    return json.loads(line)

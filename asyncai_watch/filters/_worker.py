@@ -1,0 +1,301 @@
+"""The filter worker process: one per filter session, reused for every event.
+
+Started by :mod:`asyncai_watch.filters.restricted` with an empty environment, no inherited
+descriptors beyond its stdin/stdout pipes, and then locked down here before it reads any
+filter code: no core files, an address-space cap, no file writes, no new descriptors, no
+new processes, a CPU budget, and (when started as root) the uid/gid of ``nobody``.
+
+Per event, a CPU timer (SIGPROF) raises a timeout inside the filter code; a per-event
+RLIMIT_CPU soft limit kills the worker (SIGXCPU) if the code swallows that timeout or sits
+in one long C call. The parent's watchdog and restart cover anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, Any, Final
+
+from asyncai_watch import sandbox
+from asyncai_watch.filters import _wire
+
+NOBODY: Final = 65534
+MAX_CALL_BYTES: Final = 1024 * 1024
+TICK: Final = 0.005
+"""CPU seconds between SIGPROF checks while an event runs."""
+
+
+class FilterTimeout(BaseException):
+    """Raised into the filter code when its CPU time for one event runs out.
+
+    A BaseException, so ``except Exception`` in a filter does not swallow it.
+    """
+
+
+class CatalogError(Exception):
+    """A catalog call from the filter failed or was refused (the parent's message)."""
+
+
+class _Fatal(BaseException):
+    """The protocol cannot continue (parent gone, garbled reply): the worker exits."""
+
+
+def _rlimits() -> dict[str, list[int]]:
+    names = ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC")
+    return {n: list(resource.getrlimit(getattr(resource, n))) for n in names}
+
+
+def _open_fds(limit: int = 256) -> list[int]:
+    found = []
+    for fd in range(limit):
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        found.append(fd)
+    return found
+
+
+def _lock_down(config: dict[str, Any]) -> dict[str, Any]:
+    """Apply the OS limits; return what was done (for the probe)."""
+    notes: dict[str, Any] = {"inherited_fds": _open_fds()}
+    os.environ.clear()  # the parent passes env={}; Python itself may add LC_CTYPE
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    memory = int(config["memory"])
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    if config.get("drop_privileges", True) and os.geteuid() == 0:
+        # As root the rlimits below could be raised again; as nobody they cannot.
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            notes["dropped_to"] = NOBODY
+        except OSError as exc:
+            notes["drop_failed"] = str(exc)
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # no fork (root is exempt)
+    except (OSError, ValueError) as exc:
+        notes["nproc_failed"] = str(exc)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (3, 3))  # stdin, stdout, stderr: nothing new
+    budget = int(config["cpu_budget"])
+    resource.setrlimit(resource.RLIMIT_CPU, (budget, budget))
+    notes["cpu_hard"] = budget
+    return notes
+
+
+class Worker:
+    def __init__(self, config: dict[str, Any], inp: IO[bytes], out: IO[bytes]) -> None:
+        self.inp = inp
+        self.out = out
+        self.memory = int(config["memory"])
+        self.max_line = int(config["max_line"])
+        self.armed = False
+        self.call_id = 0
+        self.code: sandbox.ReplCode | None = None
+        self.scope: dict[str, Any] = {}
+        self.filename = "<on_event>"
+        self.notes: dict[str, Any] = {}
+        self.aimed_at = float("-inf")
+        self.room = 0.0
+        self.timeout = 2.0
+        self.slow_since = 0.0
+        self.index = 0  # events started in this worker
+        self.ticked = -1  # the event the last SIGPROF tick saw
+
+    # -- protocol -------------------------------------------------------------------------
+    def send(self, message: Any) -> None:
+        self.out.write(_wire.encode(message))
+        self.out.flush()
+
+    def recv(self) -> Any:
+        line = self.inp.readline()
+        if not line:
+            raise _Fatal("the parent closed the pipe")
+        return _wire.decode(line)
+
+    def on_sigprof(self, _signum: int, _frame: Any) -> None:
+        # Fires every TICK of CPU during a batch (armed once per batch, so fast events pay
+        # no timer syscalls); the first tick inside an event starts its clock.
+        if not self.armed:
+            return
+        now = time.process_time()
+        if self.ticked != self.index:
+            self.ticked = self.index
+            self.slow_since = now - TICK
+        elif now - self.slow_since >= self.timeout:
+            raise FilterTimeout
+
+    def serve(self) -> None:
+        while True:
+            try:
+                message = self.recv()
+            except _Fatal:
+                return
+            op = message[0]
+            if op == "run":
+                self.run(message[1], float(message[2]))
+            elif op == "init":
+                self.init(message[1], message[2], message[3])
+            elif op == "probe":
+                self.send(["probe", self.probe()])
+            else:
+                self.send(["fatal", f"unknown request {op!r}"])
+                return
+
+    def probe(self) -> dict[str, Any]:
+        return {
+            "environ": dict(os.environ),
+            "pid": os.getpid(),
+            "uid": os.getuid(),
+            "gid": os.getgid(),
+            "rlimits": _rlimits(),
+            **self.notes,
+        }
+
+    # -- filters --------------------------------------------------------------------------
+    def init(self, source: str, filename: str, names: list[str]) -> None:
+        self.filename = filename
+        try:
+            code = sandbox.compile_repl(source, filename=filename)
+        except SyntaxError as exc:
+            self.code = None
+            self.send(["err", sandbox.describe_error(exc, filename), "SyntaxError"])
+            return
+        self.code = code
+        self.scope = sandbox.new_scope({n: self._catalog_function(n) for n in names}, label=filename)
+        self.scope["CatalogError"] = CatalogError
+        self.send(["ok"])
+
+    def _catalog_function(self, name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                raise TypeError(f"{name}() takes keyword arguments only, e.g. {name}(uri=...)")
+            return self.rpc(name, kwargs)
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    def rpc(self, name: str, kwargs: dict[str, Any]) -> Any:
+        try:
+            payload = json.dumps(kwargs)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{name}(): arguments must be JSON data (str, number, list, dict): {exc}"
+            ) from None
+        if len(payload) > MAX_CALL_BYTES:
+            raise CatalogError(f"{name}(): arguments are {len(payload)} bytes; at most {MAX_CALL_BYTES}")
+        armed, self.armed = self.armed, False  # waiting on the parent is not the filter's time
+        try:
+            self.call_id += 1
+            call_id = self.call_id
+            self.send(["call", call_id, name, kwargs])
+            try:
+                reply = self.recv()
+            except BaseException as exc:  # a half-read reply: the stream is unusable
+                raise _Fatal(f"reading the reply to {name}(): {exc!r}") from None
+        finally:
+            self.armed = armed
+        if not (isinstance(reply, list) and len(reply) == 4 and reply[0] == "ret" and reply[1] == call_id):
+            raise _Fatal(f"unexpected reply to call {call_id}: {str(reply)[:200]}")
+        if not reply[2]:
+            raise CatalogError(reply[3])
+        return reply[3]
+
+    def _cpu_guard(self, timeout: float) -> None:
+        # RLIMIT_CPU counts the process's whole life; keep its soft limit between "now +
+        # budget + 0.5 s" and "+ 1.5 s" (it has 1 s granularity) so SIGXCPU ends an event
+        # that ignores SIGPROF or sits in one long C call. CPU time <= wall time here, so
+        # the wall clock tells when to re-aim without a syscall per event.
+        now = time.monotonic()
+        if now - self.aimed_at < self.room - timeout - 0.5:
+            return
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        used = usage.ru_utime + usage.ru_stime
+        soft = math.ceil(used + timeout + 0.5)
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        self.aimed_at, self.room = now, soft - used
+
+    def run(self, events: list[Any], timeout: float) -> None:
+        # Each outcome is flushed as soon as it exists: if the next event kills the
+        # worker, the parent knows exactly which event did.
+        self.timeout = timeout
+        signal.setitimer(signal.ITIMER_PROF, TICK, TICK)
+        try:
+            for event in events:
+                self.out.write(_wire.outcome(*self.run_one(event, timeout)))
+                self.out.flush()
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0, 0)
+
+    def run_one(self, event: Any, timeout: float) -> list[str | None]:
+        if self.code is None:
+            return [None, "on_event did not compile", "SyntaxError"]
+        scope = self.scope
+        scope["event"] = event
+        self._cpu_guard(timeout)
+        self.index += 1
+        try:
+            self.armed = True
+            try:
+                result = sandbox.run_sync(self.code, scope)
+                line = self.render(result)
+            finally:
+                self.armed = False
+        except _Fatal:
+            raise
+        except FilterTimeout:
+            return [
+                None,
+                f"timeout: on_event used more than {timeout:g} s of CPU on this event "
+                "(Limits.filter_timeout); it was stopped",
+                "timeout",
+            ]
+        except MemoryError:
+            return [
+                None,
+                f"MemoryError: on_event exceeded the filter memory limit ({self.memory // 2**20} MiB)",
+                "MemoryError",
+            ]
+        except BaseException as exc:
+            return [None, sandbox.describe_error(exc, self.filename, scope), type(exc).__name__]
+        return [line, None, None]
+
+    def render(self, result: sandbox.ReplResult) -> str | None:
+        value = result.value
+        text = None if value is None else value if isinstance(value, str) else _wire.compact_json(value)
+        parts = [p for p in (result.printed.rstrip("\n"), text) if p]
+        if not parts:
+            return None  # None (or "") and nothing printed: the event is dropped
+        line = "\n".join(parts)
+        if len(line) > self.max_line:
+            line = line[: self.max_line] + f" ... [truncated, {len(line)} characters]"
+        return line
+
+
+def main(config_json: str) -> None:
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # stdout carries protocol lines only
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends us by closing stdin
+    config = json.loads(config_json)
+    worker = Worker(config, inp, out)
+    try:
+        worker.notes = _lock_down(config)
+        signal.signal(signal.SIGPROF, worker.on_sigprof)
+        worker.serve()
+    except BrokenPipeError:
+        raise SystemExit(0) from None
+    except (_Fatal, Exception) as exc:
+        with contextlib.suppress(OSError):
+            worker.send(["fatal", f"{type(exc).__name__}: {exc}"])
+        raise SystemExit(3) from None

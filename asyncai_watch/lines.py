@@ -1,0 +1,217 @@
+"""The default notice line of an event (used when a watch has no ``on_event`` filter).
+
+Pure. The forms (ADR "Filter"):
+
+- Kubernetes-like object (a ``metadata.name``): ``TYPE namespace/name`` (``TYPE name``
+  without a namespace);
+- state diff (an item key): ``TYPE key``;
+- otherwise ``TYPE`` and the object's compact JSON;
+- ``MODIFIED`` with ``changed`` adds up to three changes:
+  ``MODIFIED bid-1 (status.phase: Deciding→Published)``, then ``, +N more``;
+- ``GAP: missed 12 events (seq 5-16)``, ``ERROR: <message>``.
+
+Scalars show compactly (strings without quotes, ``null``/``true``/numbers as JSON), long
+values are cut with ``…``, a side without the field shows ``(unset)``, a container change
+where exactly one element or key differs is followed down to it
+(``status.conditions[0].status: False→True``), and a change whose two sides still read the
+same once cut (two long lists) shows its path alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from itertools import compress, repeat
+from operator import ne
+from typing import Any, Final
+
+from asyncai_watch.changes import ROOT
+from asyncai_watch.diff import compact_json
+from asyncai_watch.eventlog import GAP_LIMIT, GAP_RESET
+from asyncai_watch.events import CHANGED, ERROR, GAP, MODIFIED, Event
+
+__all__ = ["MAX_CHANGES_SHOWN", "MAX_JSON_CHARS", "MAX_VALUE_CHARS", "default_line", "short_value"]
+
+MAX_CHANGES_SHOWN: Final = 3
+MAX_VALUE_CHARS: Final = 40
+"""A value in a ``path: old→new`` change is cut to this many characters."""
+MAX_JSON_CHARS: Final = 300
+"""A line's compact JSON (no key, not Kubernetes-like) is cut to this many characters."""
+
+_UNSET: Final = "(unset)"
+_NARROW_STEPS: Final = 4
+_NARROW_LIST: Final = 100
+# For display only: the server's key order, built once (json.dumps would build one per call).
+_DISPLAY: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+_MISSING: Final = object()
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def short_value(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
+    """A value as a change shows it: strings bare, other values as compact JSON, cut with ``…``."""
+    if type(value) is str:
+        if len(value) <= limit and "\n" not in value and "\r" not in value:
+            return value
+        text = value
+    elif value is None:
+        text = "null"
+    elif value is True:
+        text = "true"
+    elif value is False:
+        text = "false"
+    elif type(value) is int:
+        text = str(value)
+    else:
+        text = _DISPLAY.encode(value)
+    return _cut(_one_line(text), limit)
+
+
+def _one_line(text: str) -> str:
+    # A notice holds one line per event: a newline inside a value or key would split it.
+    if "\n" in text or "\r" in text:
+        return text.replace("\r\n", "⏎").replace("\n", "⏎").replace("\r", "⏎")
+    return text
+
+
+def _lookup(obj: Any, path: str) -> Any:
+    """The value at a dotted path; keys may themselves hold dots (``app.kubernetes.io/name``)."""
+    if path == ROOT:
+        return obj
+    # Fast path: every dot separates keys (the usual case).
+    node = obj
+    for part in path.split("."):
+        if type(node) is not dict or part not in node:
+            break
+        node = node[part]
+    else:
+        return node
+    return _lookup_dotted(obj, path)
+
+
+def _lookup_dotted(obj: Any, path: str) -> Any:
+    if not isinstance(obj, Mapping):
+        return _MISSING
+    if path in obj:
+        return obj[path]
+    dot = path.find(".")
+    while dot != -1:
+        head = path[:dot]
+        if head in obj:
+            found = _lookup_dotted(obj[head], path[dot + 1 :])
+            if found is not _MISSING:
+                return found
+        dot = path.find(".", dot + 1)
+    return _MISSING
+
+
+def _narrow(path: str, a: Any, b: Any) -> tuple[str, Any, Any]:
+    """Follow a container change down while exactly one element or key differs.
+
+    ``status.conditions`` whose only difference is one condition's status reads as
+    ``status.conditions[0].status: False→True`` instead of two cut-off lists.
+    """
+    for _ in range(_NARROW_STEPS):
+        if type(a) is list and type(b) is list and len(a) == len(b) <= _NARROW_LIST:
+            diffs = list(compress(range(len(a)), map(ne, a, b)))
+            if len(diffs) != 1:
+                break
+            i = diffs[0]
+            path, a, b = f"{path}[{i}]", a[i], b[i]
+        elif type(a) is dict and type(b) is dict:
+            ka = list(a)
+            keys = list(compress(ka, map(ne, a.values(), map(b.get, ka, repeat(_MISSING)))))
+            if len(b) != len(a) or b.keys() != a.keys():
+                keys += [k for k in b if k not in a]
+            if len(keys) != 1 or type(keys[0]) is not str:
+                break
+            k = keys[0]
+            path, a, b = (f"{path}.{k}" if path else k), a.get(k, _MISSING), b.get(k, _MISSING)
+        else:
+            break
+    return path, a, b
+
+
+def _change(path: str, old: Any, new: Any) -> str:
+    a = _lookup(old, path)
+    b = _lookup(new, path)
+    if type(a) in (list, dict) and type(b) is type(a):
+        path, a, b = _narrow(path, a, b)
+    sa = _UNSET if a is _MISSING else short_value(a)
+    sb = _UNSET if b is _MISSING else short_value(b)
+    if sa == sb:
+        return path or "value"
+    return f"{path}: {sa}→{sb}" if path else f"{sa}→{sb}"
+
+
+def _changes(event: Event) -> str:
+    changed = event.changed
+    shown = [_change(p, event.old, event.new) for p in changed[:MAX_CHANGES_SHOWN]]
+    if len(changed) > MAX_CHANGES_SHOWN:
+        shown.append(f"+{len(changed) - MAX_CHANGES_SHOWN} more")
+    return " (" + ", ".join(shown) + ")"
+
+
+def _k8s_name(obj: Any) -> str | None:
+    if type(obj) is not dict and not isinstance(obj, Mapping):
+        return None
+    meta = obj.get("metadata")
+    if type(meta) is not dict and not isinstance(meta, Mapping):
+        return None
+    name = meta.get("name")
+    if type(name) is not str or not name:
+        return None
+    ns = meta.get("namespace")
+    return f"{ns}/{name}" if type(ns) is str and ns else name
+
+
+def _gap_line(fields: Mapping[str, Any]) -> str:
+    reason = fields.get("reason")
+    if reason == GAP_RESET:
+        prev, first = fields.get("previous_seq"), fields.get("first_seq")
+        return f"GAP: the event log restarted (seq {prev} → {first}); events in between may be missed"
+    missed, a, b = fields.get("missed"), fields.get("from_seq"), fields.get("to_seq")
+    noun = "event" if missed == 1 else "events"
+    seqs = f"seq {a}" if a == b else f"seq {a}-{b}"
+    line = f"GAP: missed {missed} {noun} ({seqs})"
+    if reason == GAP_LIMIT:
+        line += f", more than {fields.get('limit')} new events in one update"
+    return line
+
+
+def _error_line(event: Event) -> str:
+    message = event.fields.get("message")
+    if type(message) is str and message:
+        return _one_line(f"ERROR: {message}")
+    rest = {k: v for k, v in event.fields.items() if k not in ("type", "seq")}
+    return f"ERROR: {_cut(compact_json(rest), MAX_JSON_CHARS)}" if rest else "ERROR: (no message)"
+
+
+def default_line(event: Event) -> str:
+    """The line a watch without a filter puts in its notice (see the module docstring)."""
+    typ = event.type
+    if typ == GAP:
+        return _gap_line(event.fields)
+    if typ == ERROR:
+        return _error_line(event)
+    if typ == CHANGED:
+        a, b = short_value(event.old), short_value(event.new)
+        return "CHANGED" if a == b else f"CHANGED ({a}→{b})"
+    obj = event.new if event.new is not None else event.old
+    name = _k8s_name(obj)
+    if name is not None:
+        head = f"{typ} {name}"
+    elif event.key is not None and not event.fields:
+        head = f"{typ} {event.key}"
+    elif obj is not None:
+        head = f"{typ} {_cut(compact_json(obj), MAX_JSON_CHARS)}"
+    elif event.key is not None:
+        head = f"{typ} {event.key}"
+    else:
+        rest = {k: v for k, v in event.fields.items() if k not in ("type", "seq")}
+        head = f"{typ} {_cut(compact_json(rest), MAX_JSON_CHARS)}" if rest else typ
+    if typ == MODIFIED and event.changed:
+        head += _changes(event)
+    return _one_line(head)

@@ -1,0 +1,92 @@
+"""NDJSON logging of watch events (a public contract: see docs/watch-manager.md).
+
+Every record goes to the stdlib logger ``"asyncai_watch"``; :func:`configure_ndjson`
+attaches a python-json-logger handler that writes one JSON object per line::
+
+    {"ts": "2026-11-03T10:00:00.123456+00:00", "level": "INFO", "logger": "asyncai_watch",
+     "event": "watch.notice", "watch": "notes", "uri": "memo://notes", "lines": 1, "text": "ADDED owner"}
+
+``watch.notice`` is logged at INFO always. The other events are verbose: they
+are logged at DEBUG (shown when ``configure_ndjson(..., verbose=True)`` or any
+DEBUG-level logging config asks for them), or at INFO when the emitter itself
+was created verbose (``WatchManager(verbose=True)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import IO, Any, Final
+
+from pythonjsonlogger.json import JsonFormatter
+
+__all__ = [
+    "ALWAYS_LOGGED",
+    "EVENTS",
+    "LOGGER_NAME",
+    "NdjsonFormatter",
+    "configure_ndjson",
+    "emit",
+    "logger",
+]
+
+LOGGER_NAME: Final = "asyncai_watch"
+logger: Final = logging.getLogger(LOGGER_NAME)
+
+EVENTS: Final = (
+    "watch.started",
+    "watch.subscribed",
+    "watch.event",
+    "watch.notice",
+    "watch.resubscribing",
+    "watch.failed",
+    "watch.stopped",
+    "watch.restored",
+)
+"""The events :class:`asyncai_watch.manager.WatchManager` emits (fields in docs/watch-manager.md)."""
+
+ALWAYS_LOGGED: Final = frozenset({"watch.notice"})
+
+_HANDLER_MARK: Final = "_asyncai_watch_ndjson"
+
+
+class NdjsonFormatter(JsonFormatter):
+    """``ts``, ``level``, ``logger``, ``event``, then the record's extra fields."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "%(levelname)s %(name)s %(message)s",
+            rename_fields={"levelname": "level", "name": "logger", "message": "event"},
+            timestamp="ts",
+            json_ensure_ascii=False,
+        )
+
+
+def emit(event: str, *, verbose: bool = False, **fields: Any) -> None:
+    """Log one watch event.
+
+    ``watch.notice`` (and anything in :data:`ALWAYS_LOGGED`) is INFO; other
+    events are INFO when ``verbose`` else DEBUG. Field names must not clash with
+    :class:`logging.LogRecord` attributes (``name``, ``msg``, ``args``, ...).
+    """
+    level = logging.INFO if verbose or event in ALWAYS_LOGGED else logging.DEBUG
+    if logger.isEnabledFor(level):
+        logger.log(level, event, extra=fields)
+
+
+def configure_ndjson(stream: IO[str] | None = None, verbose: bool = False) -> logging.Handler:
+    """Write the ``asyncai_watch`` logger as NDJSON to ``stream`` (stderr by default).
+
+    With ``verbose`` every event is written, otherwise only ``watch.notice``.
+    Calling it again replaces the handler it installed before. Returns the handler.
+    """
+    for old in [h for h in logger.handlers if getattr(h, _HANDLER_MARK, False)]:
+        logger.removeHandler(old)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(NdjsonFormatter())
+    setattr(handler, _HANDLER_MARK, True)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    # The NDJSON stream is the contract; a root handler would print the same record as text.
+    logger.propagate = False
+    return handler

@@ -1,0 +1,651 @@
+"""A :class:`~asyncai_watch.source.ResourceSource` over a real MCP connection.
+
+:class:`McpResourceSource` connects with the ``mcp`` 2.3 SDK client, to a
+server started as a subprocess (stdio) or at a Streamable HTTP URL::
+
+    async with McpResourceSource.stdio([sys.executable, "-m", "asyncai_servers.memo"]) as src:
+        async with src.listen("memo://notes") as updates:
+            async for _ in updates:
+                print((await src.read("memo://notes")).text)
+
+Connecting sends ``server/discover`` (MCP 2026-07-28) and falls back to the
+``initialize`` handshake for an older server, which can still serve tools and
+reads; :meth:`McpResourceSource.listen` on such a connection raises
+:class:`~asyncai_watch.errors.ProtocolVersionError`. Legacy
+``resources/subscribe`` is never sent.
+
+The SDK's response cache is off for the whole connection: a cached read would
+hide the change an ``updated`` signal just announced.
+
+The SDK client is held by an owner task of this object, so a transport failure
+inside the SDK never cancels the caller. When the connection dies (a stdio
+server exits, an HTTP server goes away) the failing call raises, and the next
+call reconnects first (respawning a stdio server): the manager's resubscribe
+backoff is what paces reconnects; nothing here retries on its own.
+
+Errors: the server's own errors become :class:`ServerError` (with the server's
+message); a connection that cannot be made, or is gone, becomes
+:class:`ServerConnectionError` naming the command or URL. Both are
+:class:`~asyncai_watch.errors.WatchError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import logging
+import os
+import shlex
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, TextIO, TypeVar
+
+import anyio
+import anyio.abc
+import httpx2
+import mcp_types as types
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client import ClientExtension, Transport
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, ResourceUpdated, Subscription, SubscriptionLost
+
+from asyncai_watch.errors import ProtocolVersionError, SubscriptionLostError, WatchError
+from asyncai_watch.source import (
+    MODERN_PROTOCOL_VERSION,
+    ReadResult,
+    ResourceInfo,
+    TemplateInfo,
+    ToolInfo,
+    ToolResult,
+)
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "McpResourceSource",
+    "ServerConnectionError",
+    "ServerError",
+]
+
+DEFAULT_CONNECT_TIMEOUT: Final = 30.0
+"""Seconds to wait for a server to answer the connect handshake before giving up."""
+
+DEFAULT_ACK_TIMEOUT: Final = 30.0
+"""Seconds to wait for a ``subscriptions/listen`` acknowledgment."""
+
+_MAX_PAGES: Final = 1000
+"""Page cap for list walks, so a server whose cursor never ends cannot hang a call."""
+
+_T = TypeVar("_T")
+_log = logging.getLogger(__name__)
+
+
+class ServerError(WatchError):
+    """The server answered a request with an error; ``server_message`` is its own text."""
+
+    def __init__(self, server: str, what: str, code: int | None, server_message: str) -> None:
+        self.server = server
+        self.code = code
+        self.server_message = server_message
+        shown_code = f" ({code})" if code is not None else ""
+        super().__init__(f"server {server!r}: {what} failed{shown_code}: {server_message}")
+
+
+class ServerConnectionError(WatchError):
+    """The connection to a server could not be made, or was lost."""
+
+
+class _Connection:
+    """One SDK client, held open by an owner task until ``close()``."""
+
+    def __init__(self) -> None:
+        self.closing = anyio.Event()
+        self.done = anyio.Event()
+        self.dead = False
+        self.client: Client
+        self.protocol_version = ""
+        self.capabilities = types.ServerCapabilities()
+
+    async def close(self) -> None:
+        self.closing.set()
+        await self.done.wait()
+
+
+class _Updates:
+    """The ``listen`` iterator: one ``None`` per (coalesced) update of the watched URI."""
+
+    def __init__(
+        self, source: McpResourceSource, conn: _Connection, uri: str, subscription: Subscription
+    ) -> None:
+        self._source = source
+        self._conn = conn
+        self._uri = uri
+        self._subscription = subscription
+
+    def __aiter__(self) -> _Updates:
+        return self
+
+    async def __anext__(self) -> None:
+        while True:
+            try:
+                event = await self._subscription.__anext__()
+            except SubscriptionLost as exc:
+                cause = exc.__cause__ if exc.__cause__ is not None else exc
+                if _is_connection_closed(cause):
+                    self._conn.dead = True  # the re-listen reconnects first
+                raise SubscriptionLostError(
+                    f"server {self._source.name!r}: subscription to {self._uri!r} was lost ({cause}); "
+                    "re-listen and re-read"
+                ) from exc
+            # The spec lets a server stamp a sub-resource's URI; that changes this one too.
+            if isinstance(event, ResourceUpdated) and _covers(self._uri, event.uri):
+                return None
+
+
+def _covers(watched: str, updated: str) -> bool:
+    return updated == watched or updated.startswith(watched.rstrip("/") + "/")
+
+
+def _leaf_errors(exc: BaseException) -> list[BaseException]:
+    """The non-group exceptions inside ``exc`` (the SDK raises task-group errors as groups)."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves: list[BaseException] = []
+        for inner in exc.exceptions:
+            leaves.extend(_leaf_errors(inner))
+        return leaves
+    return [exc]
+
+
+def _describe_error(exc: BaseException) -> str:
+    parts = []
+    for leaf in _leaf_errors(exc):
+        text = str(leaf) or type(leaf).__name__
+        parts.append(text if isinstance(leaf, MCPError) else f"{type(leaf).__name__}: {text}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def _is_connection_closed(exc: BaseException) -> bool:
+    return any(
+        isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED for leaf in _leaf_errors(exc)
+    )
+
+
+class McpResourceSource:
+    """One MCP server connection, as the watch machinery sees it.
+
+    Build it with :meth:`stdio` or :meth:`http` and use it as an async
+    context manager; the connection lives until the block exits.
+    """
+
+    def __init__(
+        self,
+        *,
+        target: StdioServerParameters | str,
+        description: str,
+        fallback_name: str,
+        name: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        extensions: Sequence[ClientExtension] = (),
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        errlog: TextIO | None = None,
+    ) -> None:
+        """Prefer :meth:`stdio` / :meth:`http`; this takes the already-validated target."""
+        if name is not None and not name.strip():
+            raise ValueError(
+                "McpResourceSource name must be a non-empty string (or None for the server's name)"
+            )
+        if connect_timeout <= 0 or ack_timeout <= 0:
+            raise ValueError(
+                f"connect_timeout and ack_timeout must be > 0 seconds, got {connect_timeout!r}, {ack_timeout!r}"
+            )
+        self._target = target
+        self._description = description
+        self._fallback_name = fallback_name
+        self._name_override = name
+        self._headers = dict(headers) if headers is not None else None
+        self._extensions = list(extensions)
+        self._connect_timeout = connect_timeout
+        self._ack_timeout = ack_timeout
+        self._errlog = errlog
+        self._stack: AsyncExitStack | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._conn: _Connection | None = None
+        self._reconnect_lock = anyio.Lock()
+        self._reconnects = 0
+        self._name: str = name if name is not None else fallback_name
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def stdio(
+        cls,
+        command: str | Sequence[str],
+        *,
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        extensions: Sequence[ClientExtension] = (),
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        errlog: TextIO | None = None,
+    ) -> McpResourceSource:
+        """A server started as ``command`` (a string is split like a shell would), spoken to over stdio.
+
+        ``env`` is merged over the SDK's safe default environment (``PATH``,
+        ``HOME``, ...). The server's stderr goes to ``errlog`` (default: ours).
+        """
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        if not argv or not argv[0]:
+            raise ValueError(
+                f"McpResourceSource.stdio: command must name a program, e.g. 'asyncai-mcp-simple', got {command!r}"
+            )
+        if not all(isinstance(arg, str) for arg in argv):
+            raise TypeError(
+                f"McpResourceSource.stdio: command must be a str or a sequence of str, got {command!r}"
+            )
+        params = StdioServerParameters(
+            command=argv[0], args=argv[1:], env=dict(env) if env is not None else None, cwd=cwd
+        )
+        return cls(
+            target=params,
+            description=f"command {shlex.join(argv)!r}",
+            fallback_name=os.path.basename(argv[0]) or argv[0],
+            name=name,
+            extensions=extensions,
+            connect_timeout=connect_timeout,
+            ack_timeout=ack_timeout,
+            errlog=errlog,
+        )
+
+    @classmethod
+    def http(
+        cls,
+        url: str,
+        *,
+        name: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        extensions: Sequence[ClientExtension] = (),
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+    ) -> McpResourceSource:
+        """A Streamable HTTP server at ``url`` (e.g. ``http://127.0.0.1:8765/mcp``).
+
+        ``headers`` go on every request, e.g. ``{"Authorization": "Bearer TOKEN"}``.
+        """
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(
+                f"McpResourceSource.http: expected an http(s) URL such as http://127.0.0.1:8765/mcp, got {url!r}"
+            )
+        return cls(
+            target=url,
+            description=f"URL {_redact(url)!r}",
+            fallback_name=parsed.hostname,
+            name=name,
+            headers=headers,
+            extensions=extensions,
+            connect_timeout=connect_timeout,
+            ack_timeout=ack_timeout,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> McpResourceSource:
+        if self._stack is not None:
+            raise RuntimeError(f"McpResourceSource for {self._description} is already open")
+        stack = AsyncExitStack()
+        try:
+            # The SDK client holds task groups open while connected, so it is held by an
+            # owner task of ours (entered, then parked until close). That keeps a transport
+            # crash inside the SDK from cancelling the caller, and lets us reconnect.
+            self._tg = tg = await stack.enter_async_context(anyio.create_task_group())
+            # Exit order (LIFO): close the current connection cleanly, then cancel a
+            # reconnect that another task may still have in flight, then join.
+            stack.callback(tg.cancel_scope.cancel)
+            self._conn = await self._start_connection()
+            stack.push_async_callback(self._close_current)
+        except BaseException:
+            await stack.aclose()
+            self._tg = self._conn = None
+            raise
+        self._stack = stack
+        info = self._conn.client.server_info
+        if self._name_override is None and info is not None and info.name:
+            self._name = info.name
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stack, self._stack = self._stack, None
+        try:
+            if stack is not None:
+                await stack.aclose()
+        finally:
+            self._tg = self._conn = None
+
+    async def _close_current(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def _start_connection(self) -> _Connection:
+        assert self._tg is not None
+        conn = _Connection()
+        try:
+            with anyio.fail_after(self._connect_timeout):
+                conn.client = await self._tg.start(self._own_connection, conn)
+        except TimeoutError as exc:
+            raise ServerConnectionError(
+                f"cannot connect to MCP server {self._description}: no answer to the connect "
+                f"handshake within {self._connect_timeout:g} s"
+            ) from exc
+        conn.protocol_version = conn.client.protocol_version
+        conn.capabilities = conn.client.server_capabilities
+        return conn
+
+    async def _own_connection(self, conn: _Connection, *, task_status: anyio.abc.TaskStatus[Client]) -> None:
+        """Connect, hand the client to ``_start_connection``, and hold it until closed."""
+        started = False
+        try:
+            async with AsyncExitStack() as stack:
+                client = await self._open_client(stack)
+                task_status.started(client)
+                started = True
+                await conn.closing.wait()
+        except Exception:
+            if not started:
+                raise
+            # The SDK's transport failed (e.g. an HTTP server went away) or its teardown
+            # raised after the server died: the connection is gone, which callers learn
+            # from their requests; it must not crash the caller's task.
+            _log.debug("MCP connection to %s ended with an error", self._description, exc_info=True)
+        finally:
+            conn.dead = True
+            conn.done.set()
+
+    async def _live(self) -> _Connection:
+        """The current connection, reconnecting first if the last one is known to be dead."""
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError(f"McpResourceSource for {self._description} is not open; use `async with`")
+        if not conn.dead:
+            return conn
+        async with self._reconnect_lock:
+            if self._conn is conn:  # no other task reconnected meanwhile
+                await conn.close()
+                self._conn = await self._start_connection()
+                self._reconnects += 1
+                _log.info("reconnected to MCP server %s", self._description)
+            assert self._conn is not None
+            return self._conn
+
+    async def _open_client(self, stack: AsyncExitStack) -> Client:
+        http_errors: list[str] = []
+        transport: Transport | StdioServerParameters
+        if isinstance(self._target, str):
+            # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
+            # listen stream is idle between events; modern servers ping it every 15 s).
+            http_client = httpx2.AsyncClient(headers=self._headers, timeout=httpx2.Timeout(30.0, read=300.0))
+            await stack.enter_async_context(http_client)
+
+            async def note_status(response: httpx2.Response) -> None:
+                # The SDK maps HTTP errors to a generic JSON-RPC error; keep the status to name it.
+                if response.status_code >= 400:
+                    http_errors.append(f"HTTP {response.status_code} {response.reason_phrase}".strip())
+
+            http_client.event_hooks["response"].append(note_status)
+            transport = streamable_http_client(self._target, http_client=http_client)
+        elif self._errlog is not None:
+            transport = stdio_client(self._target, errlog=self._errlog)
+        else:
+            transport = self._target
+        client = Client(
+            transport,
+            mode="auto",
+            cache=None,  # a cached read would hide the change just announced
+            extensions=self._extensions or None,
+        )
+        try:
+            await stack.enter_async_context(client)
+        except OSError as exc:
+            raise ServerConnectionError(
+                f"cannot start MCP server {self._description}: {exc.strerror or exc}"
+            ) from exc
+        except Exception as exc:
+            if http_errors:
+                reason = f"{http_errors[-1]} ({_describe_error(exc)})"
+            elif _is_connection_closed(exc):
+                reason = "the server closed the connection before answering (did it exit? see its stderr)"
+            else:
+                reason = _describe_error(exc)
+            raise ServerConnectionError(
+                f"cannot connect to MCP server {self._description}: {reason}"
+            ) from exc
+        return client
+
+    # -- identity -------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Client:
+        """The current SDK client (for extensions and anything this class does not wrap).
+
+        After a reconnect this is a new object; do not keep it across calls.
+        """
+        return self._current().client
+
+    def _current(self) -> _Connection:
+        if self._conn is None:
+            raise RuntimeError(f"McpResourceSource for {self._description} is not open; use `async with`")
+        return self._conn
+
+    @property
+    def reconnects(self) -> int:
+        """How many times a dead connection was replaced (a stdio server respawned, ...)."""
+        return self._reconnects
+
+    @property
+    def name(self) -> str:
+        """The ``name=`` given, else the server's ``serverInfo.name``, else the command/URL host."""
+        return self._name
+
+    @property
+    def description(self) -> str:
+        """What this source connects to, e.g. ``command 'asyncai-mcp-simple'``."""
+        return self._description
+
+    @property
+    def protocol_version(self) -> str:
+        return self._current().protocol_version
+
+    @property
+    def subscribable(self) -> bool:
+        """``capabilities.resources.subscribe`` as the server advertised it."""
+        resources = self._current().capabilities.resources
+        return bool(resources is not None and resources.subscribe)
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def _request(self, what: str, call: Callable[[Client], Awaitable[_T]]) -> _T:
+        conn = await self._live()
+        try:
+            return await call(conn.client)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                conn.dead = True  # the next call reconnects
+                raise ServerConnectionError(
+                    f"server {self.name!r} ({self._description}): {what} failed: the connection is closed"
+                ) from exc
+            raise ServerError(self.name, what, exc.code, exc.message) from exc
+        except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            conn.dead = True
+            raise ServerConnectionError(
+                f"server {self.name!r} ({self._description}): {what} failed: {_describe_error(exc)}"
+            ) from exc
+
+    async def _pages(self, what: str, fetch: Callable[[Client, str | None], Awaitable[Any]]) -> list[Any]:
+        pages: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(_MAX_PAGES):
+            page = await self._request(what, functools.partial(_with_cursor, fetch, cursor))
+            pages.append(page)
+            cursor = page.next_cursor
+            if cursor is None:
+                return pages
+            if cursor in seen:
+                raise ServerError(self.name, what, None, f"pagination cursor {cursor!r} repeated")
+            seen.add(cursor)
+        raise ServerError(self.name, what, None, f"more than {_MAX_PAGES} pages")
+
+    async def list_resources(self) -> list[ResourceInfo]:
+        pages = await self._pages("resources/list", lambda client, c: client.list_resources(cursor=c))
+        return [
+            ResourceInfo(uri=r.uri, name=r.name, description=r.description or "", mime_type=r.mime_type)
+            for page in pages
+            for r in page.resources
+        ]
+
+    async def list_templates(self) -> list[TemplateInfo]:
+        pages = await self._pages(
+            "resources/templates/list", lambda client, c: client.list_resource_templates(cursor=c)
+        )
+        return [
+            TemplateInfo(
+                uri_template=t.uri_template,
+                name=t.name,
+                description=t.description or "",
+                mime_type=t.mime_type,
+            )
+            for page in pages
+            for t in page.resource_templates
+        ]
+
+    async def read(self, uri: str) -> ReadResult:
+        """Read ``uri`` from the server (never from a cache): its first content as text."""
+        what = f"resources/read {uri!r}"
+        result = await self._request(what, lambda client: client.read_resource(uri, cache_mode="bypass"))
+        if not result.contents:
+            raise ServerError(self.name, what, None, "the server returned no contents")
+        content = result.contents[0]
+        if isinstance(content, types.TextResourceContents):
+            return ReadResult(uri=content.uri or uri, text=content.text, mime_type=content.mime_type)
+        try:
+            text = base64.b64decode(content.blob, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise ServerError(
+                self.name,
+                what,
+                None,
+                f"the content is a binary blob ({content.mime_type or 'no mimeType'}), not UTF-8 text",
+            ) from exc
+        return ReadResult(uri=content.uri or uri, text=text, mime_type=content.mime_type)
+
+    def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
+        """Open one ``subscriptions/listen`` for ``uri``; see :class:`~asyncai_watch.source.ResourceSource`."""
+        return self._listen(uri)
+
+    @asynccontextmanager
+    async def _listen(self, uri: str) -> AsyncIterator[AsyncIterator[None]]:
+        conn = await self._live()
+        client = conn.client
+        if client.protocol_version != MODERN_PROTOCOL_VERSION:
+            raise ProtocolVersionError(
+                f"server {self.name!r} speaks {client.protocol_version}; "
+                f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
+            )
+        what = f"subscriptions/listen {uri!r}"
+        async with AsyncExitStack() as stack:
+            try:
+                with anyio.fail_after(self._ack_timeout):
+                    subscription = await stack.enter_async_context(
+                        client.listen(resource_subscriptions=[uri])
+                    )
+            except TimeoutError as exc:
+                raise SubscriptionLostError(
+                    f"server {self.name!r}: {what} was not acknowledged within {self._ack_timeout:g} s"
+                ) from exc
+            except ListenNotSupportedError as exc:  # pre-checked above; kept for a version the SDK rejects
+                raise ProtocolVersionError(
+                    f"server {self.name!r} speaks {exc.negotiated_version}; "
+                    f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
+                ) from exc
+            except SubscriptionLost as exc:
+                raise SubscriptionLostError(
+                    f"server {self.name!r}: {what} ended before it was acknowledged"
+                ) from exc
+            except MCPError as exc:
+                if exc.code == types.CONNECTION_CLOSED:
+                    conn.dead = True  # the next call reconnects
+                    raise ServerConnectionError(
+                        f"server {self.name!r} ({self._description}): {what} failed: the connection is closed"
+                    ) from exc
+                raise ServerError(self.name, what, exc.code, exc.message) from exc
+            honored = subscription.honored.resource_subscriptions or []
+            if uri not in honored:
+                raise ServerError(
+                    self.name, what, None, f"the server did not honor the subscription (honored: {honored})"
+                )
+            yield _Updates(self, conn, uri, subscription)
+
+    async def list_tools(self) -> list[ToolInfo]:
+        pages = await self._pages("tools/list", lambda client, c: client.list_tools(cursor=c))
+        return [_tool_info(tool) for page in pages for tool in page.tools]
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        result = await self._request(
+            f"tools/call {name!r}", lambda client: client.call_tool(name, dict(arguments))
+        )
+        return ToolResult(
+            text="\n".join(_content_text(block) for block in result.content),
+            structured=result.structured_content,
+            is_error=bool(result.is_error),
+        )
+
+    def __repr__(self) -> str:
+        state = "open" if self._conn is not None else "closed"
+        return f"<McpResourceSource {self._name!r} {self._description} {state}>"
+
+
+async def _with_cursor(
+    fetch: Callable[[Client, str | None], Awaitable[_T]], cursor: str | None, client: Client
+) -> _T:
+    return await fetch(client, cursor)
+
+
+def _tool_info(tool: types.Tool) -> ToolInfo:
+    notes = tool.annotations
+    read_only = notes is not None and notes.read_only_hint is True
+    # MCP: destructiveHint defaults to true and only means something for a tool that is not read-only.
+    destructive = not read_only and (notes is None or notes.destructive_hint is not False)
+    return ToolInfo(
+        name=tool.name,
+        description=tool.description or "",
+        input_schema=dict(tool.input_schema),
+        read_only=read_only,
+        destructive=destructive,
+    )
+
+
+def _content_text(block: types.ContentBlock) -> str:
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.EmbeddedResource) and isinstance(block.resource, types.TextResourceContents):
+        return block.resource.text
+    if isinstance(block, types.ResourceLink):
+        return f"[resource {block.uri}]"
+    return f"[{block.type}]"
+
+
+def _redact(url: str) -> str:
+    """``url`` without userinfo, so a password never lands in an error message."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

@@ -1,0 +1,185 @@
+"""The CLI as a user runs it: subprocesses, one clear error line, replies on stdout, the demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from asyncai_agent.cli import build_parser, main
+from asyncai_watch.log import logger
+
+
+@pytest.fixture
+def restore_watch_logger() -> Iterator[None]:
+    """main() configures the shared NDJSON logger; put it back for the tests that follow."""
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
+
+
+AGENT = [sys.executable, "-m", "asyncai_agent"]
+MEMO = f"{sys.executable} -m asyncai_servers.memo"
+
+
+def run_agent(
+    args: list[str], *, stdin: str | None = "", timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """Run the agent; ``stdin=None`` gives it /dev/null (a device epoll cannot wait on)."""
+    env_drop = {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
+    env = {k: v for k, v in os.environ.items() if k not in env_drop}
+    return subprocess.run(
+        [*AGENT, *args],
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def test_parser_accepts_repeatable_servers() -> None:
+    args = build_parser().parse_args(
+        [
+            "--mcp-stdio",
+            "a",
+            "--mcp-stdio",
+            "b c",
+            "--mcp-http",
+            "http://h/mcp",
+            "--model",
+            "scripted:x",
+            "--verbose",
+        ]
+    )
+    assert args.mcp_stdio == ["a", "b c"]
+    assert args.mcp_http == ["http://h/mcp"]
+    assert args.model == "scripted:x"
+    assert args.verbose
+
+
+def _error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("asyncai-agent: error:")]
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "code"),
+    [
+        (["--model", "openai:gpt-4o-mini"], "set OPENAI_API_KEY, or pass --base-url", 2),
+        (["--model", "anthropic:claude-x"], "set ANTHROPIC_API_KEY", 2),
+        (["--model", "gpt-4o"], "--model expects openai:MODEL, anthropic:MODEL or scripted:FILE", 2),
+        (["--model", "scripted:x.json", "--mcp-http", "localhost:8080"], "--mcp-http: ", 2),
+        ([], "--model is required", 2),
+    ],
+)
+def test_configuration_errors_print_one_line(
+    args: list[str],
+    message: str,
+    code: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(args) == code
+    err = capsys.readouterr().err
+    (line,) = [line for line in err.splitlines() if line.startswith("asyncai-agent: error:")]
+    assert message in line
+    assert "Traceback" not in err
+
+
+def test_a_server_that_will_not_start_is_one_clear_line(tmp_path: Path) -> None:
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": [{"steps": [{"reply": "hi"}]}]}))
+    proc = run_agent(
+        ["--model", f"scripted:{script}", "--mcp-stdio", "no-such-server-binary-xyz"], stdin="hi\n"
+    )
+    assert proc.returncode == 1
+    (line,) = _error_lines(proc)
+    assert "cannot start MCP server command 'no-such-server-binary-xyz'" in line
+    assert "Traceback" not in proc.stderr
+
+
+def test_interactive_turn_against_a_real_server_with_a_transcript(tmp_path: Path) -> None:
+    script = tmp_path / "s.json"
+    script.write_text(
+        json.dumps(
+            {
+                "turns": [
+                    {
+                        "expect": "set a",
+                        "steps": [
+                            {
+                                "run_code": 'await memo_set(key="a", value=1)\n(await memo_get(key="a"))["value"]'
+                            },
+                            {"expect": "1", "reply": "a is {result}"},
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    session = tmp_path / "session.jsonl"
+    proc = run_agent(
+        ["--model", f"scripted:{script}", "--mcp-stdio", MEMO, "--session", str(session)],
+        stdin="set a to 1\n",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "a is 1\n"
+    types = [json.loads(line)["type"] for line in session.read_text().splitlines()]
+    assert types == ["user", "assistant", "tool_result", "assistant", "reply"]
+
+
+def test_stdin_from_dev_null_ends_cleanly(tmp_path: Path) -> None:
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": [{"steps": [{"reply": "hi"}]}]}))
+    proc = run_agent(["--model", f"scripted:{script}"], stdin=None)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_a_failing_model_is_reported_to_the_user_not_swallowed(tmp_path: Path) -> None:
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": [{"expect": "something else", "steps": [{"reply": "x"}]}]}))
+    proc = run_agent(["--model", f"scripted:{script}"], stdin="hello\n")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("error: scripted:")
+    assert "expected new input containing 'something else'" in proc.stdout
+    records = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert [r["event"] for r in records] == ["agent.error"]
+
+
+def test_demo_runs_offline_and_shows_notices_replies_and_a_suppression(tmp_path: Path) -> None:
+    session = tmp_path / "demo.jsonl"
+    proc = run_agent(["--demo", "--session", str(session)], timeout=100)
+    out = proc.stdout
+    assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{proc.stderr}"
+    # The watch is set up through run_code with a filter.
+    assert 'run_code> notes = await read_resource(uri="memo://notes")' in out
+    assert "'shape': 'state'" in out
+    # Each external write arrives as a notice turn; the filter dropped the draft key.
+    notices = [line for line in out.splitlines() if line.startswith("notice> ")]
+    assert notices == ['notice> <watch-event name="todo" uri="memo://notes">'] * 3
+    assert "added todo = 'buy milk'" in out
+    assert "modified todo = 'buy milk '" in out
+    assert "deleted todo = None" in out
+    bodies = [block.split("</watch-event>")[0] for block in out.split("notice> ")[1:]]
+    assert len(bodies) == 3
+    assert all("draft" not in body for body in bodies)
+    assert "agent> Your todo is now: buy milk" in out
+    assert "agent: NO_REPLY -> reply suppressed, nothing published" in out
+    assert "agent> Your todo was deleted." in out
+    assert out.rstrip().endswith("demo: done, 4 turns, 1 reply suppressed (NO_REPLY)")
+    # NDJSON on stderr: one watch.notice per notice.
+    events = [json.loads(line)["event"] for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert events.count("watch.notice") == 3
+    records = [json.loads(line) for line in session.read_text().splitlines()]
+    monitors = [r for r in records if r["type"] == "monitor_event"]
+    assert [m["task_id"] for m in monitors] == ["watch-todo"] * 3
+    assert [r["type"] for r in records].count("user") == 1

@@ -1,0 +1,62 @@
+"""FakeClock: time moves only on advance; sleepers are visible to tests without polling."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from asyncai_watch.clock import Clock, FakeClock, SystemClock
+
+
+@pytest.mark.anyio
+async def test_fake_clock_wakes_due_sleepers_in_order() -> None:
+    clock = FakeClock(start=10.0)
+    woke: list[tuple[str, float]] = []
+
+    async def sleeper(name: str, deadline: float) -> None:
+        await clock.sleep_until(deadline)
+        woke.append((name, clock.now()))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sleeper, "late", 15.0)
+        tg.start_soon(sleeper, "early", 12.0)
+        with anyio.fail_after(5):
+            await clock.wait_for_sleepers(2)
+        assert clock.deadlines() == [12.0, 15.0]
+        assert clock.next_deadline == 12.0
+        clock.advance(1.0)
+        await anyio.wait_all_tasks_blocked()
+        assert woke == []
+        clock.advance(1.0)
+        with anyio.fail_after(5):
+            await clock.wait_for_deadline(15.0)
+        await anyio.wait_all_tasks_blocked()
+        assert woke == [("early", 12.0)]
+        clock.set_time(20.0)
+    assert woke == [("early", 12.0), ("late", 20.0)]
+    assert clock.sleepers == 0
+
+
+@pytest.mark.anyio
+async def test_past_deadline_returns_at_once_and_cancel_unparks() -> None:
+    clock = FakeClock()
+    await clock.sleep_until(0.0)
+    await clock.sleep_until(-5.0)
+    with anyio.move_on_after(0) as scope:
+        await clock.sleep_until(100.0)
+    assert scope.cancelled_caught
+    assert clock.sleepers == 0  # a cancelled sleeper removed itself
+    with pytest.raises(ValueError, match="seconds >= 0"):
+        clock.advance(-1)
+    with pytest.raises(ValueError, match="backwards"):
+        clock.set_time(-1)
+
+
+@pytest.mark.anyio
+async def test_system_clock_is_anyio_time() -> None:
+    clock = SystemClock()
+    assert isinstance(clock, Clock)
+    assert isinstance(FakeClock(), Clock)
+    start = clock.now()
+    assert abs(start - anyio.current_time()) < 1.0
+    await clock.sleep_until(start)  # already due: returns without waiting

@@ -1,0 +1,279 @@
+"""Event-log sequencer: at-most-once per seq, GAP exactly when seqs were missed, bad bodies as values."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from asyncai_servers._eventlog import EventRing
+from asyncai_watch.eventlog import GAP_LIMIT, GAP_RESET, GAP_TRUNCATED, BodyError, Sequencer
+from asyncai_watch.events import ERROR, GAP, Event
+
+
+def body(*seqs: int, type_: str = "MODIFIED") -> str:
+    return json.dumps({"events": [{"seq": s, "type": type_, "object": {"id": f"o{s}"}} for s in seqs]})
+
+
+def seqs(events: list[Event]) -> list[int | None]:
+    return [e.seq for e in events]
+
+
+def test_delivers_only_seqs_above_last_seen() -> None:
+    s = Sequencer()
+    assert s.prime(body(1, 2, 3)) is None
+    assert s.last_seq == 3
+    r = s.feed(body(2, 3, 4, 5))
+    assert r.error is None
+    assert seqs(r.events) == [4, 5]
+    assert s.feed(body(2, 3, 4, 5)).events == []  # the same read again: nothing twice
+    assert seqs(s.feed(body(4, 5, 6)).events) == [6]
+
+
+def test_event_fields() -> None:
+    s = Sequencer(last_seq=0)
+    raw = {
+        "seq": 1,
+        "type": "MODIFIED",
+        "object": {"metadata": {"uid": "u1"}},
+        "old": {"x": 1},
+        "extra": "kept",
+    }
+    (ev,) = s.feed({"events": [raw]}).events
+    assert (ev.type, ev.seq, ev.key, ev.new, ev.old) == ("MODIFIED", 1, "u1", raw["object"], {"x": 1})
+    assert ev.fields == raw
+
+
+def test_gap_when_the_ring_dropped_events() -> None:
+    s = Sequencer()
+    s.prime(body(1, 2, 3, 4))
+    r = s.feed(body(17, 18))
+    gap = r.events[0]
+    assert gap.type == GAP
+    assert dict(gap.fields) == {
+        "type": GAP,
+        "from_seq": 5,
+        "to_seq": 16,
+        "missed": 12,
+        "reason": GAP_TRUNCATED,
+    }
+    assert seqs(r.events[1:]) == [17, 18]
+
+
+def test_no_gap_for_contiguous_reads_and_no_baseline() -> None:
+    s = Sequencer()
+    assert [e.type for e in s.feed(body(40, 41)).events] == ["MODIFIED", "MODIFIED"]  # nothing seen yet
+    assert all(e.type != GAP for e in s.feed(body(41, 42)).events)
+
+
+def test_empty_baseline_reports_nothing_missed() -> None:
+    s = Sequencer()
+    assert s.prime('{"events": []}') is None
+    assert s.last_seq is None
+    assert seqs(s.feed(body(7, 8)).events) == [7, 8]
+
+
+def test_error_events_pass_through() -> None:
+    ring = EventRing()
+    s = Sequencer()
+    s.prime(ring.text())
+    ring.append({"type": "ADDED", "object": {"id": "a"}})
+    ring.error("kubectl: connection refused")
+    r = s.feed(ring.text())
+    assert [e.type for e in r.events] == ["ADDED", ERROR]
+    assert r.events[1].fields["message"] == "kubectl: connection refused"
+    assert r.events[1].seq == 2
+
+
+def test_out_of_order_and_duplicate_seqs_in_one_read() -> None:
+    s = Sequencer(last_seq=2)
+    events = [
+        {"seq": 5, "type": "A"},
+        {"seq": 3, "type": "B"},
+        {"seq": 4, "type": "C"},
+        {"seq": 3, "type": "dup"},
+        {"seq": 2, "type": "old"},
+    ]
+    r = s.feed({"events": events})
+    assert [(e.seq, e.type) for e in r.events] == [(3, "B"), (4, "C"), (5, "A")]
+
+
+def test_limit_keeps_the_newest_and_reports_the_rest_as_one_gap() -> None:
+    s = Sequencer(last_seq=0)
+    r = s.feed(body(*range(1, 11)), limit=3)
+    gap, *rest = r.events
+    assert seqs(rest) == [8, 9, 10]
+    assert dict(gap.fields) == {
+        "type": GAP,
+        "from_seq": 1,
+        "to_seq": 7,
+        "missed": 7,
+        "reason": GAP_LIMIT,
+        "limit": 3,
+    }
+    # A ring hole before the dropped ones is the same GAP.
+    r = s.feed(body(*range(15, 21)), limit=2)
+    assert dict(r.events[0].fields)["from_seq"] == 11
+    assert dict(r.events[0].fields)["to_seq"] == 18
+    assert dict(r.events[0].fields)["missed"] == 8
+    assert seqs(r.events[1:]) == [19, 20]
+    assert s.feed(body(21), limit=5).events[0].seq == 21
+
+
+def test_limit_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="limit must be a positive int"):
+        Sequencer().feed(body(1), limit=0)
+
+
+def test_server_restart_is_a_reset_not_silence() -> None:
+    s = Sequencer()
+    s.prime(body(*range(120, 131)))
+    r = s.feed(body(1, 2, 3, 4))
+    gap, *rest = r.events
+    assert gap.type == GAP
+    assert gap.fields["reason"] == GAP_RESET
+    assert (gap.fields["previous_seq"], gap.fields["first_seq"]) == (130, 1)
+    assert seqs(rest) == [1, 2, 3, 4]
+    assert s.last_seq == 4
+    assert seqs(s.feed(body(3, 4, 5, 6)).events) == [5, 6]
+
+
+def test_reset_with_more_than_limit_reports_both() -> None:
+    s = Sequencer(last_seq=500)
+    r = s.feed(body(*range(1, 8)), limit=3)
+    reset, limited, *rest = r.events
+    assert reset.fields["reason"] == GAP_RESET
+    assert (limited.fields["reason"], limited.fields["from_seq"], limited.fields["to_seq"]) == (
+        GAP_LIMIT,
+        1,
+        4,
+    )
+    assert seqs(rest) == [5, 6, 7]
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("not json", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        ("[1, 2]", "JSON array"),
+        ('"text"', "JSON string"),
+        ('{"items": []}', 'no "events" key (keys: items)'),
+        ('{"events": {"seq": 1}}', '"events" is a JSON object, not an array'),
+        ('{"events": [3]}', "events[0] is a JSON number, not an object"),
+        ('{"events": [{"type": "ADDED"}]}', 'events[0] has no "seq"'),
+        (
+            '{"events": [{"seq": "7", "type": "ADDED"}]}',
+            "events[0].seq is '7' (a JSON string), not an integer",
+        ),
+        (
+            '{"events": [{"seq": true, "type": "ADDED"}]}',
+            "events[0].seq is True (a JSON boolean), not an integer",
+        ),
+        ('{"events": [{"seq": 1.5, "type": "ADDED"}]}', "not an integer"),
+        ('{"events": [{"seq": 1}]}', 'events[0] (seq 1) has no "type"'),
+        ('{"events": [{"seq": 1, "type": 5}]}', "events[0].type is 5 (a JSON number), not a string"),
+    ],
+)
+def test_malformed_body_is_an_error_value(bad: str | bytes, says: str) -> None:
+    s = Sequencer(last_seq=0)
+    r = s.feed(bad)
+    assert r.events == []
+    assert isinstance(r.error, BodyError)
+    assert says in r.error.message
+    assert '{"events"' in r.error.message  # says what is accepted
+    assert s.last_seq == 0
+    assert isinstance(Sequencer().prime(bad), BodyError)
+
+
+def test_bad_events_are_skipped_and_the_good_ones_delivered() -> None:
+    s = Sequencer(last_seq=0)
+    raw = [{"seq": 1, "type": "A"}, {"seq": "x", "type": "B"}, {"seq": 2, "type": "C"}]
+    raw += [{"seq": None, "type": "D"}] * 4
+    r = s.feed({"events": raw})
+    assert seqs(r.events) == [1, 2]
+    assert r.error is not None
+    assert "events[1].seq is 'x'" in r.error.message
+    assert "and 2 more" in r.error.message
+
+
+@given(
+    st.text()
+    | st.binary()
+    | st.recursive(
+        st.none() | st.integers() | st.text(), lambda k: st.lists(k) | st.dictionaries(st.text(), k)
+    )
+)
+def test_never_raises_on_any_body(raw: Any) -> None:
+    s = Sequencer(last_seq=3)
+    payload = (
+        raw if isinstance(raw, str | bytes) else json.dumps({"events": raw} if isinstance(raw, list) else raw)
+    )
+    r = s.feed(payload)
+    assert r.error is None or r.error.message
+
+
+# --- property: any split of a log into reads ---------------------------------------------------------
+
+
+@given(
+    baseline=st.integers(0, 20),
+    steps=st.lists(st.integers(0, 14), max_size=10),
+    capacity=st.integers(1, 10),
+    limit=st.none() | st.integers(1, 8),
+    data=st.data(),
+)
+def test_never_twice_and_gap_exactly_when_skipped(
+    baseline: int, steps: list[int], capacity: int, limit: int | None, data: st.DataObject
+) -> None:
+    """A log read through a ring of ``capacity``; between reads the head moves by each step."""
+    reads = [baseline + sum(steps[: i + 1]) for i in range(len(steps))]
+    n = reads[-1] if reads else baseline
+
+    def read_at(head: int) -> list[dict[str, Any]]:
+        window = [
+            {"seq": q, "type": "ADDED", "object": {"id": q}}
+            for q in range(max(1, head - capacity + 1), head + 1)
+        ]
+        # Servers may repeat or reorder; the sequencer must not care.
+        extra = data.draw(st.lists(st.sampled_from(window), max_size=3)) if window else []
+        return data.draw(st.permutations(window + extra))
+
+    s = Sequencer()
+    s.prime({"events": read_at(baseline)})
+    first_new = baseline + 1 if baseline >= 1 else None
+    delivered: list[int] = []
+    gapped: list[int] = []
+    for head in reads:
+        before = s.last_seq
+        events = s.feed({"events": read_at(head)}, limit=limit).events
+        gaps = [e for e in events if e.type == GAP]
+        got = [e.seq for e in events if e.type != GAP]
+        assert all(isinstance(q, int) for q in got)
+        new_in_read = [
+            q for q in range(max(1, head - capacity + 1), head + 1) if before is None or q > before
+        ]
+        if first_new is None and new_in_read:
+            first_new = new_in_read[0]
+        # GAP exactly when this read skipped seqs: a hole before the ring's oldest, or the limit.
+        skipped = (before is not None and new_in_read and new_in_read[0] > before + 1) or (
+            limit is not None and len(new_in_read) > limit
+        )
+        assert len(gaps) == (1 if skipped else 0)
+        if limit is not None:
+            assert len(got) <= limit
+        for g in gaps:
+            a, b = g.fields["from_seq"], g.fields["to_seq"]
+            assert g.fields["missed"] == b - a + 1
+            gapped.extend(range(a, b + 1))
+        delivered.extend(q for q in got if isinstance(q, int))
+    assert delivered == sorted(set(delivered))  # never a seq twice, always in order
+    assert not set(delivered) & set(gapped)
+    if first_new is not None and n >= first_new:
+        assert sorted(delivered + gapped) == list(range(first_new, n + 1))  # nothing lost silently
+    else:
+        assert delivered == []
+        assert gapped == []

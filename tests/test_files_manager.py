@@ -1,0 +1,116 @@
+"""The files server through the generic client: WatchManager -> McpResourceSource -> stdio.
+
+No files-specific code on the client side: this is the third server the
+library watches with the same machinery as memo and kcp.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from asyncai_watch.limits import Limits
+from asyncai_watch.manager import WatchManager
+from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.notice import Notice
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 30.0
+
+
+@asynccontextmanager
+async def manager(root: Path, limits: Limits) -> AsyncIterator[WatchManager]:
+    source = McpResourceSource.stdio([sys.executable, "-m", "asyncai_servers.files", str(root)], name="files")
+    async with source, WatchManager([source], limits=limits) as m:
+        yield m
+
+
+async def notice_containing(m: WatchManager, text: str, seen: list[Notice]) -> Notice:
+    with anyio.fail_after(WAIT):
+        while True:
+            notice = await m.notices.receive()
+            seen.append(notice)
+            if text in notice.text:
+                return notice
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+async def test_burst_of_1000_writes_gives_few_notices_and_the_final_state_is_right(tmp_path: Path) -> None:
+    target = tmp_path / "burst.json"
+    target.write_text('{"n": -1}')
+    uri = f"file://{target}"
+
+    def burst() -> None:
+        for i in range(1000):
+            target.write_text(json.dumps({"n": i}))  # in place: the server may catch torn states
+
+    async with manager(tmp_path, Limits(debounce_quiet=1.0, debounce_max_wait=10.0)) as m:
+        assert await m.watch_start(name="burst", uri=uri) == {"name": "burst", "uri": uri, "shape": "state"}
+        await anyio.to_thread.run_sync(burst)
+        seen: list[Notice] = []
+        with anyio.fail_after(WAIT):
+            seen.append(await m.notices.receive())
+        # A "999→done" line proves the watch's state was exactly the burst's last write.
+        await anyio.to_thread.run_sync(replace_atomically, target, '{"n": "done"}')
+        await notice_containing(m, "999→done", seen)
+        assert await m.read_resource(uri) == {"n": "done"}
+        (watch,) = m.watch_list()
+    # The burst's notice (two if the machine stalled over a second mid-burst) plus "done".
+    assert len(seen) <= 3, [n.text for n in seen]
+    assert watch["notices"] == len(seen)
+    assert watch["events"] < 300, watch  # reads coalesced: nowhere near one diff per write
+
+
+async def test_directory_changes_reach_the_agent_as_lines(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    uri = f"dir-events://{tmp_path}?recursive=true"
+    async with manager(tmp_path, Limits(debounce_quiet=0.2, debounce_max_wait=5.0)) as m:
+        assert (await m.watch_start(name="tree", uri=uri))["shape"] == "event-log"
+        (tmp_path / "a.txt").rename(tmp_path / "b.txt")
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "sub" / "c.txt").write_text("c")
+        seen: list[Notice] = []
+        await notice_containing(m, "sub/c.txt", seen)
+        text = "\n".join(n.text for n in seen)
+        # Objects without a Kubernetes name are shown as compact JSON (the library's default line).
+        for kind, name in (
+            ("DELETED", "a.txt"),
+            ("ADDED", "b.txt"),
+            ("ADDED", "sub"),
+            ("ADDED", "sub/c.txt"),
+        ):
+            assert any(
+                line.startswith(f"{kind} {{") and f'"name":"{name}"' in line for line in text.splitlines()
+            ), text
+
+
+async def test_torn_json_surfaces_as_an_error_and_recovers(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"mode": "on"}')
+    uri = f"file://{config}"
+    async with manager(tmp_path, Limits(debounce_quiet=0.2, debounce_max_wait=5.0)) as m:
+        await m.watch_start(name="cfg", uri=uri)
+        # Written whole (by rename) so each read sees exactly this torn text, nothing in between.
+        await anyio.to_thread.run_sync(replace_atomically, config, '{"mode": "o')
+        seen: list[Notice] = []
+        torn = await notice_containing(m, "error", seen)
+        # The error value replaces the document: the diff says so, and never shows torn text.
+        assert set(torn.text.splitlines()) == {"ADDED error", "DELETED mode"}
+        assert (await m.read_resource(uri)).keys() == {"error"}
+        await anyio.to_thread.run_sync(replace_atomically, config, '{"mode": "off"}')
+        recovered = await notice_containing(m, "mode", seen)
+        assert set(recovered.text.splitlines()) == {"ADDED mode", "DELETED error"}
+        assert await m.read_resource(uri) == {"mode": "off"}

@@ -1,0 +1,464 @@
+"""The files server over real stdio, with real files in tmp_path and real inotify.
+
+Waiting is always on the subscription: read, check, and if the expected change
+is not there yet, wait for the next ``ResourceUpdated`` (level-triggered, so a
+change between the read and the wait is never missed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.subscriptions import Subscription
+
+from asyncai_watch.eventlog import Sequencer
+from asyncai_watch.events import EVENTS_MIME_TYPE
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 15.0
+
+
+@asynccontextmanager
+async def files_server(*roots: Path, extra: tuple[str, ...] = ()) -> AsyncIterator[Client]:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "asyncai_servers.files", *map(str, roots), *extra]
+    )
+    async with Client(params) as client:
+        yield client
+
+
+async def read(client: Client, uri: str) -> tuple[str, str | None]:
+    content = (await client.read_resource(uri)).contents[0]
+    text = getattr(content, "text", None)
+    assert isinstance(text, str), content
+    return text, content.mime_type
+
+
+async def read_until(
+    client: Client, sub: Subscription, uri: str, done: Callable[[str], bool]
+) -> tuple[str, str | None]:
+    """Re-read ``uri`` after each update until ``done(text)``."""
+    with anyio.fail_after(WAIT):
+        while True:
+            text, mime = await read(client, uri)
+            if done(text):
+                return text, mime
+            await sub.__anext__()
+
+
+async def events_until(
+    client: Client, sub: Subscription, uri: str, after: int, done: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """The event-log events with seq > ``after``, once ``done(events)`` holds."""
+    found: list[dict[str, Any]] = []
+
+    def check(text: str) -> bool:
+        found[:] = [e for e in json.loads(text)["events"] if e["seq"] > after]
+        return done(found)
+
+    await read_until(client, sub, uri, check)
+    return found
+
+
+def has(events: list[dict[str, Any]], kind: str, name: str) -> bool:
+    return any(e["type"] == kind and e["object"]["name"] == name for e in events)
+
+
+def last_seq(text: str) -> int:
+    events = json.loads(text)["events"]
+    return int(events[-1]["seq"]) if events else 0
+
+
+async def test_write_notifies_and_read_shows_new_content(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("first\n")
+    config = tmp_path / "config.json"
+    config.write_text('{"a": 1}')
+    uri_text, uri_json = f"file://{notes}", f"file://{config}"
+    async with files_server(tmp_path) as client:
+        caps = client.server_capabilities
+        assert caps is not None
+        assert caps.resources is not None
+        assert caps.resources.subscribe
+        async with client.listen(resource_subscriptions=[uri_text, uri_json]) as sub:
+            assert await read(client, uri_text) == ("first\n", "text/plain")
+            text, mime = await read(client, uri_json)
+            assert (json.loads(text), mime) == ({"a": 1}, "application/json")
+
+            notes.write_text("second\n")
+            with anyio.fail_after(WAIT):
+                event = await sub.__anext__()
+            assert getattr(event, "uri", None) == uri_text
+            assert await read(client, uri_text) == ("second\n", "text/plain")
+
+            config.write_text('{"a": 2, "b": [1, 2]}')
+            text, _ = await read_until(client, sub, uri_json, lambda t: json.loads(t) != {"a": 1})
+            assert json.loads(text) == {"a": 2, "b": [1, 2]}
+
+
+async def test_write_then_rename_is_seen(tmp_path: Path) -> None:
+    """Atomic saves replace the inode; the watch is on the directory so it keeps working."""
+    config = tmp_path / "config.json"
+    config.write_text('{"v": 0}')
+    uri = f"file://{config}"
+    async with files_server(tmp_path) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        assert json.loads((await read(client, uri))[0]) == {"v": 0}
+        for v in (1, 2, 3):
+            tmp = tmp_path / f".config.json.{v}.tmp"
+            tmp.write_text(json.dumps({"v": v}))
+            os.replace(tmp, config)
+            text, _ = await read_until(client, sub, uri, lambda t, v=v: json.loads(t) == {"v": v})
+            assert json.loads(text) == {"v": v}
+
+
+async def test_torn_json_is_an_in_band_error_and_the_next_good_write_recovers(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"mode": "on"}')
+    uri = f"file://{config}"
+    async with files_server(tmp_path) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        assert json.loads((await read(client, uri))[0]) == {"mode": "on"}
+        torn = '{"mode": "of'
+        config.write_text(torn)  # what a reader can catch half-way through an in-place rewrite
+        text, mime = await read_until(client, sub, uri, lambda t: t != '{"mode": "on"}')
+        assert mime == "application/json"
+        body = json.loads(text)
+        assert list(body) == ["error"]
+        assert "not valid JSON" in body["error"]
+        assert str(config) in body["error"]
+        assert torn not in text
+
+        config.write_text('{"mode": "off"}')
+        text, mime = await read_until(client, sub, uri, lambda t: "error" not in json.loads(t))
+        assert (json.loads(text), mime) == ({"mode": "off"}, "application/json")
+
+
+async def test_deleted_file_is_in_band_and_recreation_is_seen(tmp_path: Path) -> None:
+    target = tmp_path / "state.json"
+    target.write_text("[1]")
+    uri = f"file://{target}"
+    async with files_server(tmp_path) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        assert json.loads((await read(client, uri))[0]) == [1]
+        target.unlink()
+        text, _ = await read_until(client, sub, uri, lambda t: t != "[1]")
+        assert "deleted" in json.loads(text)["error"]
+        target.write_text("[1, 2]")
+        text, _ = await read_until(client, sub, uri, lambda t: t == "[1, 2]")
+
+
+async def test_dir_events_rename_delete_and_create_in_a_subdirectory(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("k")
+    (tmp_path / "old-name.txt").write_text("rename me")
+    (tmp_path / "doomed.txt").write_text("bye")
+    uri = f"dir-events://{tmp_path}?recursive=true"
+    async with files_server(tmp_path) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        text, mime = await read(client, uri)
+        assert mime == EVENTS_MIME_TYPE
+        start = last_seq(text)
+
+        (tmp_path / "old-name.txt").rename(tmp_path / "new-name.txt")
+        (tmp_path / "doomed.txt").unlink()
+        (tmp_path / "sub" / "deeper").mkdir(parents=True)
+        (tmp_path / "sub" / "deeper" / "made.txt").write_text("hello")
+        (tmp_path / "keep.txt").write_text("kept, longer now")
+
+        def complete(evs: list[dict[str, Any]]) -> bool:
+            return (
+                has(evs, "DELETED", "old-name.txt")
+                and has(evs, "ADDED", "new-name.txt")
+                and has(evs, "DELETED", "doomed.txt")
+                and has(evs, "ADDED", "sub/deeper/made.txt")
+                and has(evs, "MODIFIED", "keep.txt")
+            )
+
+        events = await events_until(client, sub, uri, start, complete)
+        seqs = [e["seq"] for e in events]
+        assert seqs == sorted(set(seqs))
+        made = next(e for e in events if e["object"]["name"] == "sub/deeper/made.txt")
+        assert made["object"] == {
+            "path": str(tmp_path / "sub" / "deeper" / "made.txt"),
+            "name": "sub/deeper/made.txt",
+            "size": 5,
+            "mtime": (tmp_path / "sub" / "deeper" / "made.txt").stat().st_mtime,
+            "type": "file",
+        }
+        assert has(events, "ADDED", "sub")
+        assert has(events, "ADDED", "sub/deeper")
+        keep = [e for e in events if e["object"]["name"] == "keep.txt"]
+        assert keep[-1]["old"]["size"] == 1
+        assert keep[-1]["object"]["size"] == len("kept, longer now")
+        doomed = next(e for e in events if e["type"] == "DELETED" and e["object"]["name"] == "doomed.txt")
+        assert doomed["object"]["size"] == 3  # the last known object
+        # Nothing is reported twice or spuriously.
+        assert not has(events, "ADDED", "keep.txt")
+        assert not has(events, "DELETED", "keep.txt")
+
+
+async def test_dir_events_non_recursive_and_glob(tmp_path: Path) -> None:
+    (tmp_path / "nested").mkdir()
+    flat = f"dir-events://{tmp_path}"
+    only_json = f"dir-events://{tmp_path}?recursive=true&glob=*.json"
+    async with (
+        files_server(tmp_path) as client,
+        client.listen(resource_subscriptions=[flat, only_json]) as sub,
+    ):
+        start_flat = last_seq((await read(client, flat))[0])
+        start_json = last_seq((await read(client, only_json))[0])
+        (tmp_path / "nested" / "deep.json").write_text("{}")
+        (tmp_path / "nested" / "deep.txt").write_text("x")
+        (tmp_path / "top.txt").write_text("x")
+
+        json_events = await events_until(
+            client, sub, only_json, start_json, lambda evs: has(evs, "ADDED", "nested/deep.json")
+        )
+        assert {e["object"]["name"] for e in json_events} == {"nested/deep.json"}
+
+        flat_events = await events_until(
+            client, sub, flat, start_flat, lambda evs: has(evs, "ADDED", "top.txt")
+        )
+        assert all("/" not in e["object"]["name"] for e in flat_events), flat_events
+
+
+async def test_burst_of_writes_coalesces(tmp_path: Path) -> None:
+    """1,000 writes to one file while the client has not re-read: one update, not 1,000."""
+    target = tmp_path / "counter.txt"
+    target.write_text("start")
+    uri = f"file://{target}"
+    updates = 0
+    bumped = {"event": anyio.Event()}
+
+    def burst() -> None:
+        for i in range(1000):
+            target.write_text(f"n={i}")
+
+    async with files_server(tmp_path) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        assert (await read(client, uri))[0] == "start"
+
+        async def count() -> None:
+            nonlocal updates
+            async for _ in sub:  # consume every update, read nothing
+                updates += 1
+                bumped["event"].set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(count)
+            await anyio.to_thread.run_sync(burst)
+            with anyio.fail_after(WAIT):
+                await bumped["event"].wait()
+            during = updates
+            bumped["event"] = anyio.Event()
+            assert (await read(client, uri))[0] == "n=999"
+            # After that read, the next change is signalled again.
+            before = updates
+            bumped["event"] = anyio.Event()
+            target.write_text("after")
+            with anyio.fail_after(WAIT):
+                await bumped["event"].wait()
+            tg.cancel_scope.cancel()
+    assert during == 1, f"{during} updates for 1000 writes before any re-read"
+    assert before <= 2  # at most the burst's tail batch landing after our read
+    assert updates > before
+
+
+TRAVERSALS = {
+    "dotdot": "file://{root}/../outside/secret.txt",
+    "encoded-dotdot": "file://{root}/%2e%2e/outside/secret.txt",
+    "absolute-elsewhere": "file://{outside}/secret.txt",
+    "symlinked-dir": "file://{root}/link/secret.txt",
+    "symlinked-file": "file://{root}/secret-link.txt",
+    "relative": "file://secret.txt",
+    "dir-symlink": "dir-events://{root}/link?recursive=true",
+    "dir-elsewhere": "dir-events://{outside}",
+    "dir-dotdot": "dir-events://{root}/..?recursive=true",
+}
+
+
+async def test_traversal_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    outside = tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("TOP SECRET")
+    (root / "link").symlink_to(outside)
+    (root / "secret-link.txt").symlink_to(outside / "secret.txt")
+    uris = {name: t.format(root=root, outside=outside) for name, t in TRAVERSALS.items()}
+    async with files_server(root) as client:
+        # Listening is harmless: no watcher starts for a refused URI and nothing leaks.
+        async with client.listen(resource_subscriptions=list(uris.values())):
+            for name, uri in uris.items():
+                with pytest.raises(MCPError) as caught:
+                    await client.read_resource(uri)
+                message = str(caught.value)
+                assert "refused" in message, (name, message)
+                assert str(root) in message, (name, message)
+                assert "TOP SECRET" not in message
+        # Inside the root, a symlink that stays inside is fine.
+        (root / "inner.txt").write_text("ok")
+        (root / "inner-link.txt").symlink_to(root / "inner.txt")
+        assert (await read(client, f"file://{root}/inner-link.txt"))[0] == "ok"
+
+
+async def test_unknown_and_malformed_uris_say_what_is_served(tmp_path: Path) -> None:
+    (tmp_path / "plain.txt").write_text("x")
+    async with files_server(tmp_path) as client:
+        for uri, expect in [
+            ("memo://notes", "file://{+path}"),
+            (f"dir-events://{tmp_path}?recursive=maybe", "recursive=true"),
+            (f"file://{tmp_path}/missing.json", "does not exist"),
+            (f"file://{tmp_path}", "is a directory"),
+            (f"dir-events://{tmp_path}/plain.txt", "is not a directory"),
+            (f"dir-events://{tmp_path}/nowhere", "not an existing directory"),
+        ]:
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource(uri)
+            assert expect in str(caught.value), (uri, str(caught.value))
+
+
+async def test_lists_templates_with_examples(tmp_path: Path) -> None:
+    real = await anyio.to_thread.run_sync(os.path.realpath, tmp_path)
+    async with files_server(tmp_path) as client:
+        templates = (await client.list_resource_templates()).resource_templates
+        by_name = {t.uri_template: t for t in templates}
+        assert set(by_name) == {"file://{+path}", "dir-events://{+path}{?recursive,glob}"}
+        for t in templates:
+            assert t.description is not None
+            last = t.description.strip().splitlines()[-1]
+            assert last.startswith("Example: await watch_start(name=")
+            assert real in last
+        assert by_name["dir-events://{+path}{?recursive,glob}"].mime_type == EVENTS_MIME_TYPE
+        resources = (await client.list_resources()).resources
+        assert [r.uri for r in resources] == [f"dir-events://{real}?recursive=true"]
+
+
+async def test_bad_roots_fail_at_startup(tmp_path: Path) -> None:
+    afile = tmp_path / "plain.txt"
+    afile.write_text("x")
+    for argv, expect in [
+        ([str(tmp_path / "missing")], "does not exist"),
+        ([str(tmp_path), str(afile)], "not a directory"),
+        ([], "ROOT"),
+    ]:
+        with anyio.fail_after(WAIT):
+            done = await anyio.run_process(
+                [sys.executable, "-m", "asyncai_servers.files", *argv], check=False
+            )
+        assert done.returncode == 2, (argv, done)
+        err = done.stderr.decode()
+        assert expect in err, err
+        assert not argv or argv[-1] in err, err
+
+
+def _inotify_fds(pid: int) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify":
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def _files_server_pid() -> int:
+    me = os.getpid()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if ppid == me and b"asyncai_servers.files" in cmd:
+            return int(entry)
+    raise AssertionError("files server process not found")
+
+
+async def test_listeners_of_one_path_share_one_watcher(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    (tmp_path / "b.txt").write_text("b")
+    a, b = f"file://{tmp_path}/a.txt", f"file://{tmp_path}/b.txt"
+    async with files_server(tmp_path) as client:
+        pid = _files_server_pid()
+        assert _inotify_fds(pid) == 0  # nothing is watched until someone listens
+        async with (
+            client.listen(resource_subscriptions=[a]),
+            client.listen(resource_subscriptions=[a]) as second,
+        ):
+            await read(client, a)  # the first read waits for the watch to exist
+            assert _inotify_fds(pid) == 1
+            async with client.listen(resource_subscriptions=[b]):
+                await read(client, b)
+                assert _inotify_fds(pid) == 2
+            # Both listeners of a.txt still get its updates from the one watcher.
+            (tmp_path / "a.txt").write_text("a2")
+            await read_until(client, second, a, lambda t: t == "a2")
+
+
+async def test_relisten_continues_the_log_with_what_changed_meanwhile(tmp_path: Path) -> None:
+    uri = f"dir-events://{tmp_path}"
+    async with files_server(tmp_path) as client:
+        async with client.listen(resource_subscriptions=[uri]) as sub:
+            start = last_seq((await read(client, uri))[0])
+            (tmp_path / "one.txt").write_text("1")
+            events = await events_until(client, sub, uri, start, lambda evs: has(evs, "ADDED", "one.txt"))
+            seen = events[-1]["seq"]
+        (tmp_path / "two.txt").write_text("2")  # nobody listens (or the old watcher is just stopping)
+        async with client.listen(resource_subscriptions=[uri]) as sub:
+            events = await events_until(client, sub, uri, seen, lambda evs: has(evs, "ADDED", "two.txt"))
+        assert [e["seq"] for e in events] == list(range(seen + 1, seen + 1 + len(events)))
+        assert not has(events, "ADDED", "one.txt")
+
+
+async def test_a_reader_that_falls_behind_the_ring_is_told_gap(tmp_path: Path) -> None:
+    uri = f"dir-events://{tmp_path}"
+    async with files_server(tmp_path) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        baseline, _ = await read(client, uri)
+        sequencer = Sequencer()
+        assert sequencer.prime(baseline) is None
+        assert sequencer.last_seq is not None  # the SYNCED event: a seq to measure a gap from
+
+        def make_files() -> None:
+            for i in range(300):
+                (tmp_path / f"f{i:03}").write_text("x")
+
+        await anyio.to_thread.run_sync(make_files)
+        text, _ = await read_until(client, sub, uri, lambda t: '"name":"f299"' in t)
+        events = json.loads(text)["events"]
+        assert len(events) == 256  # the ring's capacity
+        fed = sequencer.feed(text)
+        gaps = [e for e in fed.events if e.type == "GAP"]
+        assert len(gaps) == 1
+        assert gaps[0].fields["missed"] == events[0]["seq"] - sequencer_start(baseline) - 1
+        assert {e.new["name"] for e in fed.events if e.type == "ADDED"} <= {f"f{i:03}" for i in range(300)}
+
+
+def sequencer_start(baseline: str) -> int:
+    return int(json.loads(baseline)["events"][-1]["seq"])
+
+
+async def test_a_broken_watcher_is_restarted_and_reports_in_band(tmp_path: Path) -> None:
+    """watchfiles fails on a file name that is not UTF-8; the watch says so and carries on."""
+    uri = f"dir-events://{tmp_path}"
+    async with files_server(tmp_path) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        start = last_seq((await read(client, uri))[0])
+        fd = os.open(os.path.join(os.fsencode(tmp_path), b"bad-\xff.txt"), os.O_CREAT | os.O_WRONLY)
+        os.close(fd)
+        events = await events_until(
+            client, sub, uri, start, lambda evs: any(e["type"] == "ERROR" for e in evs)
+        )
+        error = next(e for e in events if e["type"] == "ERROR")
+        assert "restarting the watch" in error["message"], error
+        assert "decode" in error["message"], error
+        (tmp_path / "good.txt").write_text("still watched")
+        events = await events_until(client, sub, uri, error["seq"], lambda evs: has(evs, "ADDED", "good.txt"))
+        assert not any("bad-" in json.dumps(e) for e in events)

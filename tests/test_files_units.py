@@ -1,0 +1,226 @@
+"""The files server's parts without MCP: path safety, reading, directory reconcile, inotify probe."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from asyncai_servers.files.change_source import InotifyUnavailable, NotifyTiming, check_inotify
+from asyncai_servers.files.content import NotAFile, read_state
+from asyncai_servers.files.dirlog import DirSpec, observe, reconcile, scan
+from asyncai_servers.files.paths import PathRefused, RootError, Roots
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Roots, Path, Path]:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (root / "escape").symlink_to(outside)
+    (root / "alias").symlink_to(root / "sub")
+    return Roots.from_args([str(root)]), root, outside
+
+
+def test_roots_must_exist_and_be_directories(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    for bad, expect in [
+        ([], "no ROOT"),
+        ([str(tmp_path / "nope")], "does not exist"),
+        ([str(tmp_path / "f")], "not a directory"),
+    ]:
+        with pytest.raises(RootError, match=expect):
+            Roots.from_args(bad)
+
+
+def test_resolve_accepts_inside_and_refuses_the_rest(tree: tuple[Roots, Path, Path]) -> None:
+    roots, root, outside = tree
+    assert roots.resolve(f"{root}/sub/x.json") == os.path.realpath(root / "sub" / "x.json")
+    assert roots.resolve(f"{root}//sub/./x") == os.path.realpath(root / "sub" / "x")
+    assert roots.resolve(f"{root}/alias/x") == os.path.realpath(
+        root / "sub" / "x"
+    )  # a link that stays inside
+    for path, why in [
+        (f"{root}/../outside/x", "'..'"),
+        (f"{root}/sub/..", "'..'"),
+        (f"{outside}/x", "outside the served roots"),
+        ("/etc/passwd", "outside the served roots"),
+        (f"{root}/escape/x", "through a symlink"),
+        ("relative/x", "absolute"),
+    ]:
+        with pytest.raises(PathRefused) as caught:
+            roots.resolve(path)
+        assert why in str(caught.value)
+        assert str(os.path.realpath(root)) in str(caught.value)
+
+
+@given(st.lists(st.sampled_from(["sub", "alias", "escape", "..", ".", "x", "", "y.json"]), max_size=6))
+def test_any_accepted_path_is_inside_a_root(
+    tmp_path_factory: pytest.TempPathFactory, parts: list[str]
+) -> None:
+    base = tmp_path_factory.getbasetemp() / "hyp-roots"
+    root = base / "root"
+    if not root.exists():
+        (root / "sub").mkdir(parents=True)
+        (base / "outside").mkdir()
+        (root / "escape").symlink_to(base / "outside")
+        (root / "alias").symlink_to(root / "sub")
+    roots = Roots.from_args([str(root)])
+    try:
+        real = roots.resolve("/".join([str(root), *parts]))
+    except PathRefused:
+        return
+    assert real == os.path.realpath(real)
+    assert roots.contains_real(real)
+
+
+def test_read_state_text_json_and_torn(tmp_path: Path) -> None:
+    roots = Roots.from_args([str(tmp_path)])
+    (tmp_path / "a.txt").write_text("hello")
+    (tmp_path / "a.json").write_text('{"k": [1, 2]}')
+    (tmp_path / "torn.json").write_text('{"k": [1, ')
+    (tmp_path / "data").write_text('["x"]')
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe")
+    (tmp_path / "big.txt").write_text("x" * 11)
+
+    def read(name: str, **kw: Any) -> tuple[str, str, bool]:
+        s = read_state(str(tmp_path / name), roots, shown=name, **kw)
+        return s.text, s.mime_type, s.is_error
+
+    assert read("a.txt") == ("hello", "text/plain", False)
+    assert read("a.json") == ('{"k": [1, 2]}', "application/json", False)
+    assert read("data") == ('["x"]', "application/json", False)
+    for name, expect, kw in [
+        ("torn.json", "not valid JSON", {}),
+        ("bin.txt", "not UTF-8", {}),
+        ("big.txt", "larger than 10 bytes", {"max_bytes": 10}),
+    ]:
+        text, mime, is_error = read(name, **kw)
+        assert (mime, is_error) == ("application/json", True)
+        assert expect in json.loads(text)["error"]
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(NotAFile, match="not a regular file"):
+        read("fifo")
+    with pytest.raises(NotAFile, match="dir-events://"):
+        read_state(str(tmp_path), roots, shown=str(tmp_path))
+
+
+def test_read_state_refuses_a_symlink_swapped_in(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("s")
+    roots = Roots.from_args([str(root)])
+    checked = roots.resolve(f"{root}/f")  # checked while it did not exist ...
+    (root / "f").symlink_to(outside / "secret")  # ... then a link appears
+    with pytest.raises(PathRefused, match="symlink"):
+        read_state(checked, roots, shown=checked)
+
+
+def test_check_inotify_explains_why_it_is_unavailable() -> None:
+    check_inotify()  # real inotify works here
+    for code, expect in [
+        (errno.ENOSYS, "no inotify"),
+        (errno.EMFILE, "max_user_instances"),
+        (errno.EACCES, "errno"),
+    ]:
+        with pytest.raises(InotifyUnavailable) as caught:
+            check_inotify(lambda _flags, code=code: -code)
+        assert expect in str(caught.value)
+        assert "never falls back to polling" in str(caught.value)
+
+
+def test_timing_is_validated() -> None:
+    with pytest.raises(ValueError, match="step_ms"):
+        NotifyTiming(step_ms=0)
+
+
+def test_observe_and_reconcile_a_directory(tmp_path: Path) -> None:
+    spec = DirSpec(str(tmp_path), recursive=True, glob=None)
+    (tmp_path / "a").write_text("1")
+    known = scan(spec)
+    assert set(known) == {str(tmp_path / "a")}
+    (tmp_path / "a").rename(tmp_path / "b")
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    (tmp_path / "d" / "e" / "f").write_text("x")  # reported only as the new directory "d"
+    events = reconcile(
+        known, observe(spec, [str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "d")], tuple(known))
+    )
+    assert [(e["type"], e["object"]["name"]) for e in events] == [
+        ("DELETED", "a"),
+        ("ADDED", "b"),
+        ("ADDED", "d"),
+        ("ADDED", "d/e"),
+        ("ADDED", "d/e/f"),
+    ]
+    # A directory moved out of the tree takes its known children with it.
+    os.rename(tmp_path / "d", tmp_path.parent / f"{tmp_path.name}-moved-out")
+    events = reconcile(known, observe(spec, [str(tmp_path / "d")], tuple(known)))
+    assert {(e["type"], e["object"]["name"]) for e in events} == {
+        ("DELETED", "d"),
+        ("DELETED", "d/e"),
+        ("DELETED", "d/e/f"),
+    }
+    assert set(known) == {str(tmp_path / "b")}
+
+
+def test_non_recursive_and_glob_scope(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    for name in ("top.json", "top.txt", "s/deep.json"):
+        (tmp_path / name).write_text("{}")
+    assert {os.path.relpath(p, tmp_path) for p in scan(DirSpec(str(tmp_path)))} == {
+        "s",
+        "top.json",
+        "top.txt",
+    }
+    assert {os.path.relpath(p, tmp_path) for p in scan(DirSpec(str(tmp_path), True, "*.json"))} == {
+        "top.json",
+        "s/deep.json",
+    }
+
+
+_objects = st.fixed_dictionaries(
+    {
+        "size": st.integers(0, 3),
+        "mtime": st.sampled_from([1.0, 2.0]),
+        "type": st.sampled_from(["file", "dir"]),
+    }
+)
+
+
+@given(
+    st.dictionaries(st.sampled_from("abcde"), _objects),
+    st.dictionaries(st.sampled_from("abcde"), st.none() | _objects),
+)
+def test_reconcile_events_take_known_to_observed(before: dict[str, Any], seen: dict[str, Any]) -> None:
+    def obj(name: str, o: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if o is None else {"path": f"/r/{name}", "name": name, **o}
+
+    known = {f"/r/{k}": obj(k, v) for k, v in before.items()}
+    observed = {f"/r/{k}": obj(k, v) for k, v in seen.items()}
+    start = dict(known)
+    events = reconcile(known, observed)
+    # Replaying the events on the starting map gives the reconciled map.
+    replay: dict[str, Any] = dict(start)
+    for e in events:
+        if e["type"] == "DELETED":
+            assert replay.pop(e["object"]["path"]) == e["object"]
+        elif e["type"] == "ADDED":
+            assert e["object"]["path"] not in replay
+            replay[e["object"]["path"]] = e["object"]
+        else:
+            assert replay[e["object"]["path"]] == e["old"] != e["object"]
+            replay[e["object"]["path"]] = e["object"]
+    assert replay == known
+    for path, o in observed.items():
+        if o is None:
+            assert path not in known
+        elif o["type"] != "dir" or start.get(path) is None or start[path]["type"] != "dir":
+            assert known[path] == o
+    assert not reconcile(known, observed)  # idempotent: a repeated batch reports nothing

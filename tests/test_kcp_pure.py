@@ -1,0 +1,253 @@
+"""Sans-IO pieces of the kcp server: URI parsing, the concatenated-JSON parser, reconcile and dedupe."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from asyncai_servers.kcp.jsonstream import JsonStreamError, JsonStreamParser
+from asyncai_servers.kcp.state import WatchState, apply_events, reconcile, strip_managed_fields
+from asyncai_servers.kcp.uri import UriError, parse_api_uri, parse_watch_uri
+
+# --- URIs -------------------------------------------------------------------------------------------
+
+
+def test_watch_uri_all_fields() -> None:
+    t = parse_watch_uri(
+        "kcp-events://watch/root:app/configmaps?namespace=*&labelSelector=app%3Dweb,tier!%3Ddb"
+        "&fieldSelector=metadata.name%3Dx&kcp=prod"
+    )
+    assert (t.workspace, t.resource, t.namespace, t.all_namespaces) == ("root:app", "configmaps", "*", True)
+    assert t.label_selector == "app=web,tier!=db"
+    assert t.field_selector == "metadata.name=x"
+    assert t.kcp == "prod"
+
+
+def test_watch_uri_defaults() -> None:
+    t = parse_watch_uri("kcp-events://watch/root/deployments.apps")
+    assert (t.workspace, t.resource, t.namespace, t.label_selector, t.kcp) == (
+        "root",
+        "deployments.apps",
+        None,
+        None,
+        None,
+    )
+    assert not t.all_namespaces
+    assert parse_watch_uri("kcp-events://watch/root:a/cm?namespace=default").namespace == "default"
+
+
+@pytest.mark.parametrize(
+    ("uri", "fragment"),
+    [
+        ("kcp-events://watch/root:app", "expected kcp-events://watch/{workspace}/{resource}"),
+        ("kcp-events://watch/Root/configmaps", "workspace 'Root'"),
+        ("kcp-events://watch/root::x/configmaps", "workspace 'root::x'"),
+        ("kcp-events://watch/root/Config_Maps", "resource 'Config_Maps'"),
+        ("kcp-events://watch/root/configmaps?namespace=Bad_NS", "namespace 'Bad_NS'"),
+        ("kcp-events://watch/root/configmaps?ns=default", "unknown query parameter 'ns'"),
+        ("memo://notes", "not a kcp watch URI"),
+    ],
+)
+def test_watch_uri_rejections_name_the_problem(uri: str, fragment: str) -> None:
+    with pytest.raises(UriError, match=re.escape(fragment)):
+        parse_watch_uri(uri)
+
+
+def test_api_uri() -> None:
+    assert parse_api_uri("kcp-api://root:app/resources").workspace == "root:app"
+    assert parse_api_uri("kcp-api://root/resources?kcp=alt").kcp == "alt"
+    with pytest.raises(UriError, match="expected kcp-api://"):
+        parse_api_uri("kcp-api://root:app/other")
+
+
+# --- the concatenated JSON stream --------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet=st.characters(codec="utf-8")),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+documents = st.lists(st.dictionaries(st.text(max_size=6), json_values, max_size=3), min_size=1, max_size=3)
+
+
+def _kubectl_text(docs: list[Any]) -> bytes:
+    # kubectl -o json: 4-space indent, non-ASCII kept as UTF-8, one document after another.
+    return "".join(json.dumps(d, indent=4, ensure_ascii=False) + "\n" for d in docs).encode()
+
+
+@given(documents)
+def test_stream_split_at_every_byte_offset(docs: list[Any]) -> None:
+    data = _kubectl_text(docs) + '{"tail": "é😀\\"}"}'.encode()
+    want = [*docs, {"tail": 'é😀"}'}]
+    for cut in range(len(data) + 1):
+        parser = JsonStreamParser()
+        got = parser.feed(data[:cut]) + parser.feed(data[cut:])
+        assert got == want, cut
+        assert not parser.pending
+
+
+@given(documents, st.lists(st.integers(min_value=1, max_value=7), min_size=1))
+def test_stream_any_chunking(docs: list[Any], sizes: list[int]) -> None:
+    data = _kubectl_text(docs)
+    parser = JsonStreamParser()
+    got: list[Any] = []
+    pos, i = 0, 0
+    while pos < len(data):
+        step = sizes[i % len(sizes)]
+        got += parser.feed(data[pos : pos + step])
+        pos, i = pos + step, i + 1
+    assert got == docs
+
+
+def test_stream_pending_and_errors() -> None:
+    parser = JsonStreamParser()
+    assert parser.feed(b'{"a": [1, {"b": "}"}') == []
+    assert parser.pending
+    assert parser.feed(b"]}") == [{"a": [1, {"b": "}"}]}]
+    assert not parser.pending
+    assert parser.feed("é".encode()[:1]) == []
+    assert parser.pending  # half a UTF-8 sequence is still buffered
+    with pytest.raises(JsonStreamError, match="expected a JSON object or array"):
+        JsonStreamParser().feed(b"error: the server doesn't have a resource type\n")
+    with pytest.raises(JsonStreamError, match="malformed JSON"):
+        JsonStreamParser().feed(b'{"a": tru}')
+
+
+# --- reconcile and dedupe -------------------------------------------------------------------------------
+
+
+def _obj(uid: str, rv: int, data: str = "") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"cm-{uid}",
+            "namespace": "default",
+            "uid": uid,
+            "resourceVersion": str(rv),
+            "managedFields": [{"manager": "kubectl"}],
+        },
+        "data": {"v": data},
+    }
+
+
+def test_managed_fields_stripped_everywhere() -> None:
+    state = WatchState()
+    state.seed([_obj("a", 1)])
+    assert "managedFields" not in state.known["a"]["metadata"]
+    out = state.on_event({"type": "MODIFIED", "object": _obj("a", 2, "x")})
+    (ev,) = out.events
+    assert "managedFields" not in ev["object"]["metadata"]
+    assert "managedFields" not in ev["old"]["metadata"]
+    assert ev["old"]["metadata"]["resourceVersion"] == "1"
+    assert strip_managed_fields("text") == "text"
+
+
+def test_duplicate_added_suppressed_and_changed_added_becomes_modified() -> None:
+    state = WatchState()
+    state.seed([_obj("a", 1), _obj("b", 5)])
+    assert state.on_event({"type": "ADDED", "object": _obj("a", 1)}).events == []
+    (ev,) = state.on_event({"type": "ADDED", "object": _obj("b", 6)}).events
+    assert ev["type"] == "MODIFIED"
+    assert ev["old"]["metadata"]["resourceVersion"] == "5"
+    (new,) = state.on_event({"type": "ADDED", "object": _obj("c", 7)}).events
+    assert new["type"] == "ADDED"
+    assert "old" not in new
+    assert state.on_event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}).events == []
+
+
+def test_watch_error_events() -> None:
+    state = WatchState()
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 1 (5)"}
+    assert state.on_event({"type": "ERROR", "object": gone}).expired
+    out = state.on_event(
+        {"type": "ERROR", "object": {"code": 500, "reason": "InternalError", "message": "boom"}}
+    )
+    assert out.events == [{"type": "ERROR", "message": "boom (500 InternalError)"}]
+    assert not out.expired
+
+
+def test_reconcile_gap_events() -> None:
+    known = {"a": strip_managed_fields(_obj("a", 1)), "b": strip_managed_fields(_obj("b", 2))}
+    events = reconcile(known, [_obj("a", 1), _obj("b", 3, "new"), _obj("c", 4)])
+    kinds = sorted((e["type"], e["object"]["metadata"]["uid"]) for e in events)
+    assert kinds == [("ADDED", "c"), ("MODIFIED", "b")]
+    assert reconcile(known, [])[0]["type"] == "DELETED"
+
+
+# A fake cluster driven by hypothesis: changes happen while the watch is up (seen live) or down (seen
+# only through the re-list on reconnect); every reconnect also replays kubectl -w's ADDED burst.
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("create"), st.integers(0, 5)),
+        st.tuples(st.just("update"), st.integers(0, 5)),
+        st.tuples(st.just("delete"), st.integers(0, 5)),
+        st.tuples(st.just("drop"), st.just(0)),
+        st.tuples(st.just("reconnect"), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@given(st.sets(st.integers(0, 5)), ops)
+def test_reconcile_property_events_replay_to_final_state(
+    initial: set[int], steps: list[tuple[str, int]]
+) -> None:
+    rv = 0
+    cluster: dict[str, dict[str, Any]] = {}
+
+    def bump(uid: str, data: str) -> dict[str, Any]:
+        nonlocal rv
+        rv += 1
+        cluster[uid] = _obj(uid, rv, data)
+        return cluster[uid]
+
+    for n in initial:
+        bump(f"u{n}", "init")
+    state = WatchState()
+    state.seed(list(cluster.values()))
+    seed = dict(state.known)
+    delivered: list[dict[str, Any]] = []
+    connected = True
+
+    def reconnect() -> None:
+        delivered.extend(state.relist(list(cluster.values())))
+        for obj in list(cluster.values()):  # kubectl -w's initial list, printed as ADDED
+            delivered.extend(state.on_event({"type": "ADDED", "object": obj}).events)
+
+    for op, n in steps:
+        uid = f"u{n}"
+        live: dict[str, Any] | None = None
+        if op == "create" and uid not in cluster:
+            live = {"type": "ADDED", "object": bump(uid, "c")}
+        elif op == "update" and uid in cluster:
+            live = {"type": "MODIFIED", "object": bump(uid, f"m{rv}")}
+        elif op == "delete" and uid in cluster:
+            rv += 1
+            live = {"type": "DELETED", "object": cluster.pop(uid)}
+        elif op == "drop":
+            connected = False
+        elif op == "reconnect" and not connected:
+            reconnect()
+            connected = True
+        if live is not None and connected:
+            delivered.extend(state.on_event(live).events)
+    if not connected:
+        reconnect()
+    final = {k: strip_managed_fields(v) for k, v in cluster.items()}
+    assert apply_events(seed, delivered) == final
+    # No event restates what the reader already has: ADDED only for unknown uids, never twice.
+    shadow = dict(seed)
+    for ev in delivered:
+        key = ev["object"]["metadata"]["uid"]
+        if ev["type"] == "ADDED":
+            assert key not in shadow
+        if ev["type"] == "MODIFIED":
+            assert ev["old"] == shadow[key]
+            assert ev["old"] != ev["object"]
+        shadow = apply_events(shadow, [ev])

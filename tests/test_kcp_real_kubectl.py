@@ -1,0 +1,171 @@
+"""The kcp server with the REAL kubectl (v1.33.9) against a fake Kubernetes API server (loopback).
+
+What users run is the real kubectl, so these pin that the server's argv, its parsing of kubectl's
+actual output, the dedupe of kubectl's ADDED burst and the reconnect paths work with it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fake_kube_apiserver import FakeApiServer, run_fake_apiserver
+from fake_kubectl import FakeCluster
+from kcp_helpers import WAIT, events_of, kcp_client, write_kubeconfig
+from kubectl_bin import real_kubectl  # noqa: F401  (the fixture)
+from mcp import Client
+from mcp.client.subscriptions import ResourceUpdated
+
+pytestmark = [pytest.mark.kubectl, pytest.mark.anyio]
+
+URI = "kcp-events://watch/root:app/configmaps?namespace=default"
+
+
+async def _kubectl(kubectl: str, api: FakeApiServer, tmp: Path, *args: str, stdin: str | None = None) -> str:
+    kc = write_kubeconfig(tmp / "user.kubeconfig", api.url)
+    proc = await anyio.run_process(
+        [
+            kubectl,
+            *args,
+            "--kubeconfig",
+            str(kc),
+            "--server",
+            f"{api.url}/clusters/root:app",
+            "--cache-dir",
+            str(tmp / "c"),
+        ],
+        input=stdin.encode() if stdin else None,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode()
+
+
+async def _events_until(client: Client, sub: Any, done: Any) -> list[dict[str, Any]]:
+    """Await update notifications until ``done(events)`` holds for the ring's events."""
+    with anyio.fail_after(WAIT):
+        while True:
+            events = events_of((await client.read_resource(URI)).contents[0].text)  # type: ignore[union-attr]
+            if done(events):
+                return events
+            assert await sub.__anext__() == ResourceUpdated(uri=URI)
+
+
+def _changes(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] != "ERROR"]
+
+
+def _cm(name: str, **data: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default"},
+            "data": data,
+        }
+    )
+
+
+async def test_create_patch_delete(real_kubectl: str, tmp_path: Path) -> None:  # noqa: F811
+    cluster = FakeCluster(tmp_path / "unused")
+    async with run_fake_apiserver(FakeApiServer()) as api:
+        api.put(
+            "root:app", "configmaps", "default", {"metadata": {"name": "old"}, "data": {"v": "0"}}, emit=False
+        )
+        async with (
+            kcp_client(tmp_path, cluster, kubectl=real_kubectl, server=api.url) as client,
+            client.listen(resource_subscriptions=[URI]) as sub,
+        ):
+            started = api.next_watch_started()
+            assert events_of((await client.read_resource(URI)).contents[0].text) == []  # type: ignore[union-attr]
+            with anyio.fail_after(WAIT):
+                await started.wait()
+            await _kubectl(
+                real_kubectl,
+                api,
+                tmp_path,
+                "create",
+                "--validate=false",
+                "-f",
+                "-",
+                stdin=_cm("new", a="1"),
+            )
+            await _kubectl(
+                real_kubectl, api, tmp_path, "patch", "configmap", "new", "-p", '{"data":{"a":"2"}}'
+            )
+            await _kubectl(real_kubectl, api, tmp_path, "delete", "configmap", "new")
+            events = await _events_until(client, sub, lambda evs: len(evs) >= 3)
+    # kubectl -w printed "old" as ADDED when it started; it was in the seed, so it is suppressed.
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "new"),
+        ("MODIFIED", "new"),
+        ("DELETED", "new"),
+    ]
+    assert [e["seq"] for e in events] == [1, 2, 3]
+    assert events[1]["old"]["data"] == {"a": "1"}
+    assert events[1]["object"]["data"] == {"a": "2"}
+    assert all("managedFields" not in e["object"]["metadata"] for e in events)
+
+
+async def test_dropped_stream_and_expired_resource_version(real_kubectl: str, tmp_path: Path) -> None:  # noqa: F811
+    cluster = FakeCluster(tmp_path / "unused")
+    async with run_fake_apiserver(FakeApiServer()) as api:
+        for name in ("keep", "change", "gone"):
+            api.put(
+                "root:app",
+                "configmaps",
+                "default",
+                {"metadata": {"name": name}, "data": {"v": "0"}},
+                emit=False,
+            )
+        async with (
+            kcp_client(tmp_path, cluster, kubectl=real_kubectl, server=api.url) as client,
+            client.listen(resource_subscriptions=[URI]) as sub,
+        ):
+            started = api.next_watch_started()
+            await client.read_resource(URI)
+            with anyio.fail_after(WAIT):
+                await started.wait()
+            # Changes the open stream never carries (as if made while it was down), then the drop.
+            api.put(
+                "root:app",
+                "configmaps",
+                "default",
+                {"metadata": {"name": "change"}, "data": {"v": "1"}},
+                emit=False,
+            )
+            api.remove("root:app", "configmaps", "default", "gone", emit=False)
+            api.history.clear()
+            for w in list(api.watches):
+                api.watches.discard(w)
+                w.send.send_nowait(None)
+            # kubectl may report the cut stream (an in-band ERROR, e.g. under load); the gap must follow.
+            events = await _events_until(client, sub, lambda evs: len(_changes(evs)) >= 2)
+            assert sorted(
+                (e["type"], e["object"]["metadata"]["name"], e.get("synthetic")) for e in _changes(events)
+            ) == [
+                ("DELETED", "gone", True),
+                ("MODIFIED", "change", True),
+            ]
+            # The next watch's resourceVersion is compacted away: 410 Expired, then a fresh list.
+            expired_at = api.watch_requests
+            api.expire_next_watch()
+            started = api.next_watch_started()
+            api.drop_watches()
+            with anyio.fail_after(WAIT):
+                await started.wait()  # the 410 stream
+                while api.watch_requests < expired_at + 2:
+                    started = api.next_watch_started()
+                    await started.wait()
+            api.put("root:app", "configmaps", "default", {"metadata": {"name": "after"}, "data": {}})
+            events = await _events_until(
+                client,
+                sub,
+                lambda evs: any(e["object"]["metadata"]["name"] == "after" for e in _changes(evs)),
+            )
+    # 410 Expired is recovered by a re-list, never surfaced as an ERROR.
+    assert not [e for e in events if e["type"] == "ERROR" and "too old" in e["message"]], events
+    assert _changes(events)[-1]["type"] == "ADDED"

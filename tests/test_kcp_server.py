@@ -1,0 +1,222 @@
+"""The kcp server as a real stdio subprocess, driving the fake kubectl (tests/bin/kubectl)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fake_kubectl import FakeCluster
+from kcp_helpers import WAIT, events_of, kcp_client, watch_starts
+from mcp import Client, MCPError
+from mcp.client.subscriptions import ResourceUpdated
+
+from asyncai_watch.events import EVENTS_MIME_TYPE
+
+URI = "kcp-events://watch/root:app/configmaps?namespace=default"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> FakeCluster:
+    return FakeCluster(tmp_path / "cluster")
+
+
+async def _read(client: Client, uri: str) -> list[dict[str, Any]]:
+    with anyio.fail_after(WAIT):
+        content = (await client.read_resource(uri)).contents[0]
+    assert content.mime_type == EVENTS_MIME_TYPE
+    return events_of(content.text)  # type: ignore[union-attr]
+
+
+async def _next_update(sub: Any, uri: str) -> None:
+    with anyio.fail_after(WAIT):
+        ev = await sub.__anext__()
+    assert ev == ResourceUpdated(uri=uri)
+
+
+@pytest.mark.anyio
+async def test_catalog_capabilities_and_tools(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with kcp_client(tmp_path, cluster) as client:
+        assert client.protocol_version == "2026-07-28"
+        assert client.server_capabilities.resources is not None
+        assert client.server_capabilities.resources.subscribe is True
+        templates = {t.uri_template: t for t in (await client.list_resource_templates()).resource_templates}
+        watch = templates[
+            "kcp-events://watch/{workspace}/{resource}{?namespace,labelSelector,fieldSelector,kcp}"
+        ]
+        assert watch.mime_type == EVENTS_MIME_TYPE
+        assert watch.description is not None
+        assert watch.description.endswith(
+            'Example: await watch_start(name="cm", uri="kcp-events://watch/root:app/configmaps?namespace=*")'
+        )
+        assert templates["kcp-api://{workspace}/resources{?kcp}"].mime_type == "application/json"
+        tools = {t.name: t.annotations for t in (await client.list_tools()).tools}
+        assert set(tools) == {"get_api_resources", "get", "list", "apply", "delete"}
+        for name in ("get_api_resources", "get", "list"):
+            assert tools[name] is not None
+            assert tools[name].read_only_hint is True
+        for name in ("apply", "delete"):
+            assert tools[name] is not None
+            assert tools[name].destructive_hint is True
+        api = json.loads((await client.read_resource("kcp-api://root:app/resources")).contents[0].text)  # type: ignore[union-attr]
+        tool = await client.call_tool("get_api_resources", {"workspace": "root:app"})
+        assert json.loads(tool.content[0].text) == api  # type: ignore[union-attr]
+        assert {
+            "name": "configmaps",
+            "shortNames": ["cm"],
+            "kind": "ConfigMap",
+            "namespaced": True,
+        }.items() <= next(r for r in api if r["name"] == "configmaps").items()
+
+
+@pytest.mark.anyio
+async def test_event_notification_read_and_duplicate_added_suppressed(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    seeded = cluster.create("seeded", {"a": "1"})
+    async with kcp_client(tmp_path, cluster) as client, client.listen(resource_subscriptions=[URI]) as sub:
+        assert await _read(client, URI) == []  # the seed is the baseline: no events
+        cluster.create("fresh", {"k": "v"})
+        await _next_update(sub, URI)
+        (added,) = await _read(client, URI)
+        assert added["type"] == "ADDED"
+        assert added["seq"] >= 1
+        assert added["object"]["metadata"]["name"] == "fresh"
+        assert "managedFields" not in added["object"]["metadata"]
+        # kubectl re-printing a known object at the same resourceVersion is suppressed...
+        cluster.raw_event({"type": "ADDED", "object": seeded})
+        # ...so the next thing readers see is the patch, with old.
+        cluster.patch("seeded", {"a": "2"})
+        await _next_update(sub, URI)
+        events = await _read(client, URI)
+        assert [(e["seq"], e["type"]) for e in events] == [
+            (added["seq"], "ADDED"),
+            (added["seq"] + 1, "MODIFIED"),
+        ]
+        assert events[1]["old"]["data"] == {"a": "1"}
+        assert events[1]["object"]["data"] == {"a": "2"}
+        cluster.delete("fresh")
+        await _next_update(sub, URI)
+        assert (await _read(client, URI))[-1]["type"] == "DELETED"
+
+
+@pytest.mark.anyio
+async def test_dropped_stream_relists_and_reports_the_gap(tmp_path: Path, cluster: FakeCluster) -> None:
+    cluster.create("stays")
+    cluster.create("changes", {"v": "1"})
+    cluster.create("goes")
+    async with (
+        watch_starts() as starts,
+        kcp_client(tmp_path, cluster, starts=starts) as client,
+        client.listen(resource_subscriptions=[URI]) as sub,
+    ):
+        assert await _read(client, URI) == []
+        await starts.next()
+        # Changes nobody streamed (the API server dropped the watch first), then the drop itself.
+        cluster.drop_streams(
+            1, 'error: an error on the server ("unable to decode an event from the watch stream")'
+        )
+        await _next_update(sub, URI)  # the in-band ERROR
+        (err,) = await _read(client, URI)
+        assert err["type"] == "ERROR"
+        assert "unable to decode an event" in err["message"]
+        with cluster.quiet():
+            cluster.patch("changes", {"v": "2"})
+            cluster.delete("goes")
+            cluster.create("new")
+        await starts.next()  # the reconnect after the error is streaming; its re-list saw nothing new
+        cluster.drop_streams(0)
+        seen: list[dict[str, Any]] = []
+        with anyio.fail_after(WAIT):
+            while len(seen) < 3:  # awaiting notifications until the three gap events arrived
+                await _next_update(sub, URI)
+                seen = [e for e in await _read(client, URI) if e.get("synthetic")]
+        got = sorted((e["type"], e["object"]["metadata"]["name"]) for e in seen)
+        assert got == [("ADDED", "new"), ("DELETED", "goes"), ("MODIFIED", "changes")]
+        modified = next(e for e in seen if e["type"] == "MODIFIED")
+        assert modified["old"]["data"] == {"v": "1"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        (
+            "kcp-events://watch/root:app/confgmaps",
+            ['the server doesn\'t have a resource type "confgmaps"', "did you mean: configmaps"],
+        ),
+        (
+            "kcp-events://watch/root:nope/configmaps",
+            ["could not find the requested resource", "workspace 'root:nope' was not found"],
+        ),
+        ("kcp-events://watch/root:app/configmaps?labelSelector=a%20b", ["unable to parse requirement"]),
+        ("kcp-events://watch/root:app/configmaps?nmspace=x", ["unknown query parameter 'nmspace'"]),
+    ],
+)
+async def test_bad_input_fails_the_first_read_clearly(
+    tmp_path: Path, cluster: FakeCluster, uri: str, expected: list[str]
+) -> None:
+    async with kcp_client(tmp_path, cluster) as client, client.listen(resource_subscriptions=[uri]):
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as info:
+            await client.read_resource(uri)
+        for fragment in expected:
+            assert fragment in info.value.error.message
+
+
+@pytest.mark.anyio
+async def test_read_only_server_remints_token_per_connect(tmp_path: Path, cluster: FakeCluster) -> None:
+    counter = tmp_path / "n"
+    mint = f"{sys.executable} -c \"import pathlib,uuid;p=pathlib.Path('{counter}');p.write_text(p.read_text()+'x' if p.exists() else 'x');print('tok-'+str(len(p.read_text())))\""
+    async with (
+        watch_starts() as starts,
+        kcp_client(tmp_path, cluster, "--read-only", "--token-command", mint, starts=starts) as client,
+    ):
+        tools = {t.name for t in (await client.list_tools()).tools}
+        assert tools == {"get_api_resources", "get", "list"}
+        async with client.listen(resource_subscriptions=[URI]) as sub:
+            assert await _read(client, URI) == []
+            await starts.next()
+            cluster.drop_streams(0)
+            await starts.next()
+            cluster.create("after-reconnect")
+            await _next_update(sub, URI)
+    tokens = (cluster.root / "tokens.log").read_text().split()
+    # One token for the seed connection, a fresh one for the reconnect (each used by list and watch).
+    assert "tok-1" in tokens
+    assert "tok-2" in tokens
+
+
+@pytest.mark.anyio
+async def test_tools_apply_get_list_delete(tmp_path: Path, cluster: FakeCluster) -> None:
+    async with kcp_client(tmp_path, cluster) as client:
+        manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "t1"}, "data": {"x": "1"}}
+        res = await client.call_tool("apply", {"workspace": "root:app", "manifest": json.dumps(manifest)})
+        assert not res.is_error, res.content
+        got = json.loads(
+            (await client.call_tool("get", {"workspace": "root:app", "resource": "cm", "name": "t1"}))
+            .content[0]
+            .text
+        )  # type: ignore[union-attr]
+        assert got["data"] == {"x": "1"}
+        assert "managedFields" not in got["metadata"]
+        listed = json.loads(
+            (
+                await client.call_tool(
+                    "list", {"workspace": "root:app", "resource": "configmaps", "namespace": "*"}
+                )
+            )
+            .content[0]
+            .text
+        )  # type: ignore[union-attr]
+        assert [o["metadata"]["name"] for o in listed] == ["t1"]
+        res = await client.call_tool(
+            "delete",
+            {"workspace": "root:app", "resource": "configmaps", "name": "t1", "namespace": "default"},
+        )
+        assert res.content[0].text == 'configmap "t1" deleted'  # type: ignore[union-attr]
+        missing = await client.call_tool("get", {"workspace": "root:app", "resource": "cm", "name": "t1"})
+        assert missing.is_error
+        assert 'configmaps "t1" not found' in missing.content[0].text  # type: ignore[union-attr]

@@ -1,0 +1,608 @@
+"""WatchManager over the in-memory FakeResourceSource, with a FakeClock (no real waits)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from asyncai_watch.clock import FakeClock
+from asyncai_watch.errors import FilterError, LimitError, ProtocolVersionError, RoutingError, WatchError
+from asyncai_watch.limits import Limits
+from asyncai_watch.manager import InvalidWatchNameError, WatchManager, resource_example
+from asyncai_watch.notice import SOURCE_WATCH, Notice
+from asyncai_watch.source import ResourceInfo, TemplateInfo, ToolInfo
+from tests.fakes import FakeResourceSource
+
+NOTES = "memo://notes"
+EXAMPLE = 'await watch_start(name="notes", uri="memo://notes")'
+IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
+
+
+def memo_fake(name: str = "memo", **kw: Any) -> FakeResourceSource:
+    fake = FakeResourceSource(
+        name,
+        resources=[
+            ResourceInfo(
+                uri=NOTES,
+                name="notes",
+                description=f"The memo as a JSON object.\nExample: {EXAMPLE}",
+                mime_type="application/json",
+            ),
+            ResourceInfo(
+                uri="memo://readme", name="readme", description="plain text", mime_type="text/plain"
+            ),
+        ],
+        templates=[
+            TemplateInfo(
+                uri_template="memo://notes/{key}",
+                name="note",
+                description='One note.\nExample: await watch_start(name="n", uri="memo://notes/todo")',
+                mime_type="application/json",
+            )
+        ],
+        tools=[
+            (ToolInfo(name="memo_get", read_only=True), lambda a: {"value": a.get("key")}),
+            (ToolInfo(name="memo_set", read_only=False), lambda a: "ok"),
+        ],
+        **kw,
+    )
+    fake.set(NOTES, {})
+    fake.set("memo://readme", "hello", mime_type="text/plain")
+    return fake
+
+
+async def next_notice(m: WatchManager) -> Notice:
+    with anyio.fail_after(5):
+        return await m.notices.receive()
+
+
+@asynccontextmanager
+async def manager(
+    *sources: FakeResourceSource, limits: Limits = IMMEDIATE, clock: FakeClock | None = None, **kw: Any
+) -> AsyncIterator[WatchManager]:
+    async with WatchManager(list(sources), limits=limits, clock=clock or FakeClock(), **kw) as m:
+        yield m
+
+
+@pytest.mark.anyio
+async def test_start_push_notice() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        started = await m.watch_start("notes", NOTES)
+        assert started == {"name": "notes", "uri": NOTES, "shape": "state"}
+        # Subscribe first, then the baseline read: no change can fall between them.
+        assert [c for c in fake.calls if c[1] == NOTES] == [
+            ("subscriptions/listen", NOTES),
+            ("resources/read", NOTES),
+        ]
+        assert fake.update(NOTES, {"owner": "ann"}) == 1
+        notice = await next_notice(m)
+        assert notice.source == SOURCE_WATCH
+        assert notice.text == "ADDED owner"
+        assert dict(notice.meta) == {"name": "notes", "uri": NOTES}
+        fake.update(NOTES, {"owner": "bob"})
+        notice = await next_notice(m)
+        assert notice.text.startswith("MODIFIED owner")
+        assert m.watch_list() == [
+            {"name": "notes", "uri": NOTES, "shape": "state", "events": 2, "notices": 2}
+        ]
+    # Leaving the manager cancels the watch: its subscription is closed.
+    assert fake.listeners() == 0
+
+
+@pytest.mark.anyio
+async def test_state_read_coalesces_writes_into_one_net_diff() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        await m.watch_start("notes", NOTES)
+        gate = fake.gate_reads(NOTES)
+        fake.update(NOTES, {"a": 1})
+        await gate.wait_blocked()  # the manager's re-read is parked at the gate
+        fake.update(NOTES, {"a": 1, "b": 2})
+        fake.update(NOTES, {"b": 3})
+        gate.open()
+        notice = await next_notice(m)
+        # Changes that land before one read become one diff: the net change from {} to {"b": 3}.
+        assert notice.text == "ADDED b"
+        # The two pushes during the held read coalesced into one more read, which sees no change.
+        await fake.wait_requests("resources/read", 3)
+        fake.update(NOTES, {"b": 4})
+        assert (await next_notice(m)).text.startswith("MODIFIED b")
+
+
+@pytest.mark.anyio
+async def test_event_log_by_seq_with_gap() -> None:
+    fake = memo_fake()
+    uri = "memo://events"
+    fake.resources.append(
+        ResourceInfo(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
+    )
+    obj = {"metadata": {"name": "x", "namespace": "default"}}
+    fake.set_events(uri, [{"seq": 1, "type": "ADDED", "object": obj}])
+    async with manager(fake) as m:
+        assert (await m.watch_start("ev", uri))["shape"] == "event-log"
+        fake.set_events(
+            uri, [{"seq": 1, "type": "ADDED", "object": obj}, {"seq": 2, "type": "DELETED", "object": obj}]
+        )
+        fake.push(uri)
+        assert (await next_notice(m)).text == "DELETED default/x"
+        # seq 3 fell out of the ring before we read: a GAP, then seq 4.
+        fake.set_events(uri, [{"seq": 4, "type": "ADDED", "object": obj}])
+        fake.push(uri)
+        text = (await next_notice(m)).text
+        lines = text.splitlines()
+        assert lines[0].startswith("GAP")
+        assert lines[1] == "ADDED default/x"
+
+
+@pytest.mark.anyio
+async def test_body_error_becomes_an_error_line_and_the_watch_goes_on() -> None:
+    fake = memo_fake()
+    uri = "memo://events"
+    fake.resources.append(
+        ResourceInfo(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
+    )
+    fake.set_events(uri, [])
+    async with manager(fake) as m:
+        await m.watch_start("ev", uri)
+        fake.update(uri, "not json at all", mime_type="application/vnd.asyncai.events+json")
+        assert (await next_notice(m)).text.startswith("ERROR")
+        fake.set_events(uri, [{"seq": 1, "type": "ERROR", "message": "kubectl died"}])
+        fake.push(uri)
+        assert "kubectl died" in (await next_notice(m)).text
+        assert fake.listeners(uri) == 1
+
+
+@pytest.mark.anyio
+async def test_read_failure_during_watch_is_an_error_line() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        await m.watch_start("notes", NOTES)
+        fake.read_errors[NOTES] = RuntimeError("disk on fire")
+        fake.push(NOTES)
+        assert "disk on fire" in (await next_notice(m)).text
+        del fake.read_errors[NOTES]
+        fake.update(NOTES, {"k": 1})
+        assert (await next_notice(m)).text == "ADDED k"
+
+
+@pytest.mark.anyio
+async def test_watch_stop_cancels_the_subscription() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        await m.watch_start("notes", NOTES)
+        assert fake.listeners(NOTES) == 1
+        assert await m.watch_stop("notes") is True
+        assert fake.listeners(NOTES) == 0
+        assert fake.update(NOTES, {"a": 1}) == 0  # nobody listens any more
+        assert m.watch_list() == []
+        assert await m.watch_stop("notes") is False
+        # The name is free again.
+        await m.watch_start("notes", NOTES)
+        assert fake.listeners(NOTES) == 1
+
+
+@pytest.mark.anyio
+async def test_five_watch_limit() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        for i in range(5):
+            await m.watch_start(f"w{i}", NOTES)
+        with pytest.raises(LimitError, match=r"max_watches=5") as info:
+            await m.watch_start("w5", NOTES)
+        assert "w0" in str(info.value)
+        assert fake.listeners(NOTES) == 5
+        assert len(m.watch_list()) == 5
+        await m.watch_stop("w0")
+        await m.watch_start("w5", NOTES)
+
+
+@pytest.mark.anyio
+async def test_bad_arguments_fail_clearly_and_subscribe_nothing() -> None:
+    fake = memo_fake()
+
+    def fmt(event: Any) -> str:
+        return "x"
+
+    async with manager(fake) as m:
+        with pytest.raises(FilterError, match=r"source text.*function 'fmt'"):
+            await m.watch_start("notes", NOTES, on_event=fmt)  # type: ignore[arg-type]
+        with pytest.raises(FilterError, match="empty"):
+            await m.watch_start("notes", NOTES, on_event="  ")
+        for bad in ["", "has space", "x" * 65, "1abc"]:
+            with pytest.raises(InvalidWatchNameError, match="invalid watch name"):
+                await m.watch_start(bad, NOTES)
+        with pytest.raises(InvalidWatchNameError, match="must be a string"):
+            await m.watch_start(3, NOTES)  # type: ignore[arg-type]
+        await m.watch_start("notes", NOTES)
+        with pytest.raises(WatchError, match="already exists"):
+            await m.watch_start("notes", "memo://readme")
+        assert fake.requests["subscriptions/listen"] == 1
+        assert fake.listeners() == 1
+
+
+@pytest.mark.anyio
+async def test_failed_baseline_read_fails_the_call_and_leaves_no_subscription() -> None:
+    fake = memo_fake()
+    fake.read_errors[NOTES] = LookupError("no such namespace 'prod'; did you mean: default")
+    async with manager(fake) as m:
+        with pytest.raises(WatchError, match="did you mean: default"):
+            await m.watch_start("notes", NOTES)
+        assert fake.requests["subscriptions/listen"] == 1
+        assert fake.listeners() == 0
+        assert m.watch_list() == []
+        del fake.read_errors[NOTES]
+        await m.watch_start("notes", NOTES)
+
+
+@pytest.mark.anyio
+async def test_legacy_server_watch_names_the_version() -> None:
+    legacy = memo_fake("old", protocol_version="2025-11-25")
+    async with manager(legacy) as m:
+        with pytest.raises(ProtocolVersionError, match="2026-07-28"):
+            await m.watch_start("notes", NOTES)
+        assert legacy.requests["subscriptions/listen"] == 0
+        # Reads still work on such a connection.
+        assert await m.read_resource(NOTES) == {}
+
+
+@pytest.mark.anyio
+async def test_routing_exact_template_and_failure() -> None:
+    memo = memo_fake()
+    other = FakeResourceSource(
+        "other", subscribable=False, resources=[ResourceInfo(uri="other://x", name="x")]
+    )
+    other.set("other://x", "other text", mime_type="text/plain")
+    memo.set("memo://notes/todo", {"key": "todo", "value": "milk"})
+    async with manager(other, memo) as m:
+        assert await m.read_resource("other://x") == "other text"
+        assert await m.read_resource("memo://notes/todo") == {"key": "todo", "value": "milk"}
+        await m.watch_start("todo", "memo://notes/todo")
+        assert memo.listeners("memo://notes/todo") == 1
+    lonely = FakeResourceSource("lonely", subscribable=False, resources=[ResourceInfo(uri="a://b", name="b")])
+    async with manager(lonely) as m:
+        with pytest.raises(RoutingError, match="a://b"):
+            await m.watch_start("nope", "zzz://unknown")
+
+
+@pytest.mark.anyio
+async def test_list_resources_and_read_resource() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        listed = await m.list_resources()
+        by_uri = {r["uri"]: r for r in listed}
+        assert by_uri[NOTES] == {
+            "uri": NOTES,
+            "template": False,
+            "name": "notes",
+            "description": f"The memo as a JSON object.\nExample: {EXAMPLE}",
+            "example": EXAMPLE,
+            "mime_type": "application/json",
+            "server": "memo",
+            "subscribable": True,
+        }
+        assert by_uri["memo://notes/{key}"]["template"] is True
+        assert (
+            by_uri["memo://notes/{key}"]["example"] == 'await watch_start(name="n", uri="memo://notes/todo")'
+        )
+        assert by_uri["memo://readme"]["example"] is None
+        fake.set(NOTES, {"a": [1, 2]})
+        assert await m.read_resource(NOTES) == {"a": [1, 2]}
+        assert await m.read_resource("memo://readme") == "hello"
+
+
+def test_resource_example() -> None:
+    assert resource_example("x\nExample: await f()  ") == "await f()"
+    assert resource_example("no example") is None
+    assert resource_example("") is None
+
+
+@pytest.mark.anyio
+async def test_resubscribe_after_end_delivers_changes_made_during_the_outage() -> None:
+    clock = FakeClock()
+    fake = memo_fake()
+    async with manager(fake, clock=clock) as m:
+        await m.watch_start("notes", NOTES)
+        fake.end(NOTES)
+        await clock.wait_for_deadline(1.0)  # backoff 1 s before the first attempt
+        assert fake.listeners(NOTES) == 0
+        fake.set(NOTES, {"during": "outage"})  # no listener: nobody is told
+        clock.advance(1.0)
+        assert (await next_notice(m)).text == "ADDED during"
+        assert fake.listeners(NOTES) == 1
+        assert fake.requests["subscriptions/listen"] == 2
+        fake.update(NOTES, {"during": "outage", "after": 1})
+        assert (await next_notice(m)).text == "ADDED after"
+        # Lost (abrupt) works the same way.
+        fake.lose(NOTES)
+        await clock.wait_for_deadline(2.0)
+        fake.set(NOTES, {"during": "outage", "after": 1, "more": 1})
+        clock.advance(1.0)
+        assert (await next_notice(m)).text == "ADDED more"
+
+
+@pytest.mark.anyio
+async def test_resubscribe_gives_up_after_five_failures() -> None:
+    clock = FakeClock()
+    fake = memo_fake()
+    async with manager(fake, clock=clock) as m:
+        await m.watch_start("notes", NOTES)
+        fake.listen_failures = [ConnectionError(f"refused {i}") for i in range(5)]
+        fake.end(NOTES)
+        delays = []
+        for _ in range(5):
+            await clock.wait_for_sleepers(1)
+            (deadline,) = clock.deadlines()
+            delays.append(deadline - clock.now())
+            clock.advance(deadline - clock.now())
+        notice = await next_notice(m)
+        assert delays == [1.0, 2.0, 4.0, 8.0, 16.0]
+        assert notice.meta["failed"] == "true"
+        assert "5 resubscribe attempts failed" in notice.text
+        assert "refused 4" in notice.text
+        assert fake.requests["subscriptions/listen"] == 6
+        (item,) = m.watch_list()
+        assert item["failed"] is True
+        # Nothing runs any more for it: no task sleeps on the clock.
+        assert clock.sleepers == 0
+        # A failed watch can be started again under its name.
+        await m.watch_start("notes", NOTES)
+        assert "failed" not in m.watch_list()[0]
+
+
+@pytest.mark.anyio
+async def test_failure_counter_resets_after_a_healthy_subscription() -> None:
+    clock = FakeClock()
+    fake = memo_fake()
+    async with manager(fake, clock=clock) as m:
+        await m.watch_start("notes", NOTES)
+        fake.listen_failures = [ConnectionError("refused")]
+        fake.end(NOTES)
+        await clock.wait_for_deadline(1.0)
+        clock.advance(1.0)  # attempt 1 fails
+        await clock.wait_for_deadline(3.0)  # attempt 2 after 2 s
+        clock.advance(2.0)
+        await fake.wait_listeners(NOTES, 1)
+        fake.update(NOTES, {"x": 1})  # the new subscription is proven healthy
+        assert (await next_notice(m)).text == "ADDED x"
+        fake.end(NOTES)
+        await clock.wait_for_sleepers(1)
+        assert clock.deadlines() == [clock.now() + 1.0]  # back to the first delay
+        # A subscription that ends before any update (and within 16 s) counts as a failure.
+        clock.advance(1.0)
+        await fake.wait_listeners(NOTES, 1)
+        fake.end(NOTES)
+        await clock.wait_for_sleepers(1)
+        assert clock.deadlines() == [clock.now() + 2.0]
+        # One that stays up for resubscribe_max (16 s), even without updates, is healthy too.
+        clock.advance(2.0)
+        await fake.wait_listeners(NOTES, 1)
+        clock.advance(16.0)
+        fake.end(NOTES)
+        await clock.wait_for_sleepers(1)
+        assert clock.deadlines() == [clock.now() + 1.0]
+
+
+@pytest.mark.anyio
+async def test_nothing_runs_while_healthy() -> None:
+    clock = FakeClock()
+    fake = memo_fake()
+    async with manager(fake, clock=clock, limits=Limits()) as m:
+        await m.watch_start("notes", NOTES)
+        before = sum(fake.requests.values())
+        await anyio.wait_all_tasks_blocked()
+        assert clock.sleepers == 0  # no timer is armed while nothing changed
+        assert sum(fake.requests.values()) == before
+
+
+@pytest.mark.anyio
+async def test_trailing_debounce_and_max_wait() -> None:
+    clock = FakeClock()
+    fake = memo_fake()
+    limits = Limits(debounce_quiet=3.0, debounce_max_wait=15.0)
+    async with manager(fake, clock=clock, limits=limits) as m:
+        await m.watch_start("notes", NOTES)
+        fake.update(NOTES, {"a": 1})
+        await clock.wait_for_deadline(3.0)
+        clock.advance(2.0)
+        fake.update(NOTES, {"a": 1, "b": 1})
+        await clock.wait_for_deadline(5.0)  # each line moves the flush 3 s later
+        clock.advance(2.9)
+        await anyio.wait_all_tasks_blocked()
+        assert m.notices.statistics().current_buffer_used == 0
+        clock.advance(0.1)
+        assert (await next_notice(m)).text == "ADDED a\nADDED b"
+        # A steady stream: the flush is capped at 15 s after the burst's first line.
+        start = clock.now()
+        state: dict[str, int] = {"a": 1, "b": 1}
+        for i in range(8):
+            state[f"k{i}"] = i
+            fake.update(NOTES, dict(state))
+            await clock.wait_for_deadline(min(clock.now() + 3.0, start + 15.0))
+            await anyio.wait_all_tasks_blocked()  # the last line does not move the capped deadline
+            clock.advance(2.0)
+        # 8 lines at start+0..14; the cap fires at start+15 with all of them.
+        assert clock.now() == start + 16.0  # trailing alone would have waited until start + 17
+        notice = await next_notice(m)
+        assert notice.text.splitlines() == [f"ADDED k{i}" for i in range(8)]
+
+
+@pytest.mark.anyio
+async def test_per_object_dedupe_through_the_manager() -> None:
+    fake = memo_fake()
+    uri = "memo://events"
+    fake.resources.append(
+        ResourceInfo(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
+    )
+    obj = {"metadata": {"name": "x", "namespace": "d"}}
+    events: list[dict[str, Any]] = []
+    fake.set_events(uri, events)
+    async with manager(fake) as m:
+        await m.watch_start("ev", uri)
+        for seq, typ in [(1, "MODIFIED"), (2, "MODIFIED")]:
+            events.append({"seq": seq, "type": typ, "object": obj})
+        fake.set_events(uri, events)
+        fake.push(uri)
+        # Two equal lines for one object in one update: the second is dropped.
+        assert (await next_notice(m)).text == "MODIFIED d/x"
+        events.append({"seq": 3, "type": "MODIFIED", "object": obj})
+        fake.set_events(uri, events)
+        fake.push(uri)  # again the same line for d/x: dropped, no notice
+        events.append({"seq": 4, "type": "ADDED", "object": {"metadata": {"name": "y", "namespace": "d"}}})
+        fake.set_events(uri, events)
+        fake.push(uri)
+        assert (await next_notice(m)).text == "ADDED d/y"
+        assert m.watch_list()[0]["events"] == 4
+
+
+@pytest.mark.anyio
+async def test_noop_modified_is_dropped_before_the_line() -> None:
+    fake = memo_fake()
+    uri = "memo://events"
+    fake.resources.append(
+        ResourceInfo(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
+    )
+    obj = {"metadata": {"name": "x", "namespace": "d", "resourceVersion": "1"}, "spec": {"a": 1}}
+    bumped = {"metadata": {"name": "x", "namespace": "d", "resourceVersion": "2"}, "spec": {"a": 1}}
+    fake.set_events(uri, [])
+    async with manager(fake) as m:
+        await m.watch_start("ev", uri)
+        fake.set_events(
+            uri,
+            [
+                {"seq": 1, "type": "MODIFIED", "object": bumped, "old": obj},
+                {"seq": 2, "type": "DELETED", "object": bumped},
+            ],
+        )
+        fake.push(uri)
+        assert (await next_notice(m)).text == "DELETED d/x"
+        assert m.watch_list()[0]["events"] == 1
+
+
+@pytest.mark.anyio
+async def test_manager_close_cancels_every_watch() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        for i in range(3):
+            await m.watch_start(f"w{i}", NOTES)
+        assert fake.listeners() == 3
+    assert fake.listeners() == 0
+    with pytest.raises(anyio.EndOfStream):
+        m.notices.receive_nowait()
+    with pytest.raises(RuntimeError, match="not running"):
+        await m.watch_start("late", NOTES)
+
+
+# -- filters (the real RestrictedPython engine, in its worker process) -------------------------
+
+
+@pytest.mark.anyio
+async def test_filter_drop_and_transform_with_a_persistent_scope() -> None:
+    fake = memo_fake()
+    on_event = """
+try:
+    seen += 1
+except NameError:
+    seen = 1
+f"{seen}: {event['type'].lower()} {event['key']}={event['new']}" if event["key"] != "skip" else None
+"""
+    async with manager(fake) as m:
+        await m.watch_start("notes", NOTES, on_event=on_event)
+        fake.update(NOTES, {"a": 1, "skip": 0})
+        assert (await next_notice(m)).text == "1: added a=1"
+        fake.update(NOTES, {"a": 2, "skip": 0, "b": {"x": 1}})
+        # `seen` persisted across events; a non-str value would be compact JSON.
+        assert (await next_notice(m)).text == "3: modified a=2\n4: added b={'x': 1}"
+        assert m.watch_list()[0]["events"] == 4
+
+
+@pytest.mark.anyio
+async def test_filter_non_str_value_is_compact_json_and_print_counts() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        await m.watch_start("notes", NOTES, on_event='{"k": event["key"], "n": event["new"]}')
+        fake.update(NOTES, {"a": 1})
+        assert (await next_notice(m)).text == '{"k":"a","n":1}'
+    async with manager(fake) as m:
+        await m.watch_start("p", NOTES, on_event='print("saw", event["key"])')
+        fake.update(NOTES, {"a": 1, "b": 2})
+        assert (await next_notice(m)).text.strip() == "saw b"
+
+
+@pytest.mark.anyio
+async def test_filter_validation_fails_watch_start_and_subscribes_nothing() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        with pytest.raises(FilterError, match="compile"):
+            await m.watch_start("bad", NOTES, on_event="event[")
+        with pytest.raises(FilterError, match="NameError"):
+            await m.watch_start("bad", NOTES, on_event="fmt(event)")
+        with pytest.raises(FilterError):
+            await m.watch_start("bad", NOTES, on_event="<function fmt at 0x7f00>")
+        assert fake.requests["subscriptions/listen"] == 0
+        assert m.watch_list() == []
+        # Missing keys on the sample event are fine.
+        await m.watch_start("ok", NOTES, on_event='event["new"]["deep"]["x"]')
+        assert fake.listeners(NOTES) == 1
+
+
+@pytest.mark.anyio
+async def test_filter_runtime_error_is_a_notice_line_and_the_watch_goes_on() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        await m.watch_start("notes", NOTES, on_event='1 / 0 if event["key"] == "boom" else event["key"]')
+        fake.update(NOTES, {"boom": 1})
+        text = (await next_notice(m)).text
+        assert text.startswith("filter error:")
+        assert "ZeroDivisionError" in text
+        fake.update(NOTES, {"boom": 1, "fine": 1})
+        assert (await next_notice(m)).text == "fine"
+
+
+@pytest.mark.anyio
+async def test_filter_is_denied_mutating_tools_and_watch_builtins() -> None:
+    fake = memo_fake()
+    on_event = """
+out = None
+if event["key"] == "write":
+    memo_set(key="x", value="y")
+elif event["key"] == "watch":
+    watch_start(name="w2", uri="memo://notes")
+else:
+    out = f"read-only: {memo_get(key=event['key'])['value']} {read_resource(uri='memo://readme')}"
+out
+"""
+    async with manager(fake) as m:
+        await m.watch_start("notes", NOTES, on_event=on_event)
+        fake.update(NOTES, {"write": 1})
+        text = (await next_notice(m)).text
+        assert text.startswith("filter error:")
+        assert "memo_set" in text
+        assert "not read-only" in text
+        # The mutating call never reached the server (the dry run's read-only memo_get did).
+        assert [n for n, _ in fake.tool_calls] == ["memo_get"]
+        fake.update(NOTES, {"write": 1, "watch": 1})
+        text = (await next_notice(m)).text
+        assert "cannot call watch_start" in text
+        assert [w["name"] for w in m.watch_list()] == ["notes"]
+        fake.update(NOTES, {"write": 1, "watch": 1, "r": 1})
+        assert (await next_notice(m)).text == "read-only: r hello"
+        assert fake.tool_calls[-1] == ("memo_get", {"key": "r"})
+        assert "memo_set" not in [n for n, _ in fake.tool_calls]
+
+
+@pytest.mark.anyio
+async def test_closed_notice_stream_does_not_crash_the_manager() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        await m.watch_start("notes", NOTES)
+        m.notices.close()  # the agent stopped reading
+        fake.update(NOTES, {"a": 1})
+        await fake.wait_requests("resources/read", 2)
+        await anyio.wait_all_tasks_blocked()
+        assert m.watch_list()[0]["notices"] == 1
+        assert fake.listeners(NOTES) == 1

@@ -1,0 +1,181 @@
+"""WatchManager over the real memo server (a subprocess), via McpResourceSource.
+
+Over stdio and over Streamable HTTP: ``memo_set`` -> ``notifications/resources/updated``
+on ``subscriptions/listen`` -> re-read -> state diff -> notice. And coalescing: two
+writes that land before one read become one net diff.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from asyncai_watch.clock import SystemClock
+from asyncai_watch.codemode import builtins, tool_functions
+from asyncai_watch.errors import ProtocolVersionError, WatchError
+from asyncai_watch.limits import Limits
+from asyncai_watch.manager import WatchManager
+from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.notice import Notice
+from asyncai_watch.source import ReadResult, ResourceInfo, TemplateInfo, ToolInfo, ToolResult
+from tests.test_memo_server import memo_http_server
+
+MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
+LEGACY = [sys.executable, str(Path(__file__).with_name("legacy_server.py"))]
+NOTES = "memo://notes"
+IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
+
+
+@asynccontextmanager
+async def memo_source(transport: str) -> AsyncIterator[McpResourceSource]:
+    if transport == "stdio":
+        async with McpResourceSource.stdio(MEMO, name="memo") as src:
+            yield src
+    else:
+        async with memo_http_server() as (url, _proc), McpResourceSource.http(url, name="memo") as src:
+            yield src
+
+
+class GatedSource:
+    """Delegates to a real source; reads of one URI can be held at a gate (to make writes land first)."""
+
+    def __init__(self, inner: McpResourceSource) -> None:
+        self.inner = inner
+        self.gate: anyio.Event | None = None
+        self.blocked = anyio.Event()
+
+    def hold(self) -> None:
+        self.gate = anyio.Event()
+        self.blocked = anyio.Event()
+
+    def release(self) -> None:
+        assert self.gate is not None
+        self.gate.set()
+        self.gate = None
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def protocol_version(self) -> str:
+        return self.inner.protocol_version
+
+    @property
+    def subscribable(self) -> bool:
+        return self.inner.subscribable
+
+    async def list_resources(self) -> list[ResourceInfo]:
+        return await self.inner.list_resources()
+
+    async def list_templates(self) -> list[TemplateInfo]:
+        return await self.inner.list_templates()
+
+    async def read(self, uri: str) -> ReadResult:
+        gate = self.gate
+        if gate is not None:
+            self.blocked.set()
+            await gate.wait()
+        return await self.inner.read(uri)
+
+    def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
+        return self.inner.listen(uri)
+
+    async def list_tools(self) -> list[ToolInfo]:
+        return await self.inner.list_tools()
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        return await self.inner.call_tool(name, arguments)
+
+
+async def receive(m: WatchManager) -> Notice:
+    with anyio.fail_after(15):
+        return await m.notices.receive()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_memo_set_becomes_a_state_diff_notice(transport: str) -> None:
+    async with (
+        memo_source(transport) as src,
+        WatchManager([src], limits=IMMEDIATE, clock=SystemClock()) as m,
+    ):
+        code = builtins(m)
+        tools = await tool_functions([src])
+        listed = {r["uri"]: r for r in await code["list_resources"]()}
+        assert listed[NOTES]["example"] == 'await watch_start(name="notes", uri="memo://notes")'
+        assert listed[NOTES]["subscribable"] is True
+        assert await code["watch_start"](name="notes", uri=NOTES) == {
+            "name": "notes",
+            "uri": NOTES,
+            "shape": "state",
+        }
+        await tools["memo_set"](key="owner", value="ann")
+        notice = await receive(m)
+        assert notice.text == "ADDED owner"
+        assert dict(notice.meta) == {"name": "notes", "uri": NOTES}
+        await tools["memo_set"](key="owner", value="bob")
+        assert (await receive(m)).text == "MODIFIED owner (ann→bob)"
+        assert await code["read_resource"](uri=NOTES) == {"owner": "bob"}
+        assert (await code["watch_list"]())[0] | {"events": 2, "notices": 2} == (await code["watch_list"]())[
+            0
+        ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_two_writes_before_one_read_give_one_net_diff(transport: str) -> None:
+    async with memo_source(transport) as real:
+        src = GatedSource(real)
+        async with WatchManager([src], limits=IMMEDIATE, clock=SystemClock()) as m:
+            await m.watch_start("notes", NOTES)
+            src.hold()
+            await real.call_tool("memo_set", {"key": "todo", "value": "milk"})
+            with anyio.fail_after(15):
+                await src.blocked.wait()  # the manager got the update and its re-read is held
+            await real.call_tool("memo_set", {"key": "todo", "value": "eggs"})
+            await real.call_tool("memo_set", {"key": "owner", "value": "ann"})
+            src.release()
+            notice = await receive(m)
+            # One read saw both writes: the net change from {}, not "milk" then "eggs".
+            assert sorted(notice.text.splitlines()) == ["ADDED owner", "ADDED todo"]
+            await real.call_tool("memo_set", {"key": "owner", "value": "cy"})
+            # The pending (coalesced) update re-read a state with no change: nothing was sent for it.
+            assert (await receive(m)).text == "MODIFIED owner (ann→cy)"
+
+
+@pytest.mark.anyio
+async def test_template_watch_next_to_a_stopped_one() -> None:
+    async with (
+        McpResourceSource.stdio(MEMO, name="memo") as src,
+        WatchManager([src], limits=IMMEDIATE, clock=SystemClock()) as m,
+    ):
+        await m.watch_start("a", NOTES)
+        await m.watch_start("b", "memo://notes/todo")
+        assert await m.watch_stop("a") is True
+        await src.call_tool("memo_set", {"key": "todo", "value": "x"})
+        notice = await receive(m)
+        assert notice.meta["name"] == "b"  # "a" was stopped: its listen is gone
+        assert notice.text == "CHANGED (null→x)"
+        with pytest.raises(WatchError, match="already exists"):
+            await m.watch_start("b", "memo://notes/todo")
+
+
+@pytest.mark.anyio
+async def test_legacy_server_tools_work_but_watch_names_the_version() -> None:
+    async with (
+        McpResourceSource.stdio(LEGACY) as src,
+        WatchManager([src], limits=IMMEDIATE, clock=SystemClock()) as m,
+    ):
+        tools = await tool_functions([src])
+        assert await tools["legacy_get"](key="greeting") == "hello"
+        with pytest.raises(ProtocolVersionError, match="2026-07-28"):
+            await m.watch_start("state", "legacy://state")
+        assert m.watch_list() == []
+        assert await m.read_resource("legacy://state") == {"greeting": "hello"}

@@ -1,0 +1,307 @@
+"""McpResourceSource against real servers: the memo server (stdio and HTTP) and a legacy-only server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client import advertise
+from test_memo_server import MEMO, WAIT, memo_http_server
+
+from asyncai_watch.errors import ProtocolVersionError, SubscriptionLostError, WatchError
+from asyncai_watch.mcp_source import McpResourceSource, ServerConnectionError, ServerError, _covers
+from asyncai_watch.source import ReadResult, ResourceSource
+
+LEGACY = [sys.executable, str(Path(__file__).with_name("legacy_server.py"))]
+
+
+async def memo_set(src: McpResourceSource, key: str, value: object) -> None:
+    result = await src.call_tool("memo_set", {"key": key, "value": value})
+    assert not result.is_error, result.text
+
+
+async def read_json(src: McpResourceSource, uri: str = "memo://notes") -> object:
+    result = await src.read(uri)
+    assert result.mime_type == "application/json"
+    return json.loads(result.text)
+
+
+@pytest.mark.anyio
+async def test_stdio_memo_listen_update_reread() -> None:
+    extensions = [advertise("io.asyncai/probe", {"v": 1})]  # passed through to the SDK client
+    async with McpResourceSource.stdio(MEMO, extensions=extensions) as src:
+        assert isinstance(src, ResourceSource)
+        assert src.name == "memo"  # from serverInfo
+        assert src.protocol_version == "2026-07-28"
+        assert src.subscribable is True
+        assert [r.uri for r in await src.list_resources()] == ["memo://notes"]
+        (notes,) = await src.list_resources()
+        assert notes.mime_type == "application/json"
+        assert notes.description.endswith('Example: await watch_start(name="notes", uri="memo://notes")')
+        assert [t.uri_template for t in await src.list_templates()] == ["memo://notes/{key}"]
+        assert await src.read("memo://notes") == ReadResult(
+            uri="memo://notes", text="{}", mime_type="application/json"
+        )
+
+        async with src.listen("memo://notes") as updates:
+            await memo_set(src, "k", {"nested": [1, None, "x"]})
+            with anyio.fail_after(WAIT):
+                await anext(updates)
+            assert await read_json(src) == {"k": {"nested": [1, None, "x"]}}
+
+            # Two writes before one read: one signal (the SDK's pending set), one net state.
+            await memo_set(src, "a", 1)
+            await memo_set(src, "a", 2)
+            with anyio.fail_after(WAIT):
+                await updates.__anext__()
+            assert await read_json(src) == {"k": {"nested": [1, None, "x"]}, "a": 2}
+
+        # A URI from the template: its own listen, its own updates.
+        assert await read_json(src, "memo://notes/wanted") is None
+        async with src.listen("memo://notes/wanted") as updates:
+            await memo_set(src, "unrelated", 1)
+            await memo_set(src, "wanted", "yes")
+            with anyio.fail_after(WAIT):
+                await updates.__anext__()
+            assert await read_json(src, "memo://notes/wanted") == "yes"
+
+
+def test_updates_cover_the_uri_and_its_sub_resources_only() -> None:
+    # The memo server filters exactly, so the client-side filter is checked directly.
+    assert _covers("file:///dir", "file:///dir")
+    assert _covers("file:///dir", "file:///dir/a.txt")
+    assert _covers("file:///dir/", "file:///dir/a.txt")
+    assert not _covers("file:///dir", "file:///dir2")
+    assert not _covers("memo://notes/a", "memo://notes")
+
+
+@pytest.mark.anyio
+async def test_http_bearer_token_goes_in_headers() -> None:
+    async with memo_http_server("--bearer-token", "tok-123") as (url, _proc):
+        async with McpResourceSource.http(url, headers={"Authorization": "Bearer tok-123"}) as src:
+            assert [r.uri for r in await src.list_resources()] == ["memo://notes"]
+        with anyio.fail_after(WAIT), pytest.raises(ServerConnectionError, match=r"HTTP 401") as caught:
+            async with McpResourceSource.http(url, headers={"Authorization": "Bearer wrong"}):
+                pass
+        assert url in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_http_server_killed_loses_subscription_and_a_restart_is_picked_up() -> None:
+    async with memo_http_server() as (url, proc), McpResourceSource.http(url) as src:
+        async with src.listen("memo://notes") as updates:
+            await memo_set(src, "before", 1)
+            with anyio.fail_after(WAIT):
+                await updates.__anext__()
+            proc.kill()
+            with anyio.fail_after(WAIT), pytest.raises(SubscriptionLostError, match=r"'memo'.*memo://notes"):
+                await updates.__anext__()
+        with anyio.fail_after(WAIT), pytest.raises(ServerConnectionError, match=r"ConnectError"):
+            await src.read("memo://notes")
+
+        # The server comes back on the same address (a restart): the next calls reconnect.
+        address = url.removeprefix("http://").removesuffix("/mcp")
+        async with memo_http_server(address=address) as (url2, _proc2):
+            assert url2 == url
+            assert await read_json(src) == {}  # a fresh server: its memo is empty
+            async with src.listen("memo://notes") as updates:
+                await memo_set(src, "after", 2)
+                with anyio.fail_after(WAIT):
+                    await updates.__anext__()
+                assert await read_json(src) == {"after": 2}
+
+
+@pytest.mark.anyio
+async def test_stdio_server_death_surfaces_then_the_next_call_respawns_it(tmp_path: Path) -> None:
+    pid_file, refuse = tmp_path / "memo.pid", tmp_path / "refuse"
+    # `exec` keeps the PID, so the file names the server process itself; it is written before
+    # the server can answer, so it exists once a connection is up. While `refuse` exists the
+    # command exits at once, like a server that cannot start.
+    script = f'[ -e "{refuse}" ] && exit 1; echo $$ > "{pid_file}"; exec "$@"'
+    wrapper = ["sh", "-c", script, "sh", *MEMO]
+
+    def kill_server() -> None:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    async with McpResourceSource.stdio(wrapper, name="doomed") as src:
+        async with src.listen("memo://notes") as updates:
+            await memo_set(src, "a", 1)
+            with anyio.fail_after(WAIT):
+                await updates.__anext__()
+            kill_server()
+            with (
+                anyio.fail_after(WAIT),
+                pytest.raises(SubscriptionLostError, match=r"'doomed'.*memo://notes"),
+            ):
+                await updates.__anext__()
+        assert src.reconnects == 0
+
+        # The loss marked the connection dead, so the next calls respawn the server first:
+        # once, though two tasks call at the same time.
+        reads: list[object] = []
+
+        async def read_into() -> None:
+            reads.append(await read_json(src))
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_into)
+                tg.start_soon(read_into)
+        assert reads == [{}, {}]
+        assert src.reconnects == 1
+        async with src.listen("memo://notes") as updates:
+            await memo_set(src, "b", 2)
+            with anyio.fail_after(WAIT):
+                await updates.__anext__()
+            assert await read_json(src) == {"b": 2}
+
+        # A server that cannot come back: every call fails clearly, none hangs.
+        refuse.touch()
+        kill_server()
+        with (
+            anyio.fail_after(WAIT),
+            pytest.raises(ServerConnectionError, match=r"'doomed'.*connection is closed"),
+        ):
+            await src.read("memo://notes")
+        with (
+            anyio.fail_after(WAIT),
+            pytest.raises(ServerConnectionError, match=r"closed the connection before"),
+        ):
+            await src.read("memo://notes")
+        with anyio.fail_after(WAIT), pytest.raises(ServerConnectionError, match=r"cannot connect"):
+            async with src.listen("memo://notes"):
+                pass
+        refuse.unlink()
+        with anyio.fail_after(WAIT):
+            assert await read_json(src) == {}
+        assert src.reconnects == 2
+
+
+@pytest.mark.anyio
+async def test_tools_and_server_errors() -> None:
+    async with McpResourceSource.stdio(MEMO) as src:
+        tools = {tool.name: tool for tool in await src.list_tools()}
+        assert tools["memo_get"].read_only
+        assert not tools["memo_get"].destructive
+        assert not tools["memo_set"].read_only
+        assert not tools["memo_set"].destructive
+        assert not tools["memo_delete"].read_only
+        assert tools["memo_delete"].destructive
+        assert tools["memo_set"].input_schema["required"] == ["key", "value"]
+        await memo_set(src, "x", [1, 2])
+        got = await src.call_tool("memo_get", {"key": "x"})
+        assert (got.text, got.structured, got.is_error) == (
+            "[1, 2]",
+            {"key": "x", "value": [1, 2], "found": True},
+            False,
+        )
+
+        with pytest.raises(ServerError, match=r"unknown resource 'memo://nope'") as caught:
+            await src.read("memo://nope")
+        assert caught.value.code == -32002
+        assert "memo://notes" in caught.value.server_message
+        assert isinstance(caught.value, WatchError)
+        with pytest.raises(ServerError, match=r"cannot subscribe to \['memo://nope'\]"):
+            async with src.listen("memo://nope"):
+                pass
+        # A tool failure is an in-band result, not an exception.
+        failed = await src.call_tool("memo_set", {"key": "k"})
+        assert failed.is_error
+        assert "`value` is required" in failed.text
+
+
+@pytest.mark.anyio
+async def test_legacy_server_serves_tools_but_cannot_be_watched() -> None:
+    async with McpResourceSource.stdio(LEGACY) as src:
+        assert src.name == "legacy"
+        assert src.protocol_version == "2025-11-25"
+        tools = {tool.name: tool for tool in await src.list_tools()}
+        assert tools["legacy_get"].read_only is True
+        assert (tools["legacy_set"].read_only, tools["legacy_set"].destructive) == (False, False)
+        # No readOnlyHint at all: not read-only, and (MCP's default) destructive.
+        assert (tools["legacy_methods"].read_only, tools["legacy_methods"].destructive) == (False, True)
+
+        assert (await src.call_tool("legacy_get", {"key": "greeting"})).text == '"hello"'
+        assert not (await src.call_tool("legacy_set", {"key": "n", "value": 5})).is_error
+        assert json.loads((await src.read("legacy://state")).text) == {"greeting": "hello", "n": 5}
+        # resources/list comes in two pages; both are followed.
+        assert [r.uri for r in await src.list_resources()] == [
+            "legacy://state",
+            "legacy://blob/text",
+            "legacy://blob/binary",
+        ]
+        assert [t.uri_template for t in await src.list_templates()] == ["legacy://items/{id}"]
+        blob = await src.read("legacy://blob/text")
+        assert (blob.text, blob.mime_type) == ("héllo as a blob", "text/plain")
+        with pytest.raises(ServerError, match=r"binary blob \(application/octet-stream\)"):
+            await src.read("legacy://blob/binary")
+
+        with pytest.raises(ProtocolVersionError) as caught:
+            async with src.listen("legacy://state"):
+                pass
+        message = str(caught.value)
+        assert "'legacy'" in message
+        assert "2025-11-25" in message
+        assert "2026-07-28" in message
+
+        methods = json.loads((await src.call_tool("legacy_methods", {})).text)
+        assert methods[:2] == ["server/discover", "initialize"]  # probed modern, fell back
+        assert "resources/subscribe" not in methods
+        assert "subscriptions/listen" not in methods
+
+
+@pytest.mark.anyio
+async def test_connection_failures_are_clear_and_bounded(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-server")
+    with (
+        anyio.fail_after(WAIT),
+        pytest.raises(ServerConnectionError, match=r"cannot start MCP server command") as e1,
+    ):
+        async with McpResourceSource.stdio(missing):
+            pass
+    assert missing in str(e1.value)
+
+    exits = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    with (
+        anyio.fail_after(WAIT),
+        pytest.raises(ServerConnectionError, match=r"closed the connection before answering"),
+    ):
+        async with McpResourceSource.stdio(exits):
+            pass
+
+    # Reads its stdin to EOF and never answers: only the connect timeout ends the wait.
+    silent = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    with anyio.fail_after(WAIT), pytest.raises(ServerConnectionError, match=r"no answer .* within 0.5 s"):
+        async with McpResourceSource.stdio(silent, connect_timeout=0.5):
+            pass
+
+    # A bound socket that does not listen: connecting to it is refused.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+        with anyio.fail_after(WAIT), pytest.raises(ServerConnectionError, match=r"ConnectError") as e2:
+            async with McpResourceSource.http(url):
+                pass
+        assert url in str(e2.value)
+
+
+def test_bad_arguments_are_rejected_up_front() -> None:
+    with pytest.raises(ValueError, match=r"expected an http\(s\) URL"):
+        McpResourceSource.http("localhost:8080")
+    with pytest.raises(ValueError, match=r"must name a program"):
+        McpResourceSource.stdio("")
+    with pytest.raises(ValueError, match=r"name must be a non-empty string"):
+        McpResourceSource.stdio(MEMO, name=" ")
+    src = McpResourceSource.stdio("asyncai-mcp-simple --flag 'two words'")
+    assert src.name == "asyncai-mcp-simple"  # before connecting: the command's basename
+    assert "asyncai-mcp-simple --flag 'two words'" in src.description
+    with pytest.raises(RuntimeError, match=r"not open"):
+        _ = src.client
+    assert McpResourceSource.http("http://user:pw@example.test:81/mcp").name == "example.test"
+    assert "pw" not in McpResourceSource.http("http://user:pw@example.test:81/mcp").description

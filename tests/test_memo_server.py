@@ -1,0 +1,230 @@
+"""The memo reference server, as a real subprocess, over stdio and Streamable HTTP.
+
+These talk to the server through the plain SDK client (not McpResourceSource),
+so they pin the server's own contract: capabilities, the resource and its
+``Example:`` line, no ``ttlMs``, the tools and their annotations, the listen
+handler's URI check, and updates published on the subscription bus.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.subscriptions import ResourceUpdated
+
+from asyncai_servers.memo import build_server
+from asyncai_servers.memo.__main__ import main as memo_main
+
+MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
+WAIT = 10  # seconds: the bound on any one awaited event
+
+
+@asynccontextmanager
+async def memo_http_server(
+    *extra_args: str, address: str = "127.0.0.1:0"
+) -> AsyncIterator[tuple[str, anyio.abc.Process]]:
+    """Run ``asyncai_servers.memo --http ADDRESS``; yield its URL (from the READY line) and process."""
+    argv = [*MEMO, "--http", address, *extra_args]
+    async with await anyio.open_process(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    ) as proc:
+        assert proc.stderr is not None
+        lines = BufferedByteReceiveStream(proc.stderr)
+        seen: list[str] = []
+        with anyio.fail_after(30):
+            while True:  # reading output lines until the READY line: a signal, not a poll
+                try:
+                    line = (await lines.receive_until(b"\n", 65536)).decode()
+                except anyio.IncompleteRead:
+                    pytest.fail(f"memo --http exited before READY; stderr: {seen}")
+                seen.append(line)
+                if line.startswith("READY "):
+                    url = line.split(" ", 1)[1].strip()
+                    break
+
+        async def drain() -> None:
+            # Keep reading stderr so a chatty server never blocks on a full pipe.
+            try:
+                while True:
+                    await lines.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain)
+            try:
+                yield url, proc
+            finally:
+                if proc.returncode is None:
+                    proc.terminate()
+                with anyio.move_on_after(5):
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+                tg.cancel_scope.cancel()
+
+
+def stdio_params(*extra_args: str) -> StdioServerParameters:
+    return StdioServerParameters(command=MEMO[0], args=[*MEMO[1:], *extra_args])
+
+
+async def set_note(client: Client, key: str, value: Any) -> None:
+    result = await client.call_tool("memo_set", {"key": key, "value": value})
+    assert not result.is_error, result
+
+
+async def read_notes(client: Client, uri: str = "memo://notes") -> Any:
+    contents = (await client.read_resource(uri)).contents
+    assert len(contents) == 1
+    content = contents[0]
+    assert getattr(content, "mime_type", None) == "application/json"
+    return json.loads(content.text)  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_stdio_contract_and_listen_roundtrip() -> None:
+    async with Client(stdio_params(), cache=None) as client:
+        assert client.protocol_version == "2026-07-28"
+        assert client.server_info is not None
+        assert client.server_info.name == "memo"
+        resources_cap = client.server_capabilities.resources
+        assert resources_cap is not None
+        assert resources_cap.subscribe is True
+
+        listed = await client.list_resources()
+        (notes,) = listed.resources
+        assert notes.uri == "memo://notes"
+        assert notes.mime_type == "application/json"
+        assert notes.description is not None
+        assert (
+            notes.description.splitlines()[-1]
+            == 'Example: await watch_start(name="notes", uri="memo://notes")'
+        )
+        (template,) = (await client.list_resource_templates()).resource_templates
+        assert template.uri_template == "memo://notes/{key}"
+        assert template.description is not None
+        assert "Example: await watch_start(" in template.description
+
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert set(tools) == {"memo_set", "memo_get", "memo_delete"}
+        get_notes = tools["memo_get"].annotations
+        set_notes = tools["memo_set"].annotations
+        delete_notes = tools["memo_delete"].annotations
+        assert get_notes is not None
+        assert get_notes.read_only_hint is True
+        assert set_notes is not None
+        assert set_notes.read_only_hint is False
+        assert set_notes.destructive_hint is False
+        assert delete_notes is not None
+        assert delete_notes.destructive_hint is True
+
+        first = await client.read_resource("memo://notes")
+        assert first.ttl_ms in (None, 0), "a watched resource must not be cacheable"
+        assert json.loads(first.contents[0].text) == {}  # type: ignore[union-attr]
+
+        async with client.listen(resource_subscriptions=["memo://notes"]) as sub:
+            assert sub.honored.resource_subscriptions == ["memo://notes"]
+            # Values are any JSON, not just strings.
+            await set_note(client, "plan", {"steps": [1, 2], "done": False})
+            with anyio.fail_after(WAIT):
+                event = await sub.__anext__()
+            assert event == ResourceUpdated(uri="memo://notes")
+            assert await read_notes(client) == {"plan": {"steps": [1, 2], "done": False}}
+
+            # Two writes before one read: the pending updates are a set, the read is the net state.
+            await set_note(client, "a", 1)
+            await set_note(client, "a", 2)
+            with anyio.fail_after(WAIT):
+                event = await sub.__anext__()
+            assert event == ResourceUpdated(uri="memo://notes")
+            assert await read_notes(client) == {"plan": {"steps": [1, 2], "done": False}, "a": 2}
+
+            deleted = await client.call_tool("memo_delete", {"key": "plan"})
+            assert deleted.structured_content == {"key": "plan", "deleted": True}
+            with anyio.fail_after(WAIT):
+                await sub.__anext__()
+            assert await read_notes(client) == {"a": 2}
+
+
+@pytest.mark.anyio
+async def test_per_key_template_resource_gets_its_own_updates() -> None:
+    # In-process (same Server object, no subprocess): the wire is covered by the stdio/HTTP tests.
+    async with Client(build_server(), cache=None) as client:
+        assert await read_notes(client, "memo://notes/todo") is None
+        async with client.listen(resource_subscriptions=["memo://notes/todo"]) as sub:
+            await set_note(client, "other", "x")  # a different key: no update for memo://notes/todo
+            await set_note(client, "todo", ["milk"])
+            with anyio.fail_after(WAIT):
+                event = await sub.__anext__()
+            assert event == ResourceUpdated(uri="memo://notes/todo")
+            assert await read_notes(client, "memo://notes/todo") == ["milk"]
+        got = await client.call_tool("memo_get", {"key": "todo"})
+        assert json.loads(got.content[0].text) == ["milk"]  # type: ignore[union-attr]
+        assert got.structured_content == {"key": "todo", "value": ["milk"], "found": True}
+
+
+@pytest.mark.anyio
+async def test_bad_input_gets_clear_errors() -> None:
+    async with Client(build_server(), cache=None) as client:
+        with pytest.raises(MCPError, match=r"unknown resource 'memo://nope'.*memo://notes"):
+            await client.read_resource("memo://nope")
+        # The SDK's listen handler would ack any URI; the memo server refuses what it does not serve.
+        with pytest.raises(MCPError, match=r"cannot subscribe to \['memo://nope'\]"):
+            async with client.listen(resource_subscriptions=["memo://nope"]):
+                pass
+
+        async def tool_error(name: str, arguments: dict[str, Any]) -> str:
+            result = await client.call_tool(name, arguments)
+            assert result.is_error
+            return result.content[0].text  # type: ignore[union-attr]
+
+        assert "`value` is required" in await tool_error("memo_set", {"key": "k"})
+        assert "`key` must be a non-empty string" in await tool_error("memo_set", {"key": "", "value": 1})
+        assert "unknown argument(s) ['extra']" in await tool_error("memo_get", {"key": "k", "extra": 1})
+        # Nothing was written by the rejected calls.
+        assert await read_notes(client) == {}
+
+
+@pytest.mark.anyio
+async def test_http_second_client_write_reaches_first_clients_listen() -> None:
+    async with memo_http_server() as (url, _proc):
+        assert url.startswith("http://127.0.0.1:")
+        assert url.endswith("/mcp")
+        async with Client(url, cache=None) as watcher, Client(url, cache=None) as writer:
+            assert watcher.protocol_version == "2026-07-28"
+            async with watcher.listen(resource_subscriptions=["memo://notes"]) as sub:
+                await set_note(writer, "from", "writer")
+                with anyio.fail_after(WAIT):
+                    event = await sub.__anext__()
+                assert event == ResourceUpdated(uri="memo://notes")
+                assert await read_notes(watcher) == {"from": "writer"}
+
+                await set_note(writer, "n", 1)
+                await set_note(writer, "n", 2)
+                with anyio.fail_after(WAIT):
+                    await sub.__anext__()
+                assert await read_notes(watcher) == {"from": "writer", "n": 2}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--http", "nonsense"], "--http expects HOST:PORT"),
+        (["--http", "127.0.0.1:99999"], "--http expects HOST:PORT"),
+        (["--bearer-token", "x"], "--bearer-token needs --http"),
+    ],
+)
+def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        memo_main(argv)
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err

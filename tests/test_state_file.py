@@ -1,0 +1,179 @@
+"""The --watch-state file: atomic saves, strict loads, and the manager's restore rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from asyncai_watch.clock import FakeClock
+from asyncai_watch.errors import StateFileError
+from asyncai_watch.limits import Limits
+from asyncai_watch.manager import WatchManager
+from asyncai_watch.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice
+from asyncai_watch.state_file import StateFile, WatchSpec
+from tests.test_manager import IMMEDIATE, NOTES, memo_fake
+
+
+def write_specs(path: Path, specs: list[dict[str, Any]]) -> None:
+    path.write_text(json.dumps({"version": 1, "watches": specs}))
+
+
+def saved(path: Path) -> list[dict[str, Any]]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    assert data["version"] == 1
+    watches: list[dict[str, Any]] = data["watches"]
+    return watches
+
+
+async def receive(m: WatchManager) -> Notice:
+    with anyio.fail_after(5):
+        return await m.notices.receive()
+
+
+def test_save_load_round_trip_is_atomic(tmp_path: Path) -> None:
+    sf = StateFile(tmp_path / "sub" / "state.json")
+    assert sf.load() == []  # no file yet
+    specs = [
+        WatchSpec(name="a", uri="memo://notes"),
+        WatchSpec(name="b", uri="x://y", on_event='event["key"]'),
+    ]
+    sf.save(specs)
+    assert sf.load() == specs
+    sf.save(specs[1:])
+    assert sf.load() == specs[1:]
+    # Only the state file remains: the temp file was renamed over it.
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["state.json"]
+    assert saved(sf.path) == [{"name": "b", "uri": "x://y", "on_event": 'event["key"]'}]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"version": 1, "watches": [{"name": 1, "uri": "x"}]}', r"watches\[0\]\.name"),
+        ('{"version": 1, "watches": [{"name": "a", "uri": "x", "on_event": 3}]}', "on_event"),
+        ('{"version": 1, "watches": [{"name": "a", "uri": "x", "extra": 1}]}', "extra"),
+        ('{"version": 9, "watches": []}', "version 9"),
+        ('{"watches": []}', "version"),
+        ("[]", "expected shape"),
+        (
+            '{"version": 1, "watches": [{"name": "a", "uri": "x"}, {"name": "a", "uri": "y"}]}',
+            "more than once",
+        ),
+    ],
+)
+def test_bad_files_are_reported_with_the_path(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    with pytest.raises(StateFileError, match=match) as info:
+        StateFile(path).load()
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.anyio
+async def test_corrupt_state_file_stops_the_manager_and_is_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(b'{"version": 1, "watches": [')
+    fake = memo_fake()
+    with pytest.raises(StateFileError, match="not valid JSON") as info:
+        async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path):
+            pytest.fail("the manager must not start over a corrupt state file")
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == b'{"version": 1, "watches": ['
+    assert fake.requests["subscriptions/listen"] == 0
+
+
+@pytest.mark.anyio
+async def test_watch_state_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    fake = memo_fake()
+    async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
+        await m.watch_start("notes", NOTES)
+        assert saved(path) == [{"name": "notes", "uri": NOTES, "on_event": None}]
+        await m.watch_start("keys", NOTES, on_event='"key " + event["key"]')
+        await m.watch_stop("notes")
+        assert saved(path) == [{"name": "keys", "uri": NOTES, "on_event": '"key " + event["key"]'}]
+    # Closing the manager stops the watches but keeps their specs.
+    assert [s["name"] for s in saved(path)] == ["keys"]
+
+    async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
+        restore = await receive(m)
+        assert restore.source == SOURCE_RESTORE
+        assert "Restored 1 of 1" in restore.text
+        assert "keys memo://notes: restored" in restore.text
+        assert [w["name"] for w in m.watch_list()] == ["keys"]
+        fake.update(NOTES, {"fresh": 1})  # a fresh baseline: only this change is reported
+        notice = await receive(m)
+        assert (notice.source, notice.text) == (SOURCE_WATCH, "key fresh")
+
+
+@pytest.mark.anyio
+async def test_restore_rules(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_specs(
+        path,
+        [
+            {"name": "good", "uri": NOTES, "on_event": None},
+            {"name": "badfilter", "uri": NOTES, "on_event": "event["},
+            {"name": "fnrepr", "uri": NOTES, "on_event": "<function fmt at 0x7f3a>"},
+            {"name": "bad name", "uri": NOTES, "on_event": None},
+            {"name": "down", "uri": "memo://notes/todo", "on_event": None},
+            {"name": "third", "uri": NOTES, "on_event": None},
+            {"name": "overlimit", "uri": NOTES, "on_event": None},
+        ],
+    )
+    fake = memo_fake()
+    fake.read_errors["memo://notes/todo"] = ConnectionError("server restarting")
+    limits = Limits(max_watches=3, debounce_quiet=0, debounce_max_wait=0)
+    async with WatchManager([fake], limits=limits, clock=FakeClock(), watch_state=path) as m:
+        restore = await receive(m)
+        text = restore.text
+        assert "Restored 2 of 7" in text
+        assert "good memo://notes: restored" in text
+        assert "third memo://notes: restored" in text
+        assert "down memo://notes/todo: restore failed, kept" in text
+        assert "server restarting" in text
+        for dropped in ("badfilter", "fnrepr", "bad name", "overlimit"):
+            assert f"- {dropped} memo://notes: dropped, it can never start" in text
+        assert "max_watches" in text
+        assert dict(restore.meta)["dropped"] == "4"
+        # Specs that can never start are gone from the file; the transient one stays.
+        assert [s["name"] for s in saved(path)] == ["good", "down", "third"]
+        listed = {w["name"]: w for w in m.watch_list()}
+        assert listed["down"]["restore_failed"] is True
+        assert "server restarting" in listed["down"]["error"]
+        assert "restore_failed" not in listed["good"]
+        assert fake.listeners() == 2
+        # Starting it again (the server is back) clears the flag and keeps it saved.
+        del fake.read_errors["memo://notes/todo"]
+        fake.set("memo://notes/todo", {"value": "milk"})
+        await m.watch_start("down", "memo://notes/todo")
+        assert "restore_failed" not in {w["name"]: w for w in m.watch_list()}["down"]
+        assert [s["name"] for s in saved(path)] == ["good", "down", "third"]
+
+
+@pytest.mark.anyio
+async def test_restore_failed_spec_is_cleared_by_watch_stop_and_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_specs(path, [{"name": "down", "uri": NOTES, "on_event": None}])
+    fake = memo_fake()
+    fake.disconnect()  # the server is down: listing fails, so routing fails -> transient
+    async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
+        restore = await receive(m)
+        assert "restore failed, kept" in restore.text
+        assert m.watch_list()[0]["restore_failed"] is True
+    assert [s["name"] for s in saved(path)] == ["down"]  # kept for the next start
+    async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
+        await receive(m)
+        assert await m.watch_stop("down") is True
+        assert m.watch_list() == []
+        assert saved(path) == []
+    fake.reconnect()
+    async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
+        # Nothing saved: no restore notice, nothing running.
+        assert m.watch_list() == []
+        assert m.notices.statistics().current_buffer_used == 0

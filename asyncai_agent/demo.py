@@ -1,9 +1,11 @@
 """``python -m asyncai_agent --demo``: the whole loop offline, in a few seconds, no key, no network.
 
-1. starts the memo server over stdio (``python -m asyncai_servers.memo``);
+1. starts the memo server over stdio (``python -m asyncai_servers.memo``), with
+   ``--also-http`` so the same memo is reachable by a second client;
 2. the scripted model (``asyncai_agent/demo/memo.json``) sets up a watch on
    ``memo://notes`` with an ``on_event`` filter through a real ``run_code``;
-3. the demo writes memo values itself, outside the agent's turns;
+3. the demo writes memo values as a second MCP client (Streamable HTTP), from
+   outside the agent: the agent learns of them only through its watch;
 4. each notice arrives as a turn; the terminal shows it, the code the model
    runs, and the reply, including one ``NO_REPLY`` that is suppressed.
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from contextlib import AsyncExitStack
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -36,7 +40,7 @@ from asyncai_agent.events import (
     RunStarted,
     ToolResult,
 )
-from asyncai_agent.session import AgentSession, SessionConfig, open_session
+from asyncai_agent.session import SessionConfig, open_session
 from asyncai_watch.limits import Limits
 from asyncai_watch.mcp_source import McpResourceSource
 
@@ -114,19 +118,38 @@ class DemoError(Exception):
     pass
 
 
-async def _write(session: AgentSession, printer: DemoPrinter, tool: str, **arguments: Any) -> None:
-    # The demo's own call on the memo connection: a change from outside the agent's turns.
+async def _write(writer: McpResourceSource, printer: DemoPrinter, tool: str, **arguments: Any) -> None:
+    # A second MCP client's call: a change from outside the agent, seen only through the watch.
     shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
     printer.say(f"outside> {tool}({shown})")
-    result = await session.sources[0].call_tool(tool, arguments)
+    result = await writer.call_tool(tool, arguments)
     if result.is_error:
         raise DemoError(f"{tool}({shown}) failed: {result.text}")
 
 
 async def _demo(printer: DemoPrinter, *, verbose: bool, session_path: Path | None) -> None:
+    async with AsyncExitStack() as stack:
+        await _demo_steps(stack, printer, verbose=verbose, session_path=session_path)
+
+
+async def _demo_steps(
+    stack: AsyncExitStack, printer: DemoPrinter, *, verbose: bool, session_path: Path | None
+) -> None:
     script_text = files("asyncai_agent").joinpath("demo", DEMO_SCRIPT).read_text(encoding="utf-8")
     backend = ScriptedBackend(parse_script(json.loads(script_text), origin=DEMO_SCRIPT), label=DEMO_SCRIPT)
-    memo_cmd = [sys.executable, "-m", "asyncai_servers.memo"]
+    workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="asyncai-demo-"))
+    ready_file = Path(workdir) / "memo-http"
+    # The server brings HTTP up before it answers on stdio, so once the stdio connect
+    # completes, ready_file holds the URL: no waiting for it.
+    memo_cmd = [
+        sys.executable,
+        "-m",
+        "asyncai_servers.memo",
+        "--also-http",
+        "127.0.0.1:0",
+        "--ready-file",
+        str(ready_file),
+    ]
     config = SessionConfig(
         mcp_stdio=(tuple(memo_cmd),),
         session_path=session_path,
@@ -145,18 +168,22 @@ async def _demo(printer: DemoPrinter, *, verbose: bool, session_path: Path | Non
         printer.say(
             f"demo: connected (MCP {session.sources[0].protocol_version}); model: scripted {DEMO_SCRIPT}"
         )
-        session.orchestrator.submit(USER_REQUEST, channel)
-        await _turn_done(events, "the request")
+        url = ready_file.read_text(encoding="utf-8").split(" ", 1)[1].strip()
+        # The writer closes before the session, so it never talks to a server that has exited.
+        async with McpResourceSource.http(url, name="outside") as writer:
+            printer.say(f"demo: a second MCP client writes to the same memo over Streamable HTTP: {url}")
+            session.orchestrator.submit(USER_REQUEST, channel)
+            await _turn_done(events, "the request")
 
-        await _write(session, printer, "memo_set", key="draft", value="call the plumber?")
-        await _write(session, printer, "memo_set", key="todo", value="buy milk")
-        await _turn_done(events, "setting todo")
+            await _write(writer, printer, "memo_set", key="draft", value="call the plumber?")
+            await _write(writer, printer, "memo_set", key="todo", value="buy milk")
+            await _turn_done(events, "setting todo")
 
-        await _write(session, printer, "memo_set", key="todo", value="buy milk ")
-        await _turn_done(events, "a whitespace-only change to todo")
+            await _write(writer, printer, "memo_set", key="todo", value="buy milk ")
+            await _turn_done(events, "a whitespace-only change to todo")
 
-        await _write(session, printer, "memo_delete", key="todo")
-        await _turn_done(events, "deleting todo")
+            await _write(writer, printer, "memo_delete", key="todo")
+            await _turn_done(events, "deleting todo")
 
         with anyio.fail_after(STEP_DEADLINE):
             await session.orchestrator.wait_idle()

@@ -8,14 +8,20 @@ than probing the port.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
+import anyio
+import anyio.abc
 import uvicorn
+from anyio.streams.buffered import BufferedByteReceiveStream
 
-__all__ = ["parse_host_port", "serve_http"]
+__all__ = ["ServerExitedError", "parse_host_port", "running_http_server", "serve_http"]
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
@@ -37,11 +43,16 @@ async def serve_http(
     path: str = "/mcp",
     ready: TextIO | None = None,
     on_shutdown: Callable[[], None] | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    stop: anyio.Event | None = None,
 ) -> None:
     """Run ``app`` until cancelled, announcing ``READY <url>`` on ``ready`` (stderr by default).
 
     ``on_shutdown`` runs when uvicorn starts shutting down (SIGTERM/SIGINT), before it waits for open
     connections: a server with long-lived listen streams ends them there, or shutdown would wait forever.
+    ``on_ready`` is called with the URL right after the READY line, for in-process ordering.
+    Setting ``stop`` shuts the server down gracefully (cancelling it instead skips uvicorn's
+    lifespan shutdown).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -55,7 +66,19 @@ async def serve_http(
     server.ready_line = f"READY http://{shown_host}:{bound_port}{path}"
     server.ready_out = ready if ready is not None else sys.stderr
     server.on_shutdown = on_shutdown
-    await server.serve([sock])
+    server.on_ready = on_ready
+    if stop is None:
+        await server.serve([sock])
+        return
+
+    async def stop_when_set() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop_when_set)
+        await server.serve([sock])
+        tg.cancel_scope.cancel()
 
 
 class _AnnouncingServer(uvicorn.Server):
@@ -64,13 +87,70 @@ class _AnnouncingServer(uvicorn.Server):
     ready_line: str = ""
     ready_out: TextIO = sys.stderr
     on_shutdown: Callable[[], None] | None = None
+    on_ready: Callable[[str], None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if not self.should_exit:
             print(self.ready_line, file=self.ready_out, flush=True)
+            if self.on_ready is not None:
+                self.on_ready(self.ready_line.split(" ", 1)[1])
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self.on_shutdown is not None:
             self.on_shutdown()
         await super().shutdown(sockets=sockets)
+
+
+class ServerExitedError(RuntimeError):
+    """An HTTP server process exited before printing its READY line."""
+
+
+@asynccontextmanager
+async def running_http_server(
+    argv: Sequence[str], *, env: Mapping[str, str] | None = None, ready_timeout: float = 30.0
+) -> AsyncIterator[tuple[str, anyio.abc.Process]]:
+    """Run a server command that serves HTTP via :func:`serve_http`; yield ``(url, process)``.
+
+    The URL comes from the server's ``READY <url>`` stderr line: awaiting that line is waiting
+    on a signal, not probing a port. stderr is drained afterwards so a chatty server never
+    blocks on a full pipe. On exit the process is terminated (killed if it lingers).
+    """
+    async with await anyio.open_process(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    ) as proc:
+        assert proc.stderr is not None
+        lines = BufferedByteReceiveStream(proc.stderr)
+        seen: list[str] = []
+        with anyio.fail_after(ready_timeout):
+            while True:  # one awaited line at a time until READY
+                try:
+                    line = (await lines.receive_until(b"\n", 65536)).decode(errors="replace")
+                except (anyio.IncompleteRead, anyio.EndOfStream):
+                    raise ServerExitedError(
+                        f"{' '.join(argv)} exited before READY; stderr: {''.join(seen)[-2000:]}"
+                    ) from None
+                seen.append(line + "\n")
+                if line.startswith("READY "):
+                    url = line.split(" ", 1)[1].strip()
+                    break
+
+        async def drain() -> None:
+            with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                while True:
+                    await lines.receive()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain)
+            try:
+                yield url, proc
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if proc.returncode is None:
+                        proc.terminate()
+                    with anyio.move_on_after(10):
+                        await proc.wait()
+                    if proc.returncode is None:
+                        proc.kill()
+                        await proc.wait()
+                tg.cancel_scope.cancel()

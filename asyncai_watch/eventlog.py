@@ -28,7 +28,7 @@ from typing import Any, Final
 import attrs
 
 from asyncai_watch.diff import item_key
-from asyncai_watch.events import GAP, Event
+from asyncai_watch.events import GAP, Event, make_event
 
 __all__ = [
     "GAP_LIMIT",
@@ -209,20 +209,22 @@ class Sequencer:
         elif hole_from is not None:
             gaps.append(_gap(GAP_TRUNCATED, hole_from, new[0][0] - 1, hole_missed))
         self.last_seq = new[-1][0]
-        key = item_key
-        gaps.extend(
-            [
-                Event(
-                    type=ev["type"],
-                    key=key(ev.get("object")),
-                    old=ev.get("old"),
-                    new=ev.get("object"),
-                    seq=seq,
-                    fields=ev,
-                )
-                for seq, ev in new
-            ]
-        )
+        append = gaps.append
+        make = make_event
+        for seq, ev in new:
+            obj = ev.get("object")
+            # item_key's usual answer inline: a Kubernetes object's non-empty string
+            # metadata.uid; anything else gets the full rules.
+            key: str | None = None
+            if type(obj) is dict:
+                meta = obj.get("metadata")
+                if type(meta) is dict:
+                    uid = meta.get("uid")
+                    if type(uid) is str and uid:
+                        key = uid
+            if key is None:
+                key = item_key(obj)
+            append(make(ev["type"], key, ev.get("old"), obj, (), seq, ev))
         return FeedResult(gaps, error)
 
 

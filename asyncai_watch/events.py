@@ -74,3 +74,34 @@ class Event:
         if self.seq is not None:
             out["seq"] = self.seq
         return out
+
+
+# A fast constructor for the hot paths (the event-log sequencer and annotate build one or two
+# Events per event): attrs' generated __init__ goes through type.__call__ and a keyword call,
+# about twice the cost of setting the slots directly. Same fields, no defaults: every
+# argument is given. The class has no validators or converters, so the result is identical.
+_new_object = object.__new__
+_set_type, _set_key, _set_old, _set_new, _set_changed, _set_seq, _set_fields = (
+    Event.__dict__[a.name].__set__ for a in attrs.fields(Event)
+)
+
+
+def make_event(
+    type: str,
+    key: str | None,
+    old: Any,
+    new: Any,
+    changed: tuple[str, ...],
+    seq: int | None,
+    fields: Mapping[str, Any],
+) -> Event:
+    """``Event(type=..., key=..., ...)`` with every field given, built without ``__init__``."""
+    ev: Event = _new_object(Event)
+    _set_type(ev, type)
+    _set_key(ev, key)
+    _set_old(ev, old)
+    _set_new(ev, new)
+    _set_changed(ev, changed)
+    _set_seq(ev, seq)
+    _set_fields(ev, fields)
+    return ev

@@ -76,21 +76,6 @@ def _one_line(text: str) -> str:
     return text
 
 
-def _lookup(obj: Any, path: str) -> Any:
-    """The value at a dotted path; keys may themselves hold dots (``app.kubernetes.io/name``)."""
-    if path == ROOT:
-        return obj
-    # Fast path: every dot separates keys (the usual case).
-    node = obj
-    for part in path.split("."):
-        if type(node) is not dict or part not in node:
-            break
-        node = node[part]
-    else:
-        return node
-    return _lookup_dotted(obj, path)
-
-
 def _lookup_dotted(obj: Any, path: str) -> Any:
     if not isinstance(obj, Mapping):
         return _MISSING
@@ -113,34 +98,67 @@ def _narrow(path: str, a: Any, b: Any) -> tuple[str, Any, Any]:
     ``status.conditions`` whose only difference is one condition's status reads as
     ``status.conditions[0].status: False→True`` instead of two cut-off lists.
     """
+    # Plain loops: the containers met here are small (a few conditions, a few keys), where
+    # a loop beats building iterator chains. Elements compare with ``!=`` (not ``is``).
     for _ in range(_NARROW_STEPS):
-        if type(a) is list and type(b) is list and len(a) == len(b) <= _NARROW_LIST:
-            diffs = list(compress(range(len(a)), map(ne, a, b)))
-            if len(diffs) != 1:
+        if type(a) is list and type(b) is list:
+            n = len(a)
+            if n != len(b) or n > _NARROW_LIST:
                 break
-            i = diffs[0]
+            i = -1
+            for j in range(n):
+                if a[j] != b[j]:
+                    if i != -1:
+                        i = -2
+                        break
+                    i = j
+            if i < 0:
+                break
             path, a, b = f"{path}[{i}]", a[i], b[i]
         elif type(a) is dict and type(b) is dict:
-            ka = list(a)
-            keys = list(compress(ka, map(ne, a.values(), map(b.get, ka, repeat(_MISSING)))))
+            get = b.get
+            keys = [k for k, v in a.items() if v != get(k, _MISSING)]
             if len(b) != len(a) or b.keys() != a.keys():
                 keys += [k for k in b if k not in a]
             if len(keys) != 1 or type(keys[0]) is not str:
                 break
             k = keys[0]
-            path, a, b = (f"{path}.{k}" if path else k), a.get(k, _MISSING), b.get(k, _MISSING)
+            path, a, b = (f"{path}.{k}" if path else k), a.get(k, _MISSING), get(k, _MISSING)
         else:
             break
     return path, a, b
 
 
+def _short(value: Any) -> str:
+    # short_value with its common case (a short one-line string) tested without a call.
+    if type(value) is str and len(value) <= MAX_VALUE_CHARS and "\n" not in value and "\r" not in value:
+        return value
+    return _UNSET if value is _MISSING else short_value(value)
+
+
 def _change(path: str, old: Any, new: Any) -> str:
-    a = _lookup(old, path)
-    b = _lookup(new, path)
-    if type(a) in (list, dict) and type(b) is type(a):
+    if path == ROOT:
+        a, b = old, new
+    else:
+        # _lookup for both sides with one split (every dot separates keys, the usual case).
+        parts = path.split(".")
+        a = old
+        for part in parts:
+            if type(a) is not dict or part not in a:
+                a = _lookup_dotted(old, path)
+                break
+            a = a[part]
+        b = new
+        for part in parts:
+            if type(b) is not dict or part not in b:
+                b = _lookup_dotted(new, path)
+                break
+            b = b[part]
+    ta = type(a)
+    if (ta is list or ta is dict) and type(b) is ta:
         path, a, b = _narrow(path, a, b)
-    sa = _UNSET if a is _MISSING else short_value(a)
-    sb = _UNSET if b is _MISSING else short_value(b)
+    sa = _short(a)
+    sb = _short(b)
     if sa == sb:
         return path or "value"
     return f"{path}: {sa}→{sb}" if path else f"{sa}→{sb}"
@@ -148,7 +166,10 @@ def _change(path: str, old: Any, new: Any) -> str:
 
 def _changes(event: Event) -> str:
     changed = event.changed
-    shown = [_change(p, event.old, event.new) for p in changed[:MAX_CHANGES_SHOWN]]
+    old, new = event.old, event.new
+    if len(changed) == 1:
+        return f" ({_change(changed[0], old, new)})"
+    shown = [_change(p, old, new) for p in changed[:MAX_CHANGES_SHOWN]]
     if len(changed) > MAX_CHANGES_SHOWN:
         shown.append(f"+{len(changed) - MAX_CHANGES_SHOWN} more")
     return " (" + ", ".join(shown) + ")"
@@ -191,6 +212,25 @@ def _error_line(event: Event) -> str:
 
 def default_line(event: Event) -> str:
     """The line a watch without a filter puts in its notice (see the module docstring)."""
+    typ = event.type
+    new = event.new
+    obj = new if new is not None else event.old
+    # The common case first: a Kubernetes-like object (dict metadata with a string name).
+    meta = obj.get("metadata") if type(obj) is dict else None
+    if type(meta) is dict and typ != GAP and typ != ERROR and typ != CHANGED:
+        name = meta.get("name")
+        if type(name) is str and name:
+            ns = meta.get("namespace")
+            head = f"{typ} {ns}/{name}" if type(ns) is str and ns else f"{typ} {name}"
+            if event.changed and typ == MODIFIED:
+                head += _changes(event)
+            if "\n" in head or "\r" in head:
+                return _one_line(head)
+            return head
+    return _other_line(event)
+
+
+def _other_line(event: Event) -> str:
     typ = event.type
     if typ == GAP:
         return _gap_line(event.fields)

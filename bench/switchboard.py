@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,12 +27,12 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from asyncai_agent.channels import ChannelExtension
+from asyncai_servers._http import running_http_server
 from asyncai_servers.switchboard.config import parse_credentials
 from asyncai_servers.switchboard.core import Switchboard
 from asyncai_servers.switchboard.ledger_sqlite import SqliteLedger
@@ -71,36 +70,8 @@ async def server(config: Path, store: list[str]) -> AsyncIterator[str]:
         "--http",
         "127.0.0.1:0",
     ]
-    async with await anyio.open_process(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    ) as proc:
-        assert proc.stderr is not None
-        lines = BufferedByteReceiveStream(proc.stderr)
-        with anyio.fail_after(60):
-            while True:
-                line = (await lines.receive_until(b"\n", 65536)).decode()
-                if line.startswith("READY "):
-                    url = line.split(" ", 1)[1].strip()
-                    break
-
-        async def drain() -> None:
-            try:
-                while True:
-                    await lines.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                return
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drain)
-            try:
-                yield url
-            finally:
-                proc.terminate()
-                with anyio.move_on_after(10):
-                    await proc.wait()
-                if proc.returncode is None:
-                    proc.kill()
-                tg.cancel_scope.cancel()
+    async with running_http_server(argv, ready_timeout=60) as (url, _proc):
+        yield url
 
 
 @asynccontextmanager

@@ -9,18 +9,18 @@ handler's URI check, and updates published on the subscription bus.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated
 
+from asyncai_servers._http import running_http_server
 from asyncai_servers.memo import build_server
 from asyncai_servers.memo.__main__ import main as memo_main
 
@@ -33,44 +33,8 @@ async def memo_http_server(
     *extra_args: str, address: str = "127.0.0.1:0"
 ) -> AsyncIterator[tuple[str, anyio.abc.Process]]:
     """Run ``asyncai_servers.memo --http ADDRESS``; yield its URL (from the READY line) and process."""
-    argv = [*MEMO, "--http", address, *extra_args]
-    async with await anyio.open_process(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    ) as proc:
-        assert proc.stderr is not None
-        lines = BufferedByteReceiveStream(proc.stderr)
-        seen: list[str] = []
-        with anyio.fail_after(30):
-            while True:  # reading output lines until the READY line: a signal, not a poll
-                try:
-                    line = (await lines.receive_until(b"\n", 65536)).decode()
-                except anyio.IncompleteRead:
-                    pytest.fail(f"memo --http exited before READY; stderr: {seen}")
-                seen.append(line)
-                if line.startswith("READY "):
-                    url = line.split(" ", 1)[1].strip()
-                    break
-
-        async def drain() -> None:
-            # Keep reading stderr so a chatty server never blocks on a full pipe.
-            try:
-                while True:
-                    await lines.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                return
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drain)
-            try:
-                yield url, proc
-            finally:
-                if proc.returncode is None:
-                    proc.terminate()
-                with anyio.move_on_after(5):
-                    await proc.wait()
-                if proc.returncode is None:
-                    proc.kill()
-                tg.cancel_scope.cancel()
+    async with running_http_server([*MEMO, "--http", address, *extra_args]) as running:
+        yield running
 
 
 def stdio_params(*extra_args: str) -> StdioServerParameters:
@@ -215,9 +179,32 @@ async def test_http_second_client_write_reaches_first_clients_listen() -> None:
                 assert await read_notes(watcher) == {"from": "writer", "n": 2}
 
 
+@pytest.mark.anyio
+async def test_also_http_serves_one_memo_to_a_stdio_watcher_and_an_http_writer(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    params = stdio_params("--also-http", "127.0.0.1:0", "--ready-file", str(ready))
+    async with Client(params, cache=None) as watcher:
+        # HTTP comes up before stdio answers, so the file is complete once we are connected.
+        url = ready.read_text().split(" ", 1)[1].strip()
+        assert url.startswith("http://127.0.0.1:")
+        async with (
+            Client(url, cache=None) as writer,
+            watcher.listen(resource_subscriptions=["memo://notes"]) as sub,
+        ):
+            await set_note(writer, "todo", "buy milk")
+            with anyio.fail_after(WAIT):
+                assert await sub.__anext__() == ResourceUpdated(uri="memo://notes")
+            assert await read_notes(watcher) == {"todo": "buy milk"}
+            await set_note(watcher, "owner", "me")
+            assert await read_notes(writer) == {"owner": "me", "todo": "buy milk"}
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["--ready-file", "x"], "--ready-file needs --also-http"),
+        (["--http", "127.0.0.1:0", "--also-http", "127.0.0.1:0"], "not both"),
+        (["--also-http", "nope"], "--also-http expects HOST:PORT"),
         (["--http", "nonsense"], "--http expects HOST:PORT"),
         (["--http", "127.0.0.1:99999"], "--http expects HOST:PORT"),
         (["--bearer-token", "x"], "--bearer-token needs --http"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,7 +23,6 @@ import anyio
 import anyio.abc
 import httpx2
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourceUpdated
@@ -32,6 +30,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from pg import Store, pg_store_fixture, postgres_server, store_fixture  # noqa: F401  (fixtures)
 
 from asyncai_agent.channels import ChannelExtension
+from asyncai_servers._http import running_http_server
 from asyncai_servers.switchboard.__main__ import main as switchboard_main
 from asyncai_watch.events import EVENTS_MIME_TYPE
 from asyncai_watch.notice import Notice
@@ -87,42 +86,8 @@ async def switchboard_http(
 ) -> AsyncIterator[Running]:
     """Run the server on ``--http 127.0.0.1:0``; yield its URL (from the READY line) and process."""
     argv = [*SWITCHBOARD, "--config", str(config), *store.cli, "--http", http, *extra]
-    async with await anyio.open_process(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    ) as proc:
-        assert proc.stderr is not None
-        lines = BufferedByteReceiveStream(proc.stderr)
-        seen: list[str] = []
-        with anyio.fail_after(30):
-            while True:  # reading output lines until READY: a signal, not a poll
-                try:
-                    line = (await lines.receive_until(b"\n", 65536)).decode()
-                except anyio.IncompleteRead:
-                    pytest.fail(f"switchboard exited before READY; stderr: {seen}")
-                seen.append(line)
-                if line.startswith("READY "):
-                    url = line.split(" ", 1)[1].strip()
-                    break
-
-        async def drain() -> None:
-            try:
-                while True:
-                    await lines.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                return
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drain)
-            try:
-                yield Running(url, proc)
-            finally:
-                if proc.returncode is None:
-                    proc.terminate()
-                with anyio.move_on_after(10):
-                    await proc.wait()
-                if proc.returncode is None:
-                    proc.kill()
-                tg.cancel_scope.cancel()
+    async with running_http_server(argv) as (url, proc):
+        yield Running(url, proc)
 
 
 class Inbox:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import hmac
 import os
 import sys
@@ -12,7 +13,7 @@ from mcp.server.stdio import stdio_server
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from asyncai_servers._http import parse_host_port, serve_http
-from asyncai_servers.memo.server import build_server
+from asyncai_servers.memo.server import MemoState, build_server
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,13 +33,42 @@ def _parser() -> argparse.ArgumentParser:
         help="serve MCP Streamable HTTP at http://HOST:PORT/mcp instead of stdio "
         "(port 0 picks a free port; the URL is printed as 'READY <url>' on stderr)",
     )
+    parser.add_argument(
+        "--also-http",
+        metavar="HOST:PORT",
+        help="serve stdio AND Streamable HTTP on one shared memo, so a second client can write while the "
+        "stdio client watches; HTTP is up before stdio answers",
+    )
+    parser.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="with --also-http: write 'READY <url>' to PATH once HTTP is up (before stdio answers)",
+    )
     return parser
 
 
-async def _serve_stdio() -> None:
-    server = build_server()
+async def _serve_stdio(state: MemoState | None = None) -> None:
+    server = build_server(state)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
+
+
+async def _serve_stdio_and_http(host: str, port: int, ready_file: str | None, token: str | None) -> None:
+    memo = MemoState()  # one memo and one bus behind both transports
+    app: ASGIApp = build_server(memo).streamable_http_app(host=host)
+    if token:
+        app = _require_bearer(app, token)
+    http_up, stop = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as tg:
+        with open(ready_file or os.devnull, "w", encoding="utf-8") as ready:  # noqa: ASYNC230 - one tiny write
+            tg.start_soon(
+                functools.partial(
+                    serve_http, app, host, port, ready=ready, on_ready=lambda _url: http_up.set()
+                )
+            )
+            await http_up.wait()
+        await _serve_stdio(memo)  # the stdio client going away ends the process
+        stop.set()
 
 
 def _require_bearer(app: ASGIApp, token: str) -> ASGIApp:
@@ -73,9 +103,21 @@ async def _serve_http(host: str, port: int, token: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.ready_file is not None and args.also_http is None:
+        _parser().error("--ready-file needs --also-http")
+    if args.also_http is not None:
+        if args.http is not None:
+            _parser().error("use either --http (HTTP only) or --also-http (stdio and HTTP), not both")
+        try:
+            host, port = parse_host_port(args.also_http)
+        except ValueError as exc:
+            _parser().error(str(exc).replace("--http", "--also-http"))
+        token = args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
+        anyio.run(_serve_stdio_and_http, host, port, args.ready_file, token)
+        return 0
     if args.http is None:
         if args.bearer_token is not None:
-            _parser().error("--bearer-token needs --http (stdio has no auth)")
+            _parser().error("--bearer-token needs --http or --also-http (stdio has no auth)")
         anyio.run(_serve_stdio)
         return 0
     try:

@@ -1,7 +1,8 @@
 """The bounded event ring every event-log server keeps (ADR "Read shape", event-log).
 
 Reads are stateless: any number of readers share one ring and each keeps its
-own last-seen ``seq``. A reader that fell more than ``capacity`` events behind
+own last-seen ``seq``. The body also carries ``last_seq``, the newest seq ever
+appended, so a reader whose baseline found the ring empty knows where it stands. A reader that fell more than ``capacity`` events behind
 sees the oldest ``seq`` jump past its last seen + 1 and reports a GAP.
 """
 
@@ -41,7 +42,9 @@ class EventRing:
         return self.append({"type": "ERROR", "message": message})
 
     def body(self) -> dict[str, Any]:
-        return {"events": list(self._events)}
+        """``{"last_seq": n, "events": [...]}``: ``last_seq`` lets a baseline of an empty (or
+        drained) ring still measure a later GAP from the right place."""
+        return {"last_seq": self._seq, "events": list(self._events)}
 
     def text(self) -> str:
         """The read body as JSON text."""

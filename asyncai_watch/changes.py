@@ -46,13 +46,55 @@ def changed_paths(old: Any, new: Any, *, max_depth: int = 3) -> tuple[str, ...]:
 
 
 def _changed(old: Any, new: Any, max_depth: int) -> tuple[str, ...]:
-    if _is_map(old) and _is_map(new):
+    if (type(old) is dict and type(new) is dict) or (_is_map(old) and _is_map(new)):
         out: list[str] = []
-        _walk(old, new, "", 1, max_depth, _NOTHING, out)
+        _walk_top(old, new, max_depth, out)
         if len(out) > 1:
             out.sort()
         return tuple(out)
     return () if old == new else (ROOT,)
+
+
+# The two walks below are the pipeline's hot loop (one call per MODIFIED event, then one
+# per changed object below it): _is_map is inlined, since a call costs more than the test,
+# and most values are equal, so the first tests skip them. The top level is its own
+# function: it is where metadata is handled, and it needs no prefix or ignore set.
+
+
+def _walk_top(old: Mapping[str, Any], new: Mapping[str, Any], max_depth: int, out: list[str]) -> None:
+    get = new.get
+    deeper = max_depth > 1
+    missing = False  # a key of old that new lacks (then new may have keys old lacks)
+    for k, a in old.items():
+        b = get(k, _MISSING)
+        if a is b:
+            continue
+        if b is _MISSING:
+            missing = True
+        if a == b:
+            continue
+        path = k if type(k) is str else str(k)
+        ta = type(a)
+        tb = type(b)
+        if (ta is dict or (ta not in _PLAIN and isinstance(a, Mapping))) and (
+            tb is dict or (tb not in _PLAIN and isinstance(b, Mapping))
+        ):
+            if k == "metadata":
+                # Metadata counts only for what is not bookkeeping, at any depth limit.
+                if _equal_but(a, b):
+                    continue
+                if deeper:
+                    _walk(a, b, path, 2, max_depth, IGNORED_METADATA, out)
+                    continue
+            elif deeper:
+                _walk(a, b, path, 2, max_depth, _NOTHING, out)
+                continue
+        out.append(path)
+    # Same size and every key of old in new: the same keys (cheaper than comparing key views).
+    if missing or len(new) != len(old):
+        for k in new:
+            if k not in old:
+                out.append(k if type(k) is str else str(k))
 
 
 def _walk(
@@ -64,32 +106,28 @@ def _walk(
     ignore: frozenset[str],
     out: list[str],
 ) -> None:
-    # The hot loop of the pipeline: _is_map is inlined (a call costs more than the test)
-    # and most values are equal, so the first test skips them.
     get = new.get
     deeper = depth < max_depth
+    missing = False
     for k, a in old.items():
         b = get(k, _MISSING)
-        if a is b or a == b or (ignore and k in ignore):
+        if a is b:
+            continue
+        if b is _MISSING:
+            missing = True
+        if a == b or (ignore and k in ignore):
             continue
         path = f"{prefix}.{k}" if prefix else str(k)
-        ta = type(a)
-        tb = type(b)
-        if (ta is dict or (ta not in _PLAIN and isinstance(a, Mapping))) and (
-            tb is dict or (tb not in _PLAIN and isinstance(b, Mapping))
-        ):
-            if depth == 1 and k == "metadata":
-                # Metadata counts only for what is not bookkeeping, at any depth limit.
-                if _equal_but(a, b):
-                    continue
-                if deeper:
-                    _walk(a, b, path, 2, max_depth, IGNORED_METADATA, out)
-                    continue
-            elif deeper:
+        if deeper:
+            ta = type(a)
+            tb = type(b)
+            if (ta is dict or (ta not in _PLAIN and isinstance(a, Mapping))) and (
+                tb is dict or (tb not in _PLAIN and isinstance(b, Mapping))
+            ):
                 _walk(a, b, path, depth + 1, max_depth, _NOTHING, out)
                 continue
         out.append(path)
-    if len(new) != len(old) or new.keys() != old.keys():
+    if missing or len(new) != len(old):
         for k in new:
             if k not in old and not (ignore and k in ignore):
                 out.append(f"{prefix}.{k}" if prefix else str(k))
@@ -120,7 +158,18 @@ def annotate(event: Event) -> Event | None:
         return event
     if event.old is None and (event.fields and "old" not in event.fields):
         return event
-    changed = _changed(event.old, event.new, 3)
-    if not changed:
-        return None
-    return make_event(event.type, event.key, event.old, event.new, changed, event.seq, event.fields)
+    old, new = event.old, event.new
+    # _changed(old, new, 3), its usual case (two dicts) without the call.
+    if type(old) is dict and type(new) is dict:
+        out: list[str] = []
+        _walk_top(old, new, 3, out)
+        if not out:
+            return None
+        if len(out) > 1:
+            out.sort()
+        changed = tuple(out)
+    else:
+        changed = _changed(old, new, 3)
+        if not changed:
+            return None
+    return make_event(event.type, event.key, old, new, changed, event.seq, event.fields)

@@ -16,6 +16,8 @@ import math
 
 __all__ = ["Debouncer"]
 
+_isfinite = math.isfinite
+
 
 class Debouncer:
     __slots__ = ("_counts", "_first", "_last", "_total", "max_lines", "max_wait", "quiet")
@@ -53,17 +55,21 @@ class Debouncer:
 
     def add(self, line: str, now: float) -> float:
         """Add a line that arrived at ``now``; returns the (new) deadline."""
-        if not math.isfinite(now):
+        if not _isfinite(now):
             raise ValueError(f"Debouncer.add: now must be a finite time, got {now!r}")
-        if not self._total:
-            self._first = now
-        # A clock that steps back must not push the deadline out: keep the latest time.
-        if now > self._last or self._total == 0:
+        total = self._total
+        if not total:
+            self._first = self._last = now
+        elif now > self._last:
+            # A clock that steps back must not push the deadline out: keep the latest time.
             self._last = now
         counts = self._counts
         counts[line] = counts.get(line, 0) + 1
-        self._total += 1
-        return min(self._last + self.quiet, self._first + self.max_wait)
+        self._total = total + 1
+        # min() of the two, without the builtin call (this runs once per line).
+        quiet_end = self._last + self.quiet
+        cap = self._first + self.max_wait
+        return cap if cap < quiet_end else quiet_end
 
     def flush_due(self, now: float) -> str | None:
         """The notice text when the deadline has passed at ``now``, else ``None``."""

@@ -86,6 +86,18 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+def _high_water(body: str | bytes | bytearray | Mapping[str, Any]) -> int | None:
+    """The body's optional top-level ``last_seq`` (an int >= 0), else None."""
+    data: Any = body
+    if isinstance(body, str | bytes | bytearray):
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+    mark = data.get("last_seq") if isinstance(data, Mapping) else None
+    return mark if type(mark) is int and mark >= 0 else None
+
+
 def _parse(
     body: str | bytes | bytearray | Mapping[str, Any],
 ) -> tuple[list[tuple[int, Any]], BodyError | None]:
@@ -167,12 +179,19 @@ class Sequencer:
     def prime(self, body: str | bytes | bytearray | Mapping[str, Any]) -> BodyError | None:
         """Take the baseline read: remember its newest seq, deliver nothing.
 
-        An empty log leaves ``last_seq`` as it was, so the next read's events are all new
-        and none is reported missed (seqs need not start at 1).
+        The newest seq is the highest event ``seq``, or the body's optional top-level
+        ``last_seq`` (the server's high-water mark) when that is higher: with it, an empty
+        log still gives a point to measure a GAP from. A body with neither leaves
+        ``last_seq`` as it was, so the next read's events are all new and none is reported
+        missed (seqs need not start at 1).
         """
         items, error = _parse(body)
-        if items:
-            self.last_seq = max(seq for seq, _ in items)
+        marks = [seq for seq, _ in items]
+        mark = _high_water(body)
+        if mark is not None:
+            marks.append(mark)
+        if marks:
+            self.last_seq = max(marks)
         return error
 
     def feed(

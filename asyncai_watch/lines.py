@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from itertools import compress, repeat
-from operator import ne
 from typing import Any, Final
 
 from asyncai_watch.changes import ROOT
@@ -44,6 +42,8 @@ _NARROW_LIST: Final = 100
 # For display only: the server's key order, built once (json.dumps would build one per call).
 _DISPLAY: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
 _MISSING: Final = object()
+_PARTS: Final[dict[str, list[str]]] = {}
+_PARTS_MAX: Final = 1024
 
 
 def _cut(text: str, limit: int) -> str:
@@ -117,8 +117,15 @@ def _narrow(path: str, a: Any, b: Any) -> tuple[str, Any, Any]:
             path, a, b = f"{path}[{i}]", a[i], b[i]
         elif type(a) is dict and type(b) is dict:
             get = b.get
-            keys = [k for k, v in a.items() if v != get(k, _MISSING)]
-            if len(b) != len(a) or b.keys() != a.keys():
+            keys = []
+            missing = False  # a key of a that b lacks (then b may have keys a lacks)
+            for k, v in a.items():
+                w = get(k, _MISSING)
+                if w is _MISSING:
+                    missing = True
+                if v != w:
+                    keys.append(k)
+            if missing or len(b) != len(a):
                 keys += [k for k in b if k not in a]
             if len(keys) != 1 or type(keys[0]) is not str:
                 break
@@ -129,19 +136,23 @@ def _narrow(path: str, a: Any, b: Any) -> tuple[str, Any, Any]:
     return path, a, b
 
 
-def _short(value: Any) -> str:
-    # short_value with its common case (a short one-line string) tested without a call.
-    if type(value) is str and len(value) <= MAX_VALUE_CHARS and "\n" not in value and "\r" not in value:
-        return value
-    return _UNSET if value is _MISSING else short_value(value)
+def _parts(path: str) -> list[str]:
+    # Changed paths repeat (``status.phase`` on every pod update): split each once. Bounded,
+    # since keys come from the watched data.
+    parts = _PARTS.get(path)
+    if parts is None:
+        if len(_PARTS) >= _PARTS_MAX:
+            _PARTS.clear()
+        parts = _PARTS[path] = path.split(".")
+    return parts
 
 
 def _change(path: str, old: Any, new: Any) -> str:
     if path == ROOT:
         a, b = old, new
     else:
-        # _lookup for both sides with one split (every dot separates keys, the usual case).
-        parts = path.split(".")
+        # _lookup for both sides, the usual case inline: every dot separates keys.
+        parts = _PARTS.get(path) or _parts(path)
         a = old
         for part in parts:
             if type(a) is not dict or part not in a:
@@ -157,8 +168,15 @@ def _change(path: str, old: Any, new: Any) -> str:
     ta = type(a)
     if (ta is list or ta is dict) and type(b) is ta:
         path, a, b = _narrow(path, a, b)
-    sa = _short(a)
-    sb = _short(b)
+    # short_value, its common case (a short one-line string) without a call.
+    if type(a) is str and len(a) <= MAX_VALUE_CHARS and "\n" not in a and "\r" not in a:
+        sa = a
+    else:
+        sa = _UNSET if a is _MISSING else short_value(a)
+    if type(b) is str and len(b) <= MAX_VALUE_CHARS and "\n" not in b and "\r" not in b:
+        sb = b
+    else:
+        sb = _UNSET if b is _MISSING else short_value(b)
     if sa == sb:
         return path or "value"
     return f"{path}: {sa}→{sb}" if path else f"{sa}→{sb}"
@@ -167,11 +185,14 @@ def _change(path: str, old: Any, new: Any) -> str:
 def _changes(event: Event) -> str:
     changed = event.changed
     old, new = event.old, event.new
-    if len(changed) == 1:
+    n = len(changed)
+    if n == 1:
         return f" ({_change(changed[0], old, new)})"
+    if n == 2:
+        return f" ({_change(changed[0], old, new)}, {_change(changed[1], old, new)})"
     shown = [_change(p, old, new) for p in changed[:MAX_CHANGES_SHOWN]]
-    if len(changed) > MAX_CHANGES_SHOWN:
-        shown.append(f"+{len(changed) - MAX_CHANGES_SHOWN} more")
+    if n > MAX_CHANGES_SHOWN:
+        shown.append(f"+{n - MAX_CHANGES_SHOWN} more")
     return " (" + ", ".join(shown) + ")"
 
 

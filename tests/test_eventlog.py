@@ -277,3 +277,28 @@ def test_never_twice_and_gap_exactly_when_skipped(
     else:
         assert delivered == []
         assert gapped == []
+
+
+def test_an_empty_baseline_with_last_seq_still_measures_a_gap() -> None:
+    # A server's ring was empty at the baseline (last_seq 0); 300 events later the ring holds
+    # only the newest 256: the first 44 were missed, and the reader must be told.
+    sequencer = Sequencer()
+    assert sequencer.prime({"last_seq": 0, "events": []}) is None
+    assert sequencer.last_seq == 0
+    ring = [{"seq": n, "type": "ADDED", "object": {"metadata": {"uid": str(n)}}} for n in range(45, 301)]
+    fed = sequencer.feed({"last_seq": 300, "events": ring})
+    assert fed.error is None
+    gap, *delivered = fed.events
+    assert gap.type == "GAP"
+    assert (gap.fields["from_seq"], gap.fields["to_seq"], gap.fields["missed"]) == (1, 44, 44)
+    assert [e.seq for e in delivered] == list(range(45, 301))
+
+
+def test_last_seq_is_ignored_unless_it_is_a_non_negative_int() -> None:
+    for bad in (True, -1, "7", 1.5, None):
+        sequencer = Sequencer()
+        assert sequencer.prime({"last_seq": bad, "events": []}) is None
+        assert sequencer.last_seq is None
+    sequencer = Sequencer()
+    sequencer.prime('{"last_seq": 3, "events": [{"seq": 9, "type": "ADDED"}]}')
+    assert sequencer.last_seq == 9  # the higher of the two marks wins

@@ -220,11 +220,7 @@ class _Watcher:
         found = await anyio.to_thread.run_sync(scan, spec)
         if not state.seeded:
             state.known = found
-            state.seeded = True
-            # A first event gives every reader's baseline a seq, so a reader that later
-            # falls more than the ring behind is told GAP (an empty baseline has no seq
-            # to measure from). It is in every baseline, so no watch ever delivers it.
-            state.ring.append({"type": "SYNCED", "message": f"watching {spec.path}: {len(found)} entries"})
+            state.seeded = True  # the ring's last_seq (0 here) gives baselines a seq to measure GAPs from
             return
         # Restarted (or a watch of this URI ran before): report what changed meanwhile.
         observed: dict[str, FileObject | None] = dict.fromkeys(state.known)

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Protocol
 
 import anyio
 
+from asyncai_watch.clock import Clock  # the library's protocol; tests pass its FakeClock
+
 __all__ = ["Clock", "WallClock"]
-
-
-class Clock(Protocol):
-    """What the lease timer needs; tests pass a manual clock they advance by hand."""
-
-    def now(self) -> float: ...
-
-    async def sleep_until(self, deadline: float) -> None: ...
 
 
 class WallClock:

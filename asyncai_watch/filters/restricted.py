@@ -34,6 +34,8 @@ __all__ = ["FILENAME", "RestrictedFilterSession", "RestrictedPythonEngine", "che
 FILENAME: Final = "<on_event>"
 MAX_DEATHS_PER_BATCH: Final = 3
 _CHUNK: Final = 256 * 1024
+_STARTUP_TIMEOUT: Final = 30.0
+"""Seconds a new worker may take to start and compile the source (a loaded machine is slow)."""
 
 # The package root goes at the *end* of sys.path: an installed asyncai_watch wins, and a
 # plain checkout still works under -I (which leaves the current directory out).
@@ -181,7 +183,7 @@ class RestrictedFilterSession:
     async def start(self) -> None:
         """Start the worker and compile the source in it. FilterError if either fails."""
         try:
-            with anyio.fail_after(max(30.0, self._watchdog)):
+            with anyio.fail_after(max(_STARTUP_TIMEOUT, self._watchdog) + 5):
                 await self._spawn()
         except TimeoutError:
             await self._discard()
@@ -205,7 +207,11 @@ class RestrictedFilterSession:
         self._lines.clear()
         self._fatal = None
         try:
-            reply = await self._request(["init", self.source, FILENAME, self._names])
+            # Starting Python and importing RestrictedPython is not the filter's fault: init gets
+            # the startup bound, not the (possibly short) watchdog.
+            reply = await self._request(
+                ["init", self.source, FILENAME, self._names], silence=max(_STARTUP_TIMEOUT, self._watchdog)
+            )
         except _WorkerGone as gone:
             await self._discard()
             raise FilterError(f"the filter worker {gone.reason}") from None
@@ -216,9 +222,9 @@ class RestrictedFilterSession:
             await self._discard()
             raise FilterError(f"the filter worker answered {str(reply)[:200]} to init")
 
-    async def _request(self, message: list[Any]) -> Any:
+    async def _request(self, message: list[Any], *, silence: float | None = None) -> Any:
         await self._send(message)
-        return await self._recv()
+        return await self._recv(silence=silence)
 
     async def _send(self, message: list[Any]) -> None:
         assert self._proc is not None
@@ -228,11 +234,11 @@ class RestrictedFilterSession:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             raise _WorkerGone(await self._exit_reason()) from None
 
-    async def _recv(self) -> Any:
+    async def _recv(self, *, silence: float | None = None) -> Any:
         """The worker's next message. Lines already received are returned without waiting,
         so a batch's outcomes (usually one chunk) cost one wakeup, not one per line."""
         if not self._lines:
-            await self._fill()
+            await self._fill(self._watchdog if silence is None else silence)
         raw = self._lines.popleft()
         try:
             message = _wire.decode(raw)
@@ -246,11 +252,12 @@ class RestrictedFilterSession:
             raise _WorkerGone(await self._exit_reason())
         return message
 
-    async def _fill(self) -> None:
+    async def _fill(self, silence: float) -> None:
+        """Read until a whole line arrives; a worker silent for ``silence`` s is killed."""
         assert self._proc is not None
         assert self._proc.stdout is not None
         stdout = self._proc.stdout
-        with anyio.move_on_after(self._watchdog):
+        with anyio.move_on_after(silence):
             while not self._lines:
                 try:
                     chunk = await stdout.receive(_CHUNK)
@@ -265,7 +272,7 @@ class RestrictedFilterSession:
                 self._partial = bytearray(rest)
                 self._lines.extend(complete)
             return
-        raise _WorkerGone(f"stopped answering for {self._watchdog:g} s and was killed")
+        raise _WorkerGone(f"stopped answering for {silence:g} s and was killed")
 
     async def _exit_reason(self) -> str:
         proc = self._proc
@@ -323,7 +330,11 @@ class RestrictedFilterSession:
         if self._proc is None:
             return
         try:
-            reply = await self._request(["init", self.source, FILENAME, self._names])
+            # Starting Python and importing RestrictedPython is not the filter's fault: init gets
+            # the startup bound, not the (possibly short) watchdog.
+            reply = await self._request(
+                ["init", self.source, FILENAME, self._names], silence=max(_STARTUP_TIMEOUT, self._watchdog)
+            )
         except _WorkerGone:
             await self._discard()
             return

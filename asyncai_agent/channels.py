@@ -130,7 +130,9 @@ class ChannelPuller:
         self._send, self._recv = anyio.create_memory_object_stream[Notice](buffer)
         self._backoff = tuple(backoff) or DEFAULT_BACKOFF
         self._sleep = sleep
-        self._announced: OrderedDict[str, None] = OrderedDict()
+        # todo id -> the drain generation that last saw (or rang) it; see drain().
+        self._announced: OrderedDict[str, int] = OrderedDict()
+        self._generation = 0
         self._remember = remember
         self._drain_wanted = anyio.Event()
         self.extension = ChannelExtension(server, self._doorbell)
@@ -146,29 +148,37 @@ class ChannelPuller:
         return self._recv
 
     # -- inputs ------------------------------------------------------------
-    def _emit(self, notice: Notice) -> None:
+    def _emit(self, notice: Notice) -> bool:
+        """Hand ``notice`` on; False when it was dropped (full buffer, or nobody reads)."""
         try:
             self._send.send_nowait(notice)
         except anyio.WouldBlock:
             self.dropped += 1  # the todo is still in the ledger; the next drain lists it
+            return False
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
+            return False
+        return True
 
     def _remember_id(self, todo_id: str) -> bool:
-        """Record ``todo_id``; False if it was already announced."""
-        if todo_id in self._announced:
-            self._announced.move_to_end(todo_id)
-            return False
-        self._announced[todo_id] = None
+        """Mark ``todo_id`` seen in this generation; False if it was already announced."""
+        known = todo_id in self._announced
+        self._announced[todo_id] = self._generation
+        self._announced.move_to_end(todo_id)
         while len(self._announced) > self._remember:
             self._announced.popitem(last=False)
-        return True
+        return not known
+
+    def _announce(self, todo_id: str | None, notice: Notice) -> None:
+        # A notice that could not be handed on must not count as announced, or no later
+        # drain would list its todo again and the work would be lost to the agent.
+        if not self._emit(notice) and todo_id:
+            self._announced.pop(todo_id, None)
 
     def _doorbell(self, notice: Notice) -> None:
         todo_id = notice.meta.get("todo_id")
         if todo_id:
             self._remember_id(todo_id)
-        self._emit(notice)
+        self._announce(todo_id, notice)
 
     def completed(self) -> None:
         """A todo was completed: drain again (call after a successful ``todo_complete``)."""
@@ -185,8 +195,15 @@ class ChannelPuller:
 
     # -- worker ------------------------------------------------------------
     async def drain(self, client: Client) -> int:
-        """Page through ``todo_pull`` until the end; announce each open todo not announced yet."""
+        """Page through ``todo_pull`` until the end; announce each open todo not announced yet.
+
+        After a complete drain, ids that neither this drain listed nor a doorbell rang during it
+        are forgotten: those todos were claimed or done, and if one comes back to the queue (a
+        release, an expired lease) the next drain announces it again.
+        """
         self.drained = anyio.Event() if self.drained.is_set() else self.drained
+        self._generation += 1
+        generation = self._generation
         after: str | None = None
         fresh = 0
         while True:
@@ -207,22 +224,26 @@ class ChannelPuller:
                 if self._remember_id(todo_id):
                     fresh += 1
                     meta = {"todo_id": todo_id, "queue": str(todo["queue"]), "kind": str(todo["kind"])}
-                    self._emit(
+                    self._announce(
+                        todo_id,
                         Notice(
                             SOURCE_CHANNEL,
                             str(todo["summary"]),
                             meta={"server": self.server, **meta, "via": "pull"},
-                        )
+                        ),
                     )
             after = page.get("next_after")
             if after is None:
                 break
+        for todo_id in [t for t, seen in self._announced.items() if seen < generation]:
+            del self._announced[todo_id]
         self.drains += 1
         self.drained.set()
         return fresh
 
     async def run(self, client: Client) -> None:
         """Until cancelled: drain, keep a listen open, drain after each re-listen and each completion."""
+        self._drain_wanted.set()  # at start, whether or not a listen ever succeeds (pull needs no push)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._drain_on_request, client)
             await self._attach(client)
@@ -233,8 +254,12 @@ class ChannelPuller:
             self._drain_wanted = anyio.Event()
             try:
                 await self.drain(client)
-            except (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                log.warning("switchboard drain failed (%s); the next re-listen drains again", exc)
+            except Exception as exc:  # a server error or a malformed page: report it, keep the agent up
+                log.warning(
+                    "switchboard drain failed (%s: %s); the next re-listen or completion drains again",
+                    type(exc).__name__,
+                    exc,
+                )
 
     async def _attach(self, client: Client) -> None:
         failures = 0

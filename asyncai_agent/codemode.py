@@ -75,13 +75,15 @@ class CodeMode:
         except SyntaxError as exc:
             return CodeOutcome(self._cut(self._error(exc, code, printed="")))
         try:
-            with anyio.fail_after(self.run_timeout):
+            with anyio.move_on_after(self.run_timeout) as deadline:
                 result = await run_async(compiled, self.scope)
-        except TimeoutError as exc:
-            message = f"TimeoutError: run_code was cancelled after {self.run_timeout:g} s"
-            return CodeOutcome(self._cut(self._error(exc, code, last_printed(self.scope), message)))
-        except Exception as exc:  # the model sees its error and can fix the next call
+        except Exception as exc:  # the model sees its error (a tool's own TimeoutError too) and can fix it
             return CodeOutcome(self._cut(self._error(exc, code, last_printed(self.scope))))
+        if deadline.cancelled_caught:
+            message = f"TimeoutError: run_code was cancelled after {self.run_timeout:g} s"
+            return CodeOutcome(
+                self._cut(self._error(TimeoutError(message), code, last_printed(self.scope), message))
+            )
         parts = [result.printed.rstrip("\n")] if result.printed else []
         if result.value is not None:
             parts.append(format_value(result.value))

@@ -105,7 +105,8 @@ def render_notice(notice: Notice) -> RenderedNotice:
     if notice.source == SOURCE_CHANNEL:
         # Claude Code's channel shape: <channel source="server" k="v">content</channel>.
         server = meta.get("server", "")
-        rest = {k: v for k, v in meta.items() if k not in ("server", "source")}
+        # "via" (doorbell vs pull) is bookkeeping for logs, not part of the channel tag's shape.
+        rest = {k: v for k, v in meta.items() if k not in ("server", "source", "via")}
         wrapper = f'<channel source="{escape(server)}"{_attrs(rest)}>{body}</channel>'
         return RenderedNotice(
             text=f"{wrapper}\n{CHANNEL_INSTRUCTION}",

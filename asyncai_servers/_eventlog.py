@@ -2,13 +2,16 @@
 
 Reads are stateless: any number of readers share one ring and each keeps its
 own last-seen ``seq``. The body also carries ``last_seq``, the newest seq ever
-appended, so a reader whose baseline found the ring empty knows where it stands. A reader that fell more than ``capacity`` events behind
+appended, so a reader whose baseline found the ring empty knows where it stands,
+and ``log_id``, new for every ring, so a reader notices a restarted log even when
+its seqs have already run past the reader's last one. A reader that fell more than ``capacity`` events behind
 sees the oldest ``seq`` jump past its last seen + 1 and reports a GAP.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +28,9 @@ class EventRing:
         self._events: deque[dict[str, Any]] = deque(maxlen=capacity)
         # start_seq lets a restarted source keep seq monotonic for readers that remember the last one.
         self._seq = start_seq
+        # A new ring is a new log: readers that see another log_id behind the same URI know the
+        # log started over (a restart) and report a GAP instead of trusting the seqs.
+        self.log_id = secrets.token_hex(8)
 
     @property
     def last_seq(self) -> int:
@@ -42,9 +48,9 @@ class EventRing:
         return self.append({"type": "ERROR", "message": message})
 
     def body(self) -> dict[str, Any]:
-        """``{"last_seq": n, "events": [...]}``: ``last_seq`` lets a baseline of an empty (or
-        drained) ring still measure a later GAP from the right place."""
-        return {"last_seq": self._seq, "events": list(self._events)}
+        """``{"log_id": id, "last_seq": n, "events": [...]}``: ``last_seq`` lets a baseline of an
+        empty ring still measure a later GAP; ``log_id`` tells a reader the log started over."""
+        return {"log_id": self.log_id, "last_seq": self._seq, "events": list(self._events)}
 
     def text(self) -> str:
         """The read body as JSON text."""

@@ -113,12 +113,19 @@ def builtins(manager: WatchManager) -> dict[str, AsyncFn]:
     return fns
 
 
+_RESERVED_NAMES: Final = frozenset({"print", "printed"})  # the sandbox's own print machinery
+
+
 def python_name(text: str) -> str:
-    """``text`` as a Python identifier: non-identifier characters become ``_``."""
-    name = re.sub(r"\W", "_", text)
-    if not name or name[0].isdigit():
-        name = "_" + name
-    if keyword.iskeyword(name):
+    """``text`` as a name the sandbox accepts: ASCII ``[A-Za-z][A-Za-z0-9_]*``, not a keyword.
+
+    Other characters become ``_``; a name that does not start with a letter gets a ``t_``
+    prefix (``3d-render`` -> ``t_3d_render``): a leading underscore would be refused.
+    """
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    if not name[:1].isalpha():
+        name = "t_" + name
+    if keyword.iskeyword(name) or name in _RESERVED_NAMES:
         name += "_"
     return name
 

@@ -86,38 +86,42 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def _high_water(body: str | bytes | bytearray | Mapping[str, Any]) -> int | None:
-    """The body's optional top-level ``last_seq`` (an int >= 0), else None."""
-    data: Any = body
-    if isinstance(body, str | bytes | bytearray):
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):
-            return None
-    mark = data.get("last_seq") if isinstance(data, Mapping) else None
-    return mark if type(mark) is int and mark >= 0 else None
+def _header(data: Mapping[str, Any] | None) -> tuple[int | None, str | None]:
+    """The body's optional ``last_seq`` (an int >= 0) and ``log_id`` (a non-empty str)."""
+    if data is None:
+        return None, None
+    mark, log_id = data.get("last_seq"), data.get("log_id")
+    return (
+        mark if type(mark) is int and mark >= 0 else None,
+        log_id if type(log_id) is str and log_id else None,
+    )
 
 
 def _parse(
     body: str | bytes | bytearray | Mapping[str, Any],
-) -> tuple[list[tuple[int, Any]], BodyError | None]:
-    """``(seq, event)`` pairs of the well-formed events, in body order, and the first problems."""
+) -> tuple[list[tuple[int, Any]], BodyError | None, Mapping[str, Any] | None]:
+    """``(seq, event)`` pairs of the well-formed events in body order, the first problems,
+    and the body's top-level object (for ``last_seq`` / ``log_id``; None when not an object)."""
     data: Any
     if isinstance(body, str | bytes | bytearray):
         try:
             data = json.loads(body)
         except (ValueError, RecursionError) as exc:
-            return [], BodyError(f"event-log body is not JSON ({exc}); {_EXPECTED}")
+            return [], BodyError(f"event-log body is not JSON ({exc}); {_EXPECTED}"), None
     else:
         data = body
     if not isinstance(data, Mapping):
-        return [], BodyError(f"event-log body is a JSON {_json_type(data)}; {_EXPECTED}")
+        return [], BodyError(f"event-log body is a JSON {_json_type(data)}; {_EXPECTED}"), None
     if "events" not in data:
         keys = ", ".join(sorted(map(str, data))[:10]) or "none"
-        return [], BodyError(f'event-log body has no "events" key (keys: {keys}); {_EXPECTED}')
+        return [], BodyError(f'event-log body has no "events" key (keys: {keys}); {_EXPECTED}'), data
     raw = data["events"]
     if not isinstance(raw, list):
-        return [], BodyError(f'event-log "events" is a JSON {_json_type(raw)}, not an array; {_EXPECTED}')
+        return (
+            [],
+            BodyError(f'event-log "events" is a JSON {_json_type(raw)}, not an array; {_EXPECTED}'),
+            data,
+        )
     # One comprehension for the common all-valid body; the loop below only runs to name problems.
     out: list[tuple[int, Any]] = [
         (ev["seq"], ev)
@@ -125,7 +129,7 @@ def _parse(
         if type(ev) is dict and type(ev.get("seq")) is int and type(ev.get("type")) is str
     ]
     if len(out) == len(raw):
-        return out, None
+        return out, None, data
     out = []
     problems: list[str] = []
     for i, ev in enumerate(raw):
@@ -136,10 +140,10 @@ def _parse(
                 continue
         problems.append(_problem(i, ev))
     if not problems:
-        return out, None
+        return out, None, data
     shown = "; ".join(problems[:_MAX_PROBLEMS])
     more = f"; and {len(problems) - _MAX_PROBLEMS} more" if len(problems) > _MAX_PROBLEMS else ""
-    return out, BodyError(f"{shown}{more}. Those events were skipped; {_EXPECTED}")
+    return out, BodyError(f"{shown}{more}. Those events were skipped; {_EXPECTED}"), data
 
 
 def _problem(i: int, ev: Any) -> str:
@@ -170,11 +174,13 @@ def _gap(reason: str, from_seq: int | None, to_seq: int | None, missed: int | No
 class Sequencer:
     """At-most-once delivery per ``seq`` over stateless event-log reads (see the module docstring)."""
 
-    __slots__ = ("last_seq",)
+    __slots__ = ("last_seq", "log_id")
 
     def __init__(self, last_seq: int | None = None) -> None:
         self.last_seq: int | None = last_seq
         """The newest seq seen; ``None`` before any event was seen (then nothing counts as missed)."""
+        self.log_id: str | None = None
+        """The body's ``log_id`` when the server sends one: a new id means a new log (a restart)."""
 
     def prime(self, body: str | bytes | bytearray | Mapping[str, Any]) -> BodyError | None:
         """Take the baseline read: remember its newest seq, deliver nothing.
@@ -183,15 +189,17 @@ class Sequencer:
         ``last_seq`` (the server's high-water mark) when that is higher: with it, an empty
         log still gives a point to measure a GAP from. A body with neither leaves
         ``last_seq`` as it was, so the next read's events are all new and none is reported
-        missed (seqs need not start at 1).
+        missed (seqs need not start at 1). The body's ``log_id``, if any, is remembered.
         """
-        items, error = _parse(body)
+        items, error, data = _parse(body)
         marks = [seq for seq, _ in items]
-        mark = _high_water(body)
+        mark, log_id = _header(data)
         if mark is not None:
             marks.append(mark)
         if marks:
             self.last_seq = max(marks)
+        if log_id is not None:
+            self.log_id = log_id
         return error
 
     def feed(
@@ -200,7 +208,19 @@ class Sequencer:
         """The events of one read that were not delivered before, GAPs first."""
         if limit is not None and (type(limit) is not int or limit < 1):
             raise ValueError(f"Sequencer.feed: limit must be a positive int or None, got {limit!r}")
-        items, error = _parse(body)
+        items, error, data = _parse(body)
+        restarted = False
+        if data is not None and "log_id" in data:
+            mark, log_id = _header(data)
+            if log_id is not None and log_id != self.log_id:
+                # A new log behind the same URI (the server restarted): its seqs say nothing
+                # about ours, even when they already ran past our last one.
+                restarted = self.log_id is not None
+                self.log_id = log_id
+                if restarted and not items:
+                    previous, self.last_seq = self.last_seq, mark
+                    gap = _gap(GAP_RESET, None, None, None, previous_seq=previous, first_seq=None)
+                    return FeedResult([gap], error)
         if not items:
             return FeedResult([], error)
         items = _sorted_unique(items)
@@ -210,9 +230,9 @@ class Sequencer:
         hole_missed = 0
         if last is None:
             new = items
-        elif items[-1][0] < last:
-            # Seqs went backwards: the server's log started over. Everything in this read
-            # is new to us; what happened between our last seq and the restart is unknown.
+        elif restarted or items[-1][0] < last:
+            # A new log_id, or seqs that went backwards: the server's log started over. Everything
+            # in this read is new to us; what happened between our last seq and the restart is unknown.
             gaps.append(_gap(GAP_RESET, None, None, None, previous_seq=last, first_seq=items[0][0]))
             new = items
         else:

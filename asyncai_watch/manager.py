@@ -496,6 +496,9 @@ class WatchManager:
         started = False
         reason = ""
         while True:
+            # Every attempt after the first subscription is a resubscribe: it counts as a failure
+            # unless it becomes healthy, whatever it raised (refused, lost before the ack, ...).
+            resubscribing = started
             if started:
                 if failures >= len(delays):
                     await self._give_up(w, reason, attempts=failures)
@@ -554,7 +557,7 @@ class WatchManager:
                 return
             if healthy:
                 failures = 0
-            elif attempt != 0 or start_error is not None:
+            elif resubscribing:
                 failures += 1
 
     def _baseline(self, w: _Watch, result: ReadResult) -> None:
@@ -820,10 +823,12 @@ class _FilterCatalog:
     """
 
     _DENIED_BUILTINS: Final = ("watch_start", "watch_stop", "watch_list")
+    _BUILTINS: Final = frozenset({"read_resource", "list_resources", "event", *_DENIED_BUILTINS})
 
     def __init__(self, manager: WatchManager, tools: Mapping[str, tuple[ResourceSource, ToolInfo]]) -> None:
         self._manager = manager
-        self._tools = dict(tools)
+        # A tool named like a built-in (or `event`) would silently shadow it: leave it out.
+        self._tools = {name: found for name, found in tools.items() if name not in self._BUILTINS}
         self.names = frozenset({"read_resource", "list_resources", *self._DENIED_BUILTINS, *self._tools})
 
     async def call(self, name: str, kwargs: dict[str, Any]) -> Any:

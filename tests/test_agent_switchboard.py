@@ -90,9 +90,10 @@ async def test_channel_notices_become_turns(sqlite_store: Store, config: Path) -
                 await session.orchestrator.wait_idle()
         done = await call(alice, "todo_list", queue="ops", status="done")
     assert backend.finished
-    first = notices[0].rendered
+    first = notices[0].rendered  # found by the pull: "via" stays in the meta, not in the tag
+    assert notices[0].notice.meta["via"] == "pull"
     assert first.text == (
-        f'<channel source="{puller.server}" todo_id="{waiting["id"]}" queue="ops" kind="k" via="pull">'
+        f'<channel source="{puller.server}" todo_id="{waiting["id"]}" queue="ops" kind="k">'
         f"before the agent</channel>\n{CHANNEL_INSTRUCTION}"
     )
     assert notices[1].notice.text == "push me"

@@ -98,6 +98,10 @@ async def test_tool_functions_names_results_and_errors() -> None:
 
 def test_python_name() -> None:
     assert python_name("say-hi") == "say_hi"
-    assert python_name("2fa") == "_2fa"
+    # Every result must be a name the sandbox accepts (ASCII letter first, no leading "_").
+    assert python_name("2fa") == "t_2fa"
+    assert python_name("_x") == "t__x"
+    assert python_name("héllo") == "h_llo"
+    assert python_name("print") == "print_"
     assert python_name("class") == "class_"
     assert python_name("a.b") == "a_b"

@@ -302,3 +302,34 @@ def test_last_seq_is_ignored_unless_it_is_a_non_negative_int() -> None:
     sequencer = Sequencer()
     sequencer.prime('{"last_seq": 3, "events": [{"seq": 9, "type": "ADDED"}]}')
     assert sequencer.last_seq == 9  # the higher of the two marks wins
+
+
+def test_a_new_log_id_is_a_restart_even_when_seqs_ran_past_ours() -> None:
+    # The server restarted and its new log already counts past our last seq: seqs alone would
+    # skip 1..3 of the new log silently. The new log_id makes it a reset GAP, and all is delivered.
+    sequencer = Sequencer()
+    sequencer.prime({"log_id": "a", "last_seq": 3, "events": [{"seq": 3, "type": "ADDED"}]})
+    fed = sequencer.feed(
+        {"log_id": "b", "last_seq": 5, "events": [{"seq": n, "type": "ADDED"} for n in range(1, 6)]}
+    )
+    gap, *delivered = fed.events
+    assert (gap.type, gap.fields["reason"], gap.fields["previous_seq"]) == ("GAP", "reset", 3)
+    assert [e.seq for e in delivered] == [1, 2, 3, 4, 5]
+    assert sequencer.log_id == "b"
+    # The same log again: plain seq rules.
+    again = sequencer.feed(
+        {"log_id": "b", "last_seq": 6, "events": [{"seq": n, "type": "ADDED"} for n in range(1, 7)]}
+    )
+    assert [e.seq for e in again.events] == [6]
+
+
+def test_a_restarted_empty_log_is_reported_once_and_measured_from_its_last_seq() -> None:
+    sequencer = Sequencer()
+    sequencer.prime({"log_id": "a", "last_seq": 9, "events": []})
+    fed = sequencer.feed({"log_id": "b", "last_seq": 0, "events": []})
+    assert [(e.type, e.fields["reason"]) for e in fed.events] == [("GAP", "reset")]
+    assert sequencer.last_seq == 0
+    assert (
+        sequencer.feed({"log_id": "b", "last_seq": 1, "events": [{"seq": 1, "type": "ADDED"}]}).events[0].seq
+        == 1
+    )

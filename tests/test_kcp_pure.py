@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from asyncai_servers.kcp.jsonstream import JsonStreamError, JsonStreamParser
 from asyncai_servers.kcp.state import WatchState, apply_events, reconcile, strip_managed_fields
-from asyncai_servers.kcp.uri import UriError, parse_api_uri, parse_watch_uri
+from asyncai_servers.kcp.uri import UriError, parse_api_uri, parse_watch_uri, validate_tool_args
 
 # --- URIs -------------------------------------------------------------------------------------------
 
@@ -251,3 +251,26 @@ def test_reconcile_property_events_replay_to_final_state(
             assert ev["old"] == shadow[key]
             assert ev["old"] != ev["object"]
         shadow = apply_events(shadow, [ev])
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        ({"resource": "configmaps", "name": "--all"}, "name='--all'"),  # would delete every object
+        ({"resource": "--as=system:admin"}, "resource='--as=system:admin'"),
+        ({"resource": "cm", "namespace": "-A"}, "namespace='-A'"),
+        ({"resource": "cm", "labelSelector": "--selector=x"}, "labelSelector"),
+        ({"resource": "cm", "kcp": "--kubeconfig=/etc/x"}, "kcp="),
+    ],
+)
+def test_tool_arguments_that_kubectl_would_read_as_flags_are_refused(
+    args: dict[str, str], refused: str
+) -> None:
+    with pytest.raises(UriError, match=refused):
+        validate_tool_args(args)
+
+
+def test_ordinary_tool_arguments_pass() -> None:
+    validate_tool_args(
+        {"resource": "deployments.apps", "name": "web-1", "namespace": "*", "labelSelector": "app=x"}
+    )

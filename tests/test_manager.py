@@ -10,7 +10,14 @@ import anyio
 import pytest
 
 from asyncai_watch.clock import FakeClock
-from asyncai_watch.errors import FilterError, LimitError, ProtocolVersionError, RoutingError, WatchError
+from asyncai_watch.errors import (
+    FilterError,
+    LimitError,
+    ProtocolVersionError,
+    RoutingError,
+    SubscriptionLostError,
+    WatchError,
+)
 from asyncai_watch.limits import Limits
 from asyncai_watch.manager import InvalidWatchNameError, WatchManager, resource_example
 from asyncai_watch.notice import SOURCE_WATCH, Notice
@@ -355,6 +362,31 @@ async def test_resubscribe_gives_up_after_five_failures() -> None:
 
 
 @pytest.mark.anyio
+async def test_resubscribes_lost_before_the_ack_also_count_and_the_watch_gives_up() -> None:
+    # A server that keeps dropping the re-listen (e.g. "not acknowledged within 30 s") must not
+    # keep the watch retrying every second forever: it fails after 5 attempts and says so.
+    clock = FakeClock()
+    fake = memo_fake()
+    async with manager(fake, clock=clock) as m:
+        await m.watch_start("notes", NOTES)
+        fake.listen_failures = [SubscriptionLostError(f"lost before the ack {i}") for i in range(5)]
+        fake.lose(NOTES)
+        delays = []
+        for _ in range(5):
+            await clock.wait_for_sleepers(1)
+            (deadline,) = clock.deadlines()
+            delays.append(deadline - clock.now())
+            clock.advance(deadline - clock.now())
+        notice = await next_notice(m)
+        assert delays == [1.0, 2.0, 4.0, 8.0, 16.0]
+        assert notice.meta["failed"] == "true"
+        assert "lost before the ack 4" in notice.text
+        (item,) = m.watch_list()
+        assert item["failed"] is True
+        assert clock.sleepers == 0
+
+
+@pytest.mark.anyio
 async def test_failure_counter_resets_after_a_healthy_subscription() -> None:
     clock = FakeClock()
     fake = memo_fake()
@@ -606,3 +638,17 @@ async def test_closed_notice_stream_does_not_crash_the_manager() -> None:
         await anyio.wait_all_tasks_blocked()
         assert m.watch_list()[0]["notices"] == 1
         assert fake.listeners(NOTES) == 1
+
+
+@pytest.mark.anyio
+async def test_odd_or_shadowing_tool_names_do_not_break_filtered_watches() -> None:
+    # A tool whose name is no identifier, or that is named like a built-in, must not make every
+    # filtered watch_start fail: it is renamed (t_3d_render) or left out of the filter's catalog.
+    fake = memo_fake()
+    fake.tools["3d-render"] = (ToolInfo(name="3d-render", read_only=True), lambda a: "rendered")
+    fake.tools["read_resource"] = (ToolInfo(name="read_resource", read_only=True), lambda a: "shadow")
+    async with manager(fake) as m:
+        on_event = "f\"{t_3d_render()} {read_resource(uri='memo://readme')}\""
+        await m.watch_start("notes", NOTES, on_event=on_event)
+        fake.update(NOTES, {"a": 1})
+        assert (await next_notice(m)).text == "rendered hello"

@@ -26,6 +26,7 @@ from asyncai_servers.kcp.uri import (
     UriError,
     WatchTarget,
     parse_api_uri,
+    validate_tool_args,
     validate_workspace,
 )
 from asyncai_servers.kcp.watcher import SeedError, WatcherPool
@@ -260,6 +261,7 @@ class KcpServer:
             return _error(f"unknown tool {params.name!r}; available: {', '.join(handlers)}")
         args = dict(params.arguments or {})
         try:
+            validate_tool_args(args)  # model-supplied values go on kubectl's command line
             result = await handler(args)
         except (KubectlError, UriError) as exc:
             return _error(str(exc))

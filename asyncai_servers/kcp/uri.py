@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 import attrs
 from mcp import UriTemplate
@@ -51,6 +52,33 @@ _ENDPOINT_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 class UriError(ValueError):
     """A URI this server does not serve; the message says what is accepted."""
+
+
+_OBJECT_NAME_RE: Final = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain
+
+
+def validate_tool_args(args: Mapping[str, Any]) -> None:
+    """Refuse tool arguments that kubectl would read as something else (``--all``, ``--as=...``).
+
+    Tool arguments come from the model and go on kubectl's command line, so each one must be
+    what its name says; the watch URI gets the same checks in :func:`parse_watch_uri`.
+    """
+    checks = (
+        ("resource", _RESOURCE_RE, "a lowercase resource name such as configmaps, cm or deployments.apps"),
+        ("name", _OBJECT_NAME_RE, "an object name (lowercase letters, digits, '-' and '.')"),
+        ("namespace", _NAMESPACE_RE, "a namespace (a lowercase DNS label) or '*'"),
+        ("kcp", _ENDPOINT_RE, "an endpoint name (letters, digits, '_', '.' or '-')"),
+    )
+    for key, pattern, accepted in checks:
+        value = args.get(key)
+        if value in (None, "") or (key == "namespace" and value == ALL_NAMESPACES):
+            continue
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise UriError(f"argument {key}={value!r} is not accepted: expected {accepted}")
+    for key in ("labelSelector", "fieldSelector"):
+        value = args.get(key)
+        if isinstance(value, str) and value.startswith("-"):
+            raise UriError(f"argument {key}={value!r} is not a selector (it would be read as a kubectl flag)")
 
 
 @attrs.frozen(kw_only=True)

@@ -34,6 +34,9 @@ DOORBELL_KEYS: Final = ("todo_id", "queue", "kind", "source")
 
 _TAG = re.compile(r"<(\s*/?\s*)(channel)", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Invisible format characters (zero-width space, joiners, bidi controls) could hide a tag from
+# the pattern above while a renderer ignores them: they go before the tag check, like controls.
+_INVISIBLE = re.compile(r"[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]")
 
 
 def neutralize(text: str, cap: int) -> str:
@@ -43,9 +46,10 @@ def neutralize(text: str, cap: int) -> str:
     double quotes become ``&quot;``; control characters become spaces. The cap
     counts code points of the result and marks a cut with ``…``.
     """
-    out = _TAG.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text)
+    # Controls and invisible characters first: "<\x01/channel" must not slip past the tag check.
+    out = _INVISIBLE.sub("", _CONTROL.sub(" ", text))
+    out = _TAG.sub(lambda m: "&lt;" + m.group(1) + m.group(2), out)
     out = out.replace('"', "&quot;")
-    out = _CONTROL.sub(" ", out)
     if len(out) > cap:
         out = out[: cap - 1].rstrip() + "…"
     return out

@@ -12,6 +12,7 @@ from asyncai_watch.debounce import Debouncer
 from asyncai_watch.dedupe import Deduper
 from asyncai_watch.diff import diff_state, item_key, parse_state
 from asyncai_watch.errors import (
+    FilterEngineError,
     FilterError,
     LimitError,
     ProtocolVersionError,
@@ -81,6 +82,7 @@ __all__ = [
     "FakeClock",
     "FeedResult",
     "FilterEngine",
+    "FilterEngineError",
     "FilterError",
     "FilterOutcome",
     "FilterSession",

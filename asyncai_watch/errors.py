@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "FilterEngineError",
     "FilterError",
     "LimitError",
     "ProtocolVersionError",
@@ -27,6 +28,13 @@ class ProtocolVersionError(WatchError):
 
 class FilterError(WatchError):
     """An ``on_event`` filter is not acceptable (not source text, SyntaxError, NameError, ...)."""
+
+
+class FilterEngineError(FilterError):
+    """The filter engine failed (its worker could not start, died or stopped answering), not the filter.
+
+    Unlike other :class:`FilterError` cases this may pass: a restored watch that hits it is kept.
+    """
 
 
 class LimitError(WatchError):

@@ -36,6 +36,7 @@ from asyncai_watch.debounce import Debouncer
 from asyncai_watch.dedupe import Deduper
 from asyncai_watch.diff import diff_state, parse_state
 from asyncai_watch.errors import (
+    FilterEngineError,
     FilterError,
     LimitError,
     ProtocolVersionError,
@@ -744,6 +745,10 @@ class WatchManager:
         for spec in specs:
             try:
                 await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
+            except FilterEngineError as exc:  # the worker failed, not the spec: keep it
+                error = _describe(exc)
+                kept.append((spec, error))
+                self._watches[spec.name] = _Watch(spec=spec, status="restore_failed", error=error)
             except (FilterError, LimitError, InvalidWatchNameError) as exc:
                 dropped.append((spec, _describe(exc)))
             except Exception as exc:

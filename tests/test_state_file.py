@@ -11,6 +11,7 @@ import pytest
 
 from asyncai_watch.clock import FakeClock
 from asyncai_watch.errors import StateFileError
+from asyncai_watch.filters import RestrictedPythonEngine
 from asyncai_watch.limits import Limits
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice
@@ -177,3 +178,21 @@ async def test_restore_failed_spec_is_cleared_by_watch_stop_and_survives_a_resta
         # Nothing saved: no restore notice, nothing running.
         assert m.watch_list() == []
         assert m.notices.statistics().current_buffer_used == 0
+
+
+@pytest.mark.anyio
+async def test_a_filter_worker_that_cannot_start_keeps_the_spec_saved(tmp_path: Path) -> None:
+    # The engine failing (here: its Python cannot be started) says nothing about the spec, so
+    # restore keeps it as restore_failed instead of dropping it from the file for good.
+    path = tmp_path / "state.json"
+    write_specs(path, [{"name": "filtered", "uri": NOTES, "on_event": "event['key']"}])
+    broken = RestrictedPythonEngine(limits=IMMEDIATE, python=str(tmp_path / "no-such-python"))
+    async with WatchManager(
+        [memo_fake()], limits=IMMEDIATE, clock=FakeClock(), watch_state=path, filter_engine=broken
+    ) as m:
+        restore = await receive(m)
+        assert "filtered memo://notes: restore failed, kept" in restore.text
+        assert "cannot start the filter worker" in restore.text
+        (listed,) = m.watch_list()
+        assert listed["restore_failed"] is True
+    assert [s["name"] for s in saved(path)] == ["filtered"]

@@ -6,6 +6,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+
 from asyncai_agent.backends.base import MAX_TOKENS, TIMEOUT_SECONDS, BackendError
 from asyncai_agent.thread import Message, ToolCall, ToolSpec
 
@@ -72,6 +74,7 @@ class AnthropicBackend:
         if not key:
             raise BackendError(f"anthropic:{model}: set ANTHROPIC_API_KEY in the environment")
         self._model = model
+        self._deadline = timeout
         self._anthropic = anthropic
         self._timeout = timeout
         self._client = anthropic.AsyncAnthropic(
@@ -94,7 +97,13 @@ class AnthropicBackend:
         if tools:
             request["tools"] = to_wire_tools(tools)
         try:
-            response = await self._client.messages.create(**request)
+            # The SDK retries a timed-out request; the deadline here bounds the whole call.
+            with anyio.fail_after(self._deadline):
+                response = await self._client.messages.create(**request)
+        except TimeoutError as exc:
+            raise BackendError(
+                f"{self.name}: no answer within {self._deadline:g} s (retries included)"
+            ) from exc
         except self._anthropic.APITimeoutError as exc:
             raise BackendError(f"{self.name}: no answer within {self._timeout} s") from exc
         except self._anthropic.APIConnectionError as exc:

@@ -7,6 +7,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+
 from asyncai_agent.backends.base import MAX_TOKENS, TIMEOUT_SECONDS, BackendError
 from asyncai_agent.thread import Message, ToolCall, ToolSpec
 
@@ -93,6 +95,7 @@ class OpenAIBackend:
                 )
             key = "not-needed"  # local servers ignore it; the SDK insists on a value
         self._model = model
+        self._deadline = timeout
         self._openai = openai
         self._client = openai.AsyncOpenAI(
             api_key=key, base_url=base_url, timeout=timeout, max_retries=max_retries
@@ -113,7 +116,13 @@ class OpenAIBackend:
         if tools:
             request["tools"] = to_wire_tools(tools)
         try:
-            response = await self._client.chat.completions.create(**request)
+            # The SDK retries a timed-out request; the deadline here bounds the whole call.
+            with anyio.fail_after(self._deadline):
+                response = await self._client.chat.completions.create(**request)
+        except TimeoutError as exc:
+            raise BackendError(
+                f"{self.name}: no answer within {self._deadline:g} s (retries included)"
+            ) from exc
         except self._openai.APITimeoutError as exc:
             raise BackendError(f"{self.name}: no answer within {self._client.timeout} s") from exc
         except self._openai.APIConnectionError as exc:

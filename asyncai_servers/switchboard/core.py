@@ -31,6 +31,8 @@ from .ledger import STATUSES, Change, Creator, Ledger, LedgerError, RemoteChange
 __all__ = ["DEFAULT_LEASE_SECONDS", "Switchboard", "queue_uri"]
 
 log = logging.getLogger(__name__)
+_LEASE_RETRY_FIRST = 1.0
+_LEASE_RETRY_MAX = 30.0
 
 DEFAULT_LEASE_SECONDS: Final = 300.0
 SUMMARY_MAX: Final = 2000
@@ -145,6 +147,7 @@ class Switchboard:
 
     async def _lease_timer(self) -> None:
         """Sleep until the earliest lease deadline (or a lease change), then expire what is due."""
+        retry = _LEASE_RETRY_FIRST
         while True:
             self._lease_changed = anyio.Event()
             try:
@@ -161,8 +164,12 @@ class Switchboard:
                 try:
                     changes = await self.ledger.expire(self.clock.now())
                 except LedgerError as exc:
-                    log.warning("lease expiry failed: %s", exc)
+                    # The deadline has passed, so retrying at once would spin: back off on the clock.
+                    log.warning("lease expiry failed (%s); retrying in %.0f s", exc, retry)
+                    await self._first_of(self.clock.now() + retry, changed)
+                    retry = min(retry * 2, _LEASE_RETRY_MAX)
                     continue
+                retry = _LEASE_RETRY_FIRST
                 self.expired += len(changes)
                 for change in changes:
                     self._apply(change)

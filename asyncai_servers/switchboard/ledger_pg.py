@@ -213,6 +213,9 @@ class PostgresLedger:
         where, args = _in(queues)
 
         async def body(conn: Conn) -> tuple[Todo | None, bool]:
+            # One claim at a time per claimant (across replicas too): two concurrent claims by the
+            # same agent must both see the todo it already holds, not SKIP LOCKED into a second one.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"claim:{claimant}",))
             cur = await conn.execute(
                 f"SELECT {_COLS} FROM todos WHERE status = 'claimed' AND claimant = %s AND lease_until > %s"
                 f" AND {where} ORDER BY id LIMIT 1",

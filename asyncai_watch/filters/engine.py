@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
-from asyncai_watch.errors import FilterError
+from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.limits import Limits
 
 __all__ = [
@@ -193,6 +193,8 @@ async def dry_run(
 def check_dry_run(outcome: FilterOutcome) -> FilterOutcome:
     """Raise FilterError if a dry-run outcome is a failure every event would hit."""
     if outcome.error is not None and outcome.error_type in DRY_RUN_FATAL:
+        if outcome.error_type == "worker":  # the worker died: the engine's failure, not the filter's
+            raise FilterEngineError(f"on_event could not be dry-run: {outcome.error}")
         raise FilterError(f"on_event fails on a sample event: {outcome.error}")
     return outcome
 

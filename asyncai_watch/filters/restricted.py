@@ -24,7 +24,7 @@ import attrs
 from anyio.abc import Process
 
 from asyncai_watch import sandbox
-from asyncai_watch.errors import FilterError
+from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.filters import _wire
 from asyncai_watch.filters.engine import Catalog, FilterOutcome, FilterSession, check_dry_run, open_session
 from asyncai_watch.limits import Limits
@@ -187,7 +187,7 @@ class RestrictedFilterSession:
                 await self._spawn()
         except TimeoutError:
             await self._discard()
-            raise FilterError("the filter worker did not start in time") from None
+            raise FilterEngineError("the filter worker did not start in time") from None
 
     async def _spawn(self) -> None:
         try:
@@ -200,7 +200,7 @@ class RestrictedFilterSession:
                 start_new_session=True,  # no terminal signals; we end it ourselves
             )
         except OSError as exc:
-            raise FilterError(f"cannot start the filter worker ({self.engine.python}): {exc}") from None
+            raise FilterEngineError(f"cannot start the filter worker ({self.engine.python}): {exc}") from None
         assert proc.stdout is not None
         self._proc = proc
         self._partial.clear()
@@ -214,13 +214,13 @@ class RestrictedFilterSession:
             )
         except _WorkerGone as gone:
             await self._discard()
-            raise FilterError(f"the filter worker {gone.reason}") from None
+            raise FilterEngineError(f"the filter worker {gone.reason}") from None
         if reply[0] == "err":
             await self._discard()
             raise FilterError(f"on_event does not compile: {reply[1]}")
         if reply[0] != "ok":
             await self._discard()
-            raise FilterError(f"the filter worker answered {str(reply)[:200]} to init")
+            raise FilterEngineError(f"the filter worker answered {str(reply)[:200]} to init")
 
     async def _request(self, message: list[Any], *, silence: float | None = None) -> Any:
         await self._send(message)
@@ -457,7 +457,7 @@ class RestrictedFilterSession:
                 reply = await self._request(["probe"])
             except _WorkerGone as gone:
                 await self._discard()
-                raise FilterError(f"the filter worker {gone.reason}") from None
+                raise FilterEngineError(f"the filter worker {gone.reason}") from None
         assert reply[0] == "probe"
         result: dict[str, Any] = reply[1]
         return result

@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 _STDERR_LIMIT: Final = 8192
+_EXIT_GRACE: Final = 10.0  # seconds a kubectl that closed its stdout gets to exit before it is killed
 _NO_WORKSPACE: Final = "the server could not find the requested resource"
 # klog lines (``E1202 14:00:00.000000   42 memcache.go:265] ...``) repeat the real error; keep them out of messages.
 _KLOG: Final = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
@@ -164,6 +165,7 @@ class WatchStream:
     argv: list[str]
     returncode: int | None = None
     stderr: str = ""
+    ended: bool = False  # stdout reached EOF: kubectl ended the stream itself
     _err_chunks: list[bytes] = attrs.field(factory=list)
 
     async def batches(self) -> AsyncIterator[list[Any]]:
@@ -174,6 +176,7 @@ class WatchStream:
             docs = parser.feed(chunk)
             if docs:
                 yield docs
+        self.ended = True
 
     async def _drain_stderr(self) -> None:
         assert self.process.stderr is not None
@@ -325,9 +328,16 @@ class Kubectl:
                 try:
                     yield stream
                 finally:
-                    if process.returncode is None:
-                        process.kill()
                     with anyio.CancelScope(shield=True):
+                        if stream.ended and process.returncode is None:
+                            # kubectl closed its stdout, so it is exiting: wait for its status rather than
+                            # kill. Popen.kill() polls first, and that poll reaps a child that has exited but
+                            # whose status asyncio's watcher thread has not delivered yet; asyncio then
+                            # reports 255 and a clean server timeout would read as a failure.
+                            with anyio.move_on_after(_EXIT_GRACE):
+                                await process.wait()
+                        if process.returncode is None:
+                            process.kill()
                         stream.returncode = await process.wait()
         finally:
             with anyio.CancelScope(shield=True):

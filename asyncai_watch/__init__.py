@@ -47,7 +47,7 @@ from asyncai_watch.limits import Limits
 from asyncai_watch.lines import default_line
 from asyncai_watch.log import configure_ndjson
 from asyncai_watch.manager import InvalidWatchNameError, WatchManager
-from asyncai_watch.mcp_source import McpResourceSource, ServerConnectionError, ServerError
+from asyncai_watch.mcp_source import McpResourceSource, ServerConnectionError, ServerError, ServerTimeoutError
 from asyncai_watch.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
 from asyncai_watch.routing import Route, ServerCatalog, Template, route
 from asyncai_watch.source import (
@@ -102,6 +102,7 @@ __all__ = [
     "ServerCatalog",
     "ServerConnectionError",
     "ServerError",
+    "ServerTimeoutError",
     "Shape",
     "StateFile",
     "StateFileError",

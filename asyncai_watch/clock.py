@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Protocol, runtime_checkable
 
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "FakeClock", "SystemClock"]
+__all__ = ["Clock", "FakeClock", "SystemClock", "fail_after"]
 
 
 @runtime_checkable
@@ -132,3 +134,39 @@ class FakeClock:
 
     def __repr__(self) -> str:
         return f"FakeClock(now={self._now!r}, sleepers={len(self._sleepers)})"
+
+
+@asynccontextmanager
+async def fail_after(clock: Clock, seconds: float | None) -> AsyncIterator[None]:
+    """:func:`anyio.fail_after` on ``clock``: cancel the block and raise ``TimeoutError`` at ``now() + seconds``.
+
+    ``None`` means no deadline. On :class:`SystemClock` this is anyio's own scope; on any
+    other clock a helper task sleeps on the clock and cancels the block, so a
+    :class:`FakeClock` test reaches the deadline with ``advance`` instead of waiting.
+    """
+    if seconds is None:
+        yield
+        return
+    if type(clock) is SystemClock:
+        with anyio.fail_after(seconds):
+            yield
+        return
+    deadline = clock.now() + seconds
+    done = expired = False
+    async with anyio.create_task_group() as tg:
+
+        async def expire() -> None:
+            nonlocal expired
+            await clock.sleep_until(deadline)
+            if not done:  # the block may have finished while this task was being woken
+                expired = True
+                tg.cancel_scope.cancel()
+
+        tg.start_soon(expire)
+        try:
+            yield
+        finally:
+            done = True
+            tg.cancel_scope.cancel()
+    if expired:
+        raise TimeoutError

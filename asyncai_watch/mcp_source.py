@@ -54,6 +54,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, ResourceUpdated, Subscription, SubscriptionLost
 
+from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.errors import ProtocolVersionError, SubscriptionLostError, WatchError
 from asyncai_watch.source import (
     MODERN_PROTOCOL_VERSION,
@@ -65,10 +66,13 @@ from asyncai_watch.source import (
 )
 
 __all__ = [
+    "DEFAULT_ACK_TIMEOUT",
     "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_REQUEST_TIMEOUT",
     "McpResourceSource",
     "ServerConnectionError",
     "ServerError",
+    "ServerTimeoutError",
 ]
 
 DEFAULT_CONNECT_TIMEOUT: Final = 30.0
@@ -76,6 +80,9 @@ DEFAULT_CONNECT_TIMEOUT: Final = 30.0
 
 DEFAULT_ACK_TIMEOUT: Final = 30.0
 """Seconds to wait for a ``subscriptions/listen`` acknowledgment."""
+
+DEFAULT_REQUEST_TIMEOUT: Final = 60.0
+"""Seconds to wait for the answer to one request (a read, a list page, a tool call)."""
 
 _MAX_PAGES: Final = 1000
 """Page cap for list walks, so a server whose cursor never ends cannot hang a call."""
@@ -99,12 +106,17 @@ class ServerConnectionError(WatchError):
     """The connection to a server could not be made, or was lost."""
 
 
+class ServerTimeoutError(ServerConnectionError):
+    """A request got no answer within ``request_timeout``; the connection was dropped and is remade."""
+
+
 class _Connection:
     """One SDK client, held open by an owner task until ``close()``."""
 
     def __init__(self) -> None:
         self.closing = anyio.Event()
         self.done = anyio.Event()
+        self.scope = anyio.CancelScope()  # cancelled to drop the connection without a goodbye
         self.dead = False
         self.client: Client
         self.protocol_version = ""
@@ -113,6 +125,13 @@ class _Connection:
     async def close(self) -> None:
         self.closing.set()
         await self.done.wait()
+
+    def abort(self) -> None:
+        """Drop the connection at once: a server that stopped answering gets no goodbye (an HTTP
+        session ``DELETE`` would wait on it too); the SDK's bounded, shielded teardown still
+        ends a stdio server process."""
+        self.dead = True
+        self.scope.cancel()
 
 
 class _Updates:
@@ -192,6 +211,8 @@ class McpResourceSource:
         extensions: Sequence[ClientExtension] = (),
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        clock: Clock | None = None,
         errlog: TextIO | None = None,
     ) -> None:
         """Prefer :meth:`stdio` / :meth:`http`; this takes the already-validated target."""
@@ -203,6 +224,10 @@ class McpResourceSource:
             raise ValueError(
                 f"connect_timeout and ack_timeout must be > 0 seconds, got {connect_timeout!r}, {ack_timeout!r}"
             )
+        if request_timeout is not None and request_timeout <= 0:
+            raise ValueError(
+                f"request_timeout must be > 0 seconds (or None for no bound), got {request_timeout!r}"
+            )
         self._target = target
         self._description = description
         self._fallback_name = fallback_name
@@ -211,6 +236,8 @@ class McpResourceSource:
         self._extensions = list(extensions)
         self._connect_timeout = connect_timeout
         self._ack_timeout = ack_timeout
+        self._request_timeout = request_timeout
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self._errlog = errlog
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -232,12 +259,15 @@ class McpResourceSource:
         extensions: Sequence[ClientExtension] = (),
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        clock: Clock | None = None,
         errlog: TextIO | None = None,
     ) -> McpResourceSource:
         """A server started as ``command`` (a string is split like a shell would), spoken to over stdio.
 
         ``env`` is merged over the SDK's safe default environment (``PATH``,
         ``HOME``, ...). The server's stderr goes to ``errlog`` (default: ours).
+        The timeouts (seconds) and ``clock`` are described on :meth:`http`.
         """
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not argv or not argv[0]:
@@ -259,6 +289,8 @@ class McpResourceSource:
             extensions=extensions,
             connect_timeout=connect_timeout,
             ack_timeout=ack_timeout,
+            request_timeout=request_timeout,
+            clock=clock,
             errlog=errlog,
         )
 
@@ -272,10 +304,20 @@ class McpResourceSource:
         extensions: Sequence[ClientExtension] = (),
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        clock: Clock | None = None,
     ) -> McpResourceSource:
         """A Streamable HTTP server at ``url`` (e.g. ``http://127.0.0.1:8765/mcp``).
 
         ``headers`` go on every request, e.g. ``{"Authorization": "Bearer TOKEN"}``.
+
+        Timeouts, in seconds on ``clock`` (default: the system clock): ``connect_timeout``
+        for the connect handshake, ``ack_timeout`` for a listen's acknowledgment, and
+        ``request_timeout`` (``None``: unbounded) for the answer to any one request. A
+        request that times out raises :class:`ServerTimeoutError` and drops the
+        connection, which ends its listens (their watches resubscribe) and makes the
+        next call reconnect (a stdio server is restarted): a server that stopped
+        answering must not stall its watches for good.
         """
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -291,6 +333,8 @@ class McpResourceSource:
             extensions=extensions,
             connect_timeout=connect_timeout,
             ack_timeout=ack_timeout,
+            request_timeout=request_timeout,
+            clock=clock,
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -337,7 +381,7 @@ class McpResourceSource:
         assert self._tg is not None
         conn = _Connection()
         try:
-            with anyio.fail_after(self._connect_timeout):
+            async with fail_after(self._clock, self._connect_timeout):
                 conn.client = await self._tg.start(self._own_connection, conn)
         except TimeoutError as exc:
             raise ServerConnectionError(
@@ -352,11 +396,12 @@ class McpResourceSource:
         """Connect, hand the client to ``_start_connection``, and hold it until closed."""
         started = False
         try:
-            async with AsyncExitStack() as stack:
-                client = await self._open_client(stack)
-                task_status.started(client)
-                started = True
-                await conn.closing.wait()
+            with conn.scope:
+                async with AsyncExitStack() as stack:
+                    client = await self._open_client(stack)
+                    task_status.started(client)
+                    started = True
+                    await conn.closing.wait()
         except Exception:
             if not started:
                 raise
@@ -473,7 +518,15 @@ class McpResourceSource:
     async def _request(self, what: str, call: Callable[[Client], Awaitable[_T]]) -> _T:
         conn = await self._live()
         try:
-            return await call(conn.client)
+            async with fail_after(self._clock, self._request_timeout):
+                return await call(conn.client)
+        except TimeoutError as exc:
+            conn.abort()  # its listens end too, so their watches resubscribe on a new connection
+            raise ServerTimeoutError(
+                f"server {self.name!r} ({self._description}): {what} got no answer within "
+                f"{self._request_timeout:g} s; the connection was dropped and the next call reconnects "
+                "(pass a larger request_timeout if the server is only slow)"
+            ) from exc
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 conn.dead = True  # the next call reconnects
@@ -561,7 +614,7 @@ class McpResourceSource:
         what = f"subscriptions/listen {uri!r}"
         async with AsyncExitStack() as stack:
             try:
-                with anyio.fail_after(self._ack_timeout):
+                async with fail_after(self._clock, self._ack_timeout):
                     subscription = await stack.enter_async_context(
                         client.listen(resource_subscriptions=[uri])
                     )

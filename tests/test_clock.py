@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
-from asyncai_watch.clock import Clock, FakeClock, SystemClock
+from asyncai_watch.clock import Clock, FakeClock, SystemClock, fail_after
 
 
 @pytest.mark.anyio
@@ -60,3 +61,38 @@ async def test_system_clock_is_anyio_time() -> None:
     start = clock.now()
     assert abs(start - anyio.current_time()) < 1.0
     await clock.sleep_until(start)  # already due: returns without waiting
+
+
+@pytest.mark.anyio
+async def test_fail_after_on_a_fake_clock_cancels_the_block_at_its_deadline() -> None:
+    clock = FakeClock(start=5.0)
+    never = anyio.Event()
+    reached: list[str] = []
+
+    async def blocked() -> None:
+        with pytest.raises(TimeoutError):
+            async with fail_after(clock, 3):
+                reached.append("in")
+                await never.wait()
+        reached.append("timed out")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(blocked)
+        with anyio.fail_after(5):
+            await clock.wait_for_sleepers(1)
+        assert clock.deadlines() == [8.0]
+        clock.advance(2.9)
+        await anyio.wait_all_tasks_blocked()
+        assert reached == ["in"]  # not before the deadline
+        clock.advance(0.1)
+    assert reached == ["in", "timed out"]
+
+
+@pytest.mark.anyio
+async def test_fail_after_a_block_that_finishes_first_leaves_nothing_behind() -> None:
+    clock = FakeClock()
+    async with fail_after(clock, 3):
+        await anyio.lowlevel.checkpoint()
+    assert clock.sleepers == 0
+    async with fail_after(clock, None):  # no deadline: no helper task at all
+        assert clock.sleepers == 0

@@ -7,6 +7,8 @@ writes that land before one read become one net diff.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -16,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from asyncai_watch.clock import SystemClock
+from asyncai_watch.clock import FakeClock, SystemClock
 from asyncai_watch.codemode import builtins, tool_functions
 from asyncai_watch.errors import ProtocolVersionError, WatchError
 from asyncai_watch.limits import Limits
@@ -179,3 +181,40 @@ async def test_legacy_server_tools_work_but_watch_names_the_version() -> None:
             await m.watch_start("state", "legacy://state")
         assert m.watch_list() == []
         assert await m.read_resource("legacy://state") == {"greeting": "hello"}
+
+
+@pytest.mark.anyio
+async def test_a_server_that_stops_answering_mid_watch_is_reported_and_the_watch_recovers() -> None:
+    source_clock, manager_clock = FakeClock(), FakeClock()
+    async with (
+        memo_http_server() as (url, proc),
+        McpResourceSource.http(url, name="memo", request_timeout=20, clock=source_clock) as real,
+    ):
+        src = GatedSource(real)
+        async with WatchManager([src], limits=IMMEDIATE, clock=manager_clock) as m:
+            await m.watch_start("notes", NOTES)
+            src.hold()
+            await real.call_tool("memo_set", {"key": "todo", "value": "milk"})
+            with anyio.fail_after(15):
+                await src.blocked.wait()  # the update arrived; its re-read waits at the gate
+            os.kill(proc.pid, signal.SIGSTOP)  # now the server is connected but silent
+            try:
+                src.release()
+                with anyio.fail_after(15):
+                    await source_clock.wait_for_sleepers(1)  # the re-read's deadline
+                source_clock.advance(20)
+                notice = await receive(m)
+                assert notice.text.startswith("ERROR reading memo://notes: ")
+                assert "got no answer within 20 s" in notice.text
+                with anyio.fail_after(15):
+                    await manager_clock.wait_for_sleepers(1)  # the resubscribe backoff
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
+            deadline = manager_clock.next_deadline
+            assert deadline is not None
+            manager_clock.advance(deadline - manager_clock.now())
+            # Resubscribed on a new connection: the change made before the wedge is delivered.
+            assert (await receive(m)).text == "ADDED todo"
+            await real.call_tool("memo_set", {"key": "todo", "value": "eggs"})
+            assert (await receive(m)).text == "MODIFIED todo (milk→eggs)"
+            assert real.reconnects == 1

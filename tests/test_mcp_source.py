@@ -14,8 +14,15 @@ import pytest
 from mcp.client import advertise
 from test_memo_server import MEMO, WAIT, memo_http_server
 
+from asyncai_watch.clock import FakeClock
 from asyncai_watch.errors import ProtocolVersionError, SubscriptionLostError, WatchError
-from asyncai_watch.mcp_source import McpResourceSource, ServerConnectionError, ServerError, _covers
+from asyncai_watch.mcp_source import (
+    McpResourceSource,
+    ServerConnectionError,
+    ServerError,
+    ServerTimeoutError,
+    _covers,
+)
 from asyncai_watch.source import ReadResult, ResourceSource
 
 LEGACY = [sys.executable, str(Path(__file__).with_name("legacy_server.py"))]
@@ -305,3 +312,46 @@ def test_bad_arguments_are_rejected_up_front() -> None:
         _ = src.client
     assert McpResourceSource.http("http://user:pw@example.test:81/mcp").name == "example.test"
     assert "pw" not in McpResourceSource.http("http://user:pw@example.test:81/mcp").description
+
+
+@pytest.mark.anyio
+async def test_a_server_that_stops_answering_times_out_and_the_source_recovers() -> None:
+    """A wedged server (SIGSTOP: connected, silent) must not hang a read or a listen for good."""
+    clock = FakeClock()
+    async with (
+        memo_http_server() as (url, proc),
+        McpResourceSource.http(url, request_timeout=20, clock=clock) as src,
+    ):
+        await memo_set(src, "k", 1)
+        async with src.listen("memo://notes") as updates:
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                async with anyio.create_task_group() as tg:
+
+                    async def read() -> None:
+                        with pytest.raises(ServerTimeoutError) as caught:
+                            await src.read("memo://notes")
+                        assert "resources/read 'memo://notes' got no answer within 20 s" in str(caught.value)
+                        assert url in str(caught.value)
+
+                    tg.start_soon(read)
+                    with anyio.fail_after(WAIT):
+                        await clock.wait_for_sleepers(1)  # the read's deadline
+                    clock.advance(20)
+                # The connection was dropped, so its listen ends instead of waiting on a silent server.
+                with anyio.fail_after(WAIT), pytest.raises(SubscriptionLostError):
+                    await updates.__anext__()
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
+        # The server answers again: the next call reconnects.
+        with anyio.fail_after(WAIT):
+            assert await read_json(src) == {"k": 1}
+        assert src.reconnects == 1
+
+
+def test_request_timeout_must_be_positive_or_none() -> None:
+    with pytest.raises(
+        ValueError, match=r"request_timeout must be > 0 seconds \(or None for no bound\), got 0"
+    ):
+        McpResourceSource.http("http://127.0.0.1:1/mcp", request_timeout=0)
+    McpResourceSource.http("http://127.0.0.1:1/mcp", request_timeout=None)  # unbounded is allowed

@@ -69,11 +69,14 @@ async def test_fail_after_on_a_fake_clock_cancels_the_block_at_its_deadline() ->
     never = anyio.Event()
     reached: list[str] = []
 
+    async def wait_never() -> None:
+        async with fail_after(clock, 3):
+            reached.append("in")
+            await never.wait()
+
     async def blocked() -> None:
         with pytest.raises(TimeoutError):
-            async with fail_after(clock, 3):
-                reached.append("in")
-                await never.wait()
+            await wait_never()
         reached.append("timed out")
 
     async with anyio.create_task_group() as tg:

@@ -139,6 +139,9 @@ class WatchManager:
         filter_engine: FilterEngine | None = None,
         notice_buffer: int = 64,
     ) -> None:
+        if isinstance(notice_buffer, bool) or not isinstance(notice_buffer, int) or notice_buffer < 1:
+            # 0 would make the restore notice, sent before ``async with`` returns, wait for a reader forever.
+            raise ValueError(f"WatchManager: notice_buffer must be an int >= 1, got {notice_buffer!r}")
         names = [s.name for s in sources]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -578,7 +581,7 @@ class WatchManager:
         try:
             result = await w.source.read(w.uri)
         except Exception as exc:
-            self._add_lines(w, [(None, f"ERROR reading {w.uri}: {_describe(exc)}")])
+            self._add_lines(w, [(None, f"ERROR reading {w.uri}: {_describe(exc)}", None)])
             return
         await self._deliver(w, result)
 
@@ -588,17 +591,17 @@ class WatchManager:
             await self._deliver_unguarded(w, result)
         except Exception as exc:
             # A body no part of the pipeline expected must not end the watch: report it and go on.
-            self._add_lines(w, [(None, f"ERROR processing a read of {w.uri}: {_describe(exc)}")])
+            self._add_lines(w, [(None, f"ERROR processing a read of {w.uri}: {_describe(exc)}", None)])
 
     async def _deliver_unguarded(self, w: _Watch, result: ReadResult) -> None:
-        lines: list[tuple[str | None, str]] = []
+        lines: list[_Line] = []
         events: list[Event]
         limit = self.limits.events_per_update
         if w.shape == "event-log":
             fed = w.sequencer.feed(result.text, limit=limit)
             events = list(fed.events)
             if fed.error is not None:
-                lines.append((None, f"ERROR {fed.error.message}"))
+                lines.append((None, f"ERROR {fed.error.message}", None))
         else:
             new = parse_state(result.text)
             events = diff_state(w.previous, new)
@@ -608,6 +611,7 @@ class WatchManager:
                     (
                         None,
                         f"+{len(events) - limit} more changes not shown (Limits.events_per_update={limit})",
+                        None,
                     )
                 )
                 events = events[:limit]
@@ -623,14 +627,11 @@ class WatchManager:
             lines[:0] = await self._lines_for(w, kept)
         self._add_lines(w, lines)
 
-    async def _lines_for(self, w: _Watch, events: list[Event]) -> list[tuple[str | None, str]]:
-        out: list[tuple[str | None, str]] = []
+    async def _lines_for(self, w: _Watch, events: list[Event]) -> list[_Line]:
+        """Each event's line (its ``watch.event`` is logged once dedupe has had its say)."""
         if w.session is None:
-            for ev in events:
-                line = default_line(ev)
-                self._log_event(w, ev, "kept", line)
-                out.append((ev.key, line))
-            return out
+            return [(ev.key, default_line(ev), ev) for ev in events]
+        out: list[_Line] = []
         dicts = [ev.to_filter_dict(watch=w.name, uri=w.uri) for ev in events]
         try:
             outcomes: Sequence[FilterOutcome] = await w.session.run(dicts)
@@ -638,26 +639,27 @@ class WatchManager:
             message = f"filter error: {_describe(exc)}"
             for ev in events:
                 self._log_event(w, ev, "error", message)
-            return [(None, message)]
+            return [(None, message, None)]
         for ev, outcome in zip(events, outcomes, strict=False):
             if outcome.error is not None:
                 line = f"filter error: {outcome.error}"
                 self._log_event(w, ev, "error", line)
-                out.append((None, line))
+                out.append((None, line, None))
             elif outcome.text is None:
                 self._log_event(w, ev, "dropped", None)
             else:
-                self._log_event(w, ev, "kept", outcome.text)
-                out.append((ev.key, outcome.text))
+                out.append((ev.key, outcome.text, ev))
         return out
 
-    def _add_lines(self, w: _Watch, lines: Sequence[tuple[str | None, str]]) -> None:
+    def _add_lines(self, w: _Watch, lines: Sequence[_Line]) -> None:
         assert w.debouncer is not None
         now = self.clock.now()
-        for key, line in lines:
-            if key is not None and not w.deduper.admit(key, line):
-                continue
-            w.debouncer.add(line, now)
+        for key, line, ev in lines:
+            admitted = key is None or w.deduper.admit(key, line)
+            if ev is not None:
+                self._log_event(w, ev, "kept" if admitted else "deduped", line)
+            if admitted:
+                w.debouncer.add(line, now)
         if w.debouncer.deadline != w.sleeping_until:
             # The deadline moved (or appeared): wake the flusher so it sleeps until the new one.
             if w.sleep_scope is not None:
@@ -811,6 +813,11 @@ class WatchManager:
             outcome=outcome,
             line=line,
         )
+
+
+_Line = tuple[str | None, str, Event | None]
+"""A notice line: its dedupe key (``None``: never deduped), its text, and the event it stands for
+(``None`` for error and summary lines, which log no ``watch.event``)."""
 
 
 class _ReadFailed(Exception):

@@ -158,3 +158,22 @@ def test_configure_twice_replaces_the_handler(ndjson: io.StringIO) -> None:
     log.emit("watch.notice", watch="w", uri="u", text="t", lines=1)
     assert other.getvalue() == ""
     assert records(ndjson)[0]["event"] == "watch.notice"
+
+
+@pytest.mark.anyio
+async def test_a_line_dedupe_drops_is_logged_as_deduped_not_kept(ndjson: io.StringIO) -> None:
+    log.configure_ndjson(ndjson, verbose=True)
+    fake = memo_fake()
+    uri = "memo://events"
+    obj = {"metadata": {"name": "x", "namespace": "d"}}
+    fake.set_events(uri, [])
+    async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock()) as m:
+        await m.watch_start("ev", uri)
+        # Two equal lines for one object in one update: dedupe sends the first only.
+        fake.set_events(uri, [{"seq": s, "type": "MODIFIED", "object": obj} for s in (1, 2)])
+        fake.push(uri)
+        with anyio.fail_after(5):
+            notice = await m.notices.receive()
+        assert notice.text == "MODIFIED d/x"
+    logged = [(r["seq"], r["outcome"], r["kept"]) for r in records(ndjson) if r["event"] == "watch.event"]
+    assert logged == [(1, "kept", True), (2, "deduped", False)]

@@ -232,6 +232,13 @@ async def test_bad_arguments_fail_clearly_and_subscribe_nothing() -> None:
         assert fake.listeners() == 1
 
 
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_notice_buffer_must_be_a_positive_int(bad: Any) -> None:
+    # 0 used to hang a restore: its notice is sent before `async with` returns, with no reader yet.
+    with pytest.raises(ValueError, match=r"notice_buffer must be an int >= 1, got "):
+        WatchManager([memo_fake()], notice_buffer=bad)
+
+
 @pytest.mark.anyio
 async def test_failed_baseline_read_fails_the_call_and_leaves_no_subscription() -> None:
     fake = memo_fake()

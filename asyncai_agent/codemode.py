@@ -25,12 +25,16 @@ from asyncai_watch.sandbox import (
     scope_variables,
 )
 
-__all__ = ["DEFAULT_MAX_RESULT", "DEFAULT_RUN_TIMEOUT", "CodeMode", "format_value"]
+__all__ = ["DEFAULT_MAX_LOOP_STEPS", "DEFAULT_MAX_RESULT", "DEFAULT_RUN_TIMEOUT", "CodeMode", "format_value"]
 
 DEFAULT_MAX_RESULT: Final = 20_000
 """Characters of tool result the model sees; the rest is cut with a note."""
 DEFAULT_RUN_TIMEOUT: Final = 300.0
 """Seconds one run_code may wait (on tools, reads, ...) before it is cancelled."""
+DEFAULT_MAX_LOOP_STEPS: Final = 5_000_000
+"""Loop iterations one run_code may make (about a second of a tight loop): it shares the agent's
+event loop, where a loop that never awaits would freeze every watch; the run_timeout cannot
+interrupt code that never awaits."""
 _FILENAME: Final = "<run_code>"
 _MAX_NOTE_VARS: Final = 30
 
@@ -63,11 +67,12 @@ class CodeMode:
         *,
         max_result: int = DEFAULT_MAX_RESULT,
         run_timeout: float = DEFAULT_RUN_TIMEOUT,
+        max_loop_steps: int | None = DEFAULT_MAX_LOOP_STEPS,
     ) -> None:
         self.functions = dict(functions)
         self.max_result = max_result
         self.run_timeout = run_timeout
-        self.scope = new_scope(self.functions, label="run_code")
+        self.scope = new_scope(self.functions, label="run_code", max_loop_steps=max_loop_steps)
 
     async def run(self, code: str) -> CodeOutcome:
         try:

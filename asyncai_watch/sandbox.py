@@ -20,7 +20,7 @@ import re
 import string
 import types
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Final
 
 import attrs
@@ -41,6 +41,7 @@ __all__ = [
     "PolicyError",
     "ReplCode",
     "ReplResult",
+    "StepLimitError",
     "compile_repl",
     "describe_error",
     "error_line",
@@ -56,6 +57,9 @@ __all__ = [
 _VALUE: Final = "__asyncai_value__"
 _ENTRY: Final = "__asyncai_main__"
 _STATE: Final = "__asyncai_scope__"
+_TICK: Final = (
+    "_loop_tick_"  # called at the top of every while-loop body of run_code (not spellable by users)
+)
 
 MAX_PRINTED: Final = 1_000_000
 """Characters of ``print`` output kept per run; the rest is dropped with a note."""
@@ -230,7 +234,20 @@ class _ReplPolicy(RestrictingNodeTransformer):
 
 
 class _AsyncReplPolicy(_ReplPolicy):
+    """run_code's policy: top-level ``await``, and a step count in every loop.
+
+    run_code shares the agent's event loop, so a loop that never awaits would freeze every
+    watch and the agent with it; each ``while`` iteration (here) and each item a ``for``
+    or comprehension takes (the ``_getiter_`` guard) counts one step of the scope's budget.
+    """
+
     allow_await = True
+
+    def visit_While(self, node: ast.While) -> Any:
+        node = self.node_contents_visit(node)
+        tick = ast.Expr(ast.Call(func=ast.Name(_TICK, ast.Load()), args=[], keywords=[]))
+        node.body.insert(0, _located(tick, node.body[0] if node.body else node))
+        return node
 
 
 _ERROR_LINE: Final = re.compile(r"^Line (\d+): ")
@@ -310,6 +327,10 @@ class _Printed:
         print(*objects, sep=sep, end=end, file=self)
 
 
+class StepLimitError(Exception):
+    """run_code's loops ran more iterations than its scope allows (``max_loop_steps``)."""
+
+
 @attrs.define
 class _ScopeState:
     label: str
@@ -318,9 +339,25 @@ class _ScopeState:
     printed: _Printed
     """One per scope, emptied at the start of each run, so even a function or lambda
     defined in an earlier run prints into the current run's output."""
+    max_loop_steps: int | None = None
+    steps: int = 0  # loop steps of the current run
 
     def collector(self, _getattr_: object = None) -> _Printed:
         return self.printed
+
+    def tick(self) -> None:
+        self.steps += 1
+        if self.max_loop_steps is not None and self.steps > self.max_loop_steps:
+            raise StepLimitError(
+                f"the code's loops ran more than {self.max_loop_steps:,} iterations in one run and were "
+                "stopped: run_code shares the agent's event loop, so a long loop freezes every watch. "
+                "Loop over tool results, not to compute or to wait (watch_start waits for changes)"
+            )
+
+    def getiter(self, ob: Any) -> Iterator[Any]:
+        for item in ob:
+            self.tick()
+            yield item
 
     def text(self) -> str:
         return self.printed.text()
@@ -531,11 +568,15 @@ def new_scope(
     *,
     label: str = "<repl>",
     max_printed: int = MAX_PRINTED,
+    max_loop_steps: int | None = None,
 ) -> dict[str, Any]:
     """A fresh persistent scope: guarded builtins plus ``functions`` (e.g. catalog callables).
 
-    Pass the same dict to every run; top-level variables persist in it.
+    Pass the same dict to every run; top-level variables persist in it. ``max_loop_steps``
+    bounds the loop iterations of one run (``StepLimitError``); ``None``: unbounded.
     """
+    if max_loop_steps is not None and (isinstance(max_loop_steps, bool) or max_loop_steps < 1):
+        raise ValueError(f"max_loop_steps must be an int >= 1 or None, got {max_loop_steps!r}")
     builtins: dict[str, Any] = {k: v for k, v in safe_builtins.items() if not k.startswith("_getattr")}
     builtins.update(_EXTRA_BUILTINS)
     builtins.update({name: _denied(f"{name}()", hint) for name, hint in _DENIED.items()})
@@ -545,8 +586,12 @@ def new_scope(
         max_printed=max_printed,
         functions=tuple(sorted(functions or ())),
         printed=_Printed(max_printed),
+        max_loop_steps=max_loop_steps,
     )
     builtins["_print_"] = state.collector
+    builtins[_TICK] = state.tick
+    if max_loop_steps is not None:
+        builtins["_getiter_"] = state.getiter
     builtins[_STATE] = state
     scope: dict[str, Any] = {"__builtins__": builtins, "__name__": label}
     for name, value in (functions or {}).items():
@@ -569,6 +614,7 @@ def _state(scope: Mapping[str, Any]) -> _ScopeState:
 def _begin(scope: dict[str, Any]) -> _ScopeState:
     state = _state(scope)
     state.printed.reset()
+    state.steps = 0
     scope.pop(_VALUE, None)
     return state
 

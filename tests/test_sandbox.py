@@ -231,3 +231,36 @@ def test_assigned_names_persist_in_the_await_mode(names: list[str], values: list
         coro.send(None)
     for n, v in zip(names, values, strict=False):
         assert scope[n] == v
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "code",
+    [
+        "while True:\n    pass",
+        "n = 0\nwhile n >= 0:\n    n += 1",
+        "s = 0\nfor i in range(10**9):\n    s += i",
+        "xs = [i for i in range(10**9)]",
+        "while True:\n    try:\n        pass\n    except Exception:\n        pass",
+    ],
+)
+async def test_a_runaway_loop_in_await_mode_is_stopped_by_the_step_budget(code: str) -> None:
+    # run_code shares the agent's event loop; a loop that never awaits must end by itself.
+    scope = new_scope(max_loop_steps=1000)
+    with pytest.raises(sandbox.StepLimitError, match=r"more than 1,000 iterations in one run"):
+        await run_async(compile_repl(code, allow_await=True), scope)
+
+
+@pytest.mark.anyio
+async def test_the_step_budget_is_per_run_and_leaves_normal_loops_alone() -> None:
+    scope = new_scope(max_loop_steps=1000)
+    code = compile_repl("t = 0\nfor i in range(600):\n    t += i\nt", allow_await=True)
+    assert (await run_async(code, scope)).value == sum(range(600))
+    assert (await run_async(code, scope)).value == sum(range(600))  # a new run, a new budget
+    assert (await run_async(compile_repl("[x * 2 for x in 'abc']", allow_await=True), scope)).value == [
+        "aa",
+        "bb",
+        "cc",
+    ]
+    with pytest.raises(ValueError, match=r"max_loop_steps must be an int >= 1 or None, got 0"):
+        new_scope(max_loop_steps=0)

@@ -13,6 +13,8 @@ namespaces:
 - ``?watch=true``: a chunked stream of ``{"type", "object"}`` lines from the
   given resourceVersion; a resourceVersion older than the compaction floor
   gets the API server's in-stream ``ERROR`` with a ``410 Expired`` Status;
+  under a selector, a change that makes an object stop matching is ``DELETED``
+  and one that makes it start matching is ``ADDED`` (see :meth:`_Watch.event`);
 - an unknown workspace answers ``404`` everywhere, as an unknown path does.
 
 Tests change the cluster through :class:`FakeApiServer` methods or kubectl
@@ -114,6 +116,19 @@ def selected(obj: dict[str, Any], labels: list[Any], fields: list[Any]) -> bool:
     return True
 
 
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge recursively, ``null`` removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
 class _Watch:
     def __init__(self, ws: str, resource: str, ns: str | None, labels: list[Any], fields: list[Any]) -> None:
         self.ws, self.resource, self.ns, self.labels, self.fields = ws, resource, ns, labels, fields
@@ -127,6 +142,26 @@ class _Watch:
             return False
         return selected(obj, self.labels, self.fields)
 
+    def event(
+        self, ws: str, resource: str, kind: str, obj: dict[str, Any], prev: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """What this watch is sent for one change, as k8s.io/apiserver's cacheWatcher.convertToWatchEvent.
+
+        Both the new and the previous object are matched against the selectors: a change that makes
+        the object start matching is ADDED, one that makes it stop matching is DELETED carrying the
+        *previous* object at the change's resourceVersion (etcd3's watcher does the same).
+        """
+        passes = kind != "DELETED" and self.wants(ws, resource, obj)
+        passed = prev is not None and self.wants(ws, resource, prev)
+        if passes:
+            return {"type": "MODIFIED" if passed else "ADDED", "object": obj}
+        if passed:
+            assert prev is not None
+            gone = copy.deepcopy(prev)
+            gone["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            return {"type": "DELETED", "object": gone}
+        return None
+
 
 class FakeApiServer:
     def __init__(self, workspaces: tuple[str, ...] = ("root:app",)) -> None:
@@ -134,7 +169,8 @@ class FakeApiServer:
         self.objects: dict[str, dict[tuple[str, str | None, str], dict[str, Any]]] = {
             ws: {} for ws in workspaces
         }
-        self.history: list[tuple[int, str, str, str, dict[str, Any]]] = []  # (rv, ws, resource, type, obj)
+        # (rv, ws, resource, type, obj, previous obj or None), what the watch cache keeps per event
+        self.history: list[tuple[int, str, str, str, dict[str, Any], dict[str, Any] | None]] = []
         self.compacted = 0  # watches from an RV below this get 410 Expired
         self.watches: set[_Watch] = set()
         self.watch_started = anyio.Event()
@@ -179,7 +215,7 @@ class FakeApiServer:
         meta["managedFields"] = [{"manager": "kubectl", "operation": "Update", "apiVersion": "v1"}]
         store[key] = new
         if emit:
-            self._emit(ws, resource, "MODIFIED" if old else "ADDED", new)
+            self._emit(ws, resource, "MODIFIED" if old else "ADDED", new, old)
         return new
 
     def remove(
@@ -190,14 +226,16 @@ class FakeApiServer:
             self.rv += 1
             gone = copy.deepcopy(obj)
             gone["metadata"]["resourceVersion"] = str(self.rv)
-            self._emit(ws, resource, "DELETED", gone)
+            self._emit(ws, resource, "DELETED", gone, obj)
         return obj
 
-    def _emit(self, ws: str, resource: str, kind: str, obj: dict[str, Any]) -> None:
-        self.history.append((self.rv, ws, resource, kind, obj))
+    def _emit(
+        self, ws: str, resource: str, kind: str, obj: dict[str, Any], prev: dict[str, Any] | None
+    ) -> None:
+        self.history.append((self.rv, ws, resource, kind, obj, prev))
         for w in list(self.watches):
-            if w.wants(ws, resource, obj):
-                w.send.send_nowait({"type": kind, "object": obj})
+            if (event := w.event(ws, resource, kind, obj, prev)) is not None:
+                w.send.send_nowait(event)
 
     # --- HTTP ------------------------------------------------------------------------------------
 
@@ -316,13 +354,9 @@ class FakeApiServer:
         if current is None:
             return self._not_found(resource, name)
         if request.method == "PATCH":
-            patch = json.loads(await request.body())
-            merged = copy.deepcopy(current)
-            for k, v in patch.items():
-                if isinstance(v, dict) and isinstance(merged.get(k), dict):
-                    merged[k] = {**merged[k], **v}
-                else:
-                    merged[k] = v
+            # JSON merge patch (RFC 7386): `kubectl label` sends one; `kubectl patch`'s strategic merge
+            # patch is the same for a ConfigMap's maps.
+            merged = merge_patch(current, json.loads(await request.body()))
             return JSONResponse(self.put(ws, resource, ns, merged))
         if request.method == "DELETE":
             self.remove(ws, resource, ns, name)
@@ -350,9 +384,9 @@ class FakeApiServer:
             w.send.send_nowait(None)
         else:
             if since is not None:
-                for rv, hws, hres, kind, obj in self.history:
-                    if rv > since and w.wants(hws, hres, obj):
-                        w.send.send_nowait({"type": kind, "object": obj})
+                for rv, hws, hres, kind, obj, prev in self.history:
+                    if rv > since and (event := w.event(hws, hres, kind, obj, prev)) is not None:
+                        w.send.send_nowait(event)
             self.watches.add(w)
         started = self.watch_started
 

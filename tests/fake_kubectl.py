@@ -8,16 +8,20 @@ It mimics what the server relies on from the real kubectl v1.33:
   an unknown flag fails as kubectl does;
 - output: ``-o json`` prints 4-space indented JSON (a ``List`` for collections),
   ``-w --output-watch-events`` prints the current objects as ``ADDED`` events and
-  then each change as one indented ``{"type": ..., "object": ...}`` document;
+  then each change as one compact ``{"type": ..., "object": ...}`` line;
 - errors: kubectl's texts and exit code 1 (``error: the server doesn't have a
   resource type "foo"``, ``Error from server (NotFound): ...``).
 
 The cluster lives in ``$FAKE_KUBECTL_DIR/cluster.json``; the kcp workspace comes
 from ``--server https://HOST/clusters/<workspace>``. A watch tails
 ``$FAKE_KUBECTL_DIR/events.ndjson`` with inotify (watchfiles), no polling: each
-line is ``{"workspace", "resource", "event": {...}}`` (a change) or
+line is ``{"workspace", "resource", "event": {...}, "old": {...}}`` (a change;
+``old`` is the object before it, absent for a create) or
 ``{"exit": N, "stderr": "..."}`` (the API server ends every open watch stream).
-Tests drive both through :class:`FakeCluster`.
+Tests drive both through :class:`FakeCluster`. As the API server does, a watch
+with a selector matches both the old and the new object: a change that makes an
+object stop matching is printed as ``DELETED`` (the old object at the change's
+resourceVersion), one that makes it start matching as ``ADDED``.
 """
 
 from __future__ import annotations
@@ -120,10 +124,14 @@ class FakeCluster:
         old = objs[idx] if idx is not None else None
         data["rv"] += 1
         kind, new = fn(old, str(data["rv"]))
+        event_obj: dict[str, Any]
         if new is None:
             assert idx is not None
+            assert old is not None
             objs.pop(idx)
-            event_obj = old
+            # The API server's DELETED carries the last state at the deletion's resourceVersion.
+            event_obj = json.loads(json.dumps(old))
+            event_obj["metadata"]["resourceVersion"] = str(data["rv"])
         elif idx is None:
             objs.append(new)
             event_obj = new
@@ -131,10 +139,14 @@ class FakeCluster:
             objs[idx] = new
             event_obj = new
         self._save(data)
-        self.append(
-            {"workspace": workspace, "resource": resource, "event": {"type": kind, "object": event_obj}}
-        )
-        assert event_obj is not None
+        line: dict[str, Any] = {
+            "workspace": workspace,
+            "resource": resource,
+            "event": {"type": kind, "object": event_obj},
+        }
+        if old is not None:
+            line["old"] = old  # what the watch cache keeps as PrevObject, for selector transitions
+        self.append(line)
         return event_obj
 
     def create(
@@ -173,6 +185,22 @@ class FakeCluster:
             return "MODIFIED", new
 
         return self._change(workspace, "configmaps", namespace, name, upd)
+
+    def label(
+        self, name: str, labels: dict[str, str], *, namespace: str = "default", workspace: str = "root:app"
+    ) -> dict[str, Any]:
+        """Replace an object's labels (a MODIFIED that may move it into or out of a watch's selector)."""
+
+        def relabel(old: Any, rv: str) -> tuple[str, dict[str, Any]]:
+            assert old is not None, f"{name} does not exist"
+            new = json.loads(json.dumps(old))
+            new["metadata"]["resourceVersion"] = rv
+            new["metadata"]["labels"] = labels
+            if not labels:
+                del new["metadata"]["labels"]  # the API server omits an empty map
+            return "MODIFIED", new
+
+        return self._change(workspace, "configmaps", namespace, name, relabel)
 
     def delete(self, name: str, *, namespace: str = "default", workspace: str = "root:app") -> dict[str, Any]:
         return self._change(workspace, "configmaps", namespace, name, lambda old, rv: ("DELETED", None))
@@ -266,7 +294,7 @@ def _resource(name: str) -> str:
 
 
 def _workspace(flags: dict[str, Any], cluster: dict[str, Any]) -> str:
-    server = flags.get("--server", "")
+    server: str = flags.get("--server", "")
     _, sep, ws = server.partition("/clusters/")
     if not sep:
         raise KubectlExit("error: fake kubectl needs --server https://HOST/clusters/<workspace>")
@@ -421,15 +449,38 @@ def _tail(
                 raise KubectlExit("", int(line["exit"]))
             if line.get("workspace") != ws or line.get("resource") != resource:
                 continue
-            event = line["event"]
-            obj = event.get("object") or {}
-            if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and not _matches(obj, flags, namespaced):
-                continue
-            _dump_event(event if flags.get("--output-watch-events") else obj)
+            event = _watch_event(line["event"], line.get("old"), flags, namespaced)
+            if event is not None:
+                _dump_event(event if flags.get("--output-watch-events") else event["object"])
 
     drain()
     for _changes in watch(path, debounce=0, step=1, rust_timeout=0, yield_on_timeout=False):
         drain()
+
+
+def _watch_event(
+    event: dict[str, Any], old: dict[str, Any] | None, flags: dict[str, Any], namespaced: bool
+) -> dict[str, Any] | None:
+    """The event a selector watch gets for one change, as k8s.io/apiserver's cacheWatcher sends it.
+
+    The new and the old object are both matched: starting to match is ADDED, ceasing to match is
+    DELETED with the old object at the change's resourceVersion, neither is nothing.
+    """
+    kind = event.get("type")
+    obj = event.get("object") or {}
+    if kind not in ("ADDED", "MODIFIED", "DELETED"):
+        return event  # ERROR / BOOKMARK pass through
+    if old is None:  # a create, or a raw event a test printed as is
+        return event if _matches(obj, flags, namespaced) else None
+    passes = kind != "DELETED" and _matches(obj, flags, namespaced)
+    passed = _matches(old, flags, namespaced)
+    if passes:
+        return {"type": "MODIFIED" if passed else "ADDED", "object": obj}
+    if not passed:
+        return None
+    gone = json.loads(json.dumps(old))
+    gone["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+    return {"type": "DELETED", "object": gone}
 
 
 def _api_resources(cluster: FakeCluster, flags: dict[str, Any]) -> None:

@@ -44,14 +44,14 @@ async def _kubectl(kubectl: str, api: FakeApiServer, tmp: Path, *args: str, stdi
     return proc.stdout.decode()
 
 
-async def _events_until(client: Client, sub: Any, done: Any) -> list[dict[str, Any]]:
+async def _events_until(client: Client, sub: Any, done: Any, uri: str = URI) -> list[dict[str, Any]]:
     """Await update notifications until ``done(events)`` holds for the ring's events."""
     with anyio.fail_after(WAIT):
         while True:
-            events = events_of((await client.read_resource(URI)).contents[0].text)  # type: ignore[union-attr]
+            events = events_of((await client.read_resource(uri)).contents[0].text)  # type: ignore[union-attr]
             if done(events):
                 return events
-            assert await sub.__anext__() == ResourceUpdated(uri=URI)
+            assert await sub.__anext__() == ResourceUpdated(uri=uri)
 
 
 def _changes(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -169,3 +169,57 @@ async def test_dropped_stream_and_expired_resource_version(real_kubectl: str, tm
     # 410 Expired is recovered by a re-list, never surfaced as an ERROR.
     assert not [e for e in events if e["type"] == "ERROR" and "too old" in e["message"]], events
     assert _changes(events)[-1]["type"] == "ADDED"
+
+
+async def test_relabel_out_of_and_back_into_a_label_selector(real_kubectl: str, tmp_path: Path) -> None:  # noqa: F811
+    # The API server matches a selector watch against the old and the new object: `kubectl label`
+    # moving an object out of the selector is DELETED (its last matching state), back in is ADDED.
+    uri = "kcp-events://watch/root:app/configmaps?namespace=default&labelSelector=app%3Dweb"
+    cluster = FakeCluster(tmp_path / "unused")
+    async with run_fake_apiserver(FakeApiServer()) as api:
+        seeded = api.put(
+            "root:app",
+            "configmaps",
+            "default",
+            {"metadata": {"name": "web-1", "labels": {"app": "web", "tier": "front"}}, "data": {}},
+            emit=False,
+        )
+        api.put(
+            "root:app",
+            "configmaps",
+            "default",
+            {"metadata": {"name": "db-1", "labels": {"app": "db"}}, "data": {}},
+            emit=False,
+        )
+        async with (
+            kcp_client(tmp_path, cluster, kubectl=real_kubectl, server=api.url) as client,
+            client.listen(resource_subscriptions=[uri]) as sub,
+        ):
+            started = api.next_watch_started()
+            assert events_of((await client.read_resource(uri)).contents[0].text) == []  # type: ignore[union-attr]
+            with anyio.fail_after(WAIT):
+                await started.wait()
+            await _kubectl(
+                real_kubectl, api, tmp_path, "label", "configmap", "web-1", "app=db", "--overwrite"
+            )
+            moved_rv = api.objects["root:app"][("configmaps", "default", "web-1")]["metadata"][
+                "resourceVersion"
+            ]
+            events = await _events_until(client, sub, lambda evs: len(evs) >= 1, uri)
+            (gone,) = events
+            assert (gone["type"], gone["object"]["metadata"]["name"]) == ("DELETED", "web-1")
+            assert gone["object"]["metadata"]["labels"] == {"app": "web", "tier": "front"}
+            assert gone["object"]["metadata"]["resourceVersion"] == moved_rv
+            assert gone["object"]["metadata"]["uid"] == seeded["metadata"]["uid"]
+            # Neither before nor after in the selector: no event.
+            await _kubectl(real_kubectl, api, tmp_path, "label", "configmap", "db-1", "x=1")
+            await _kubectl(
+                real_kubectl, api, tmp_path, "label", "configmap", "web-1", "app=web", "--overwrite"
+            )
+            events = await _events_until(client, sub, lambda evs: len(evs) >= 2, uri)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("DELETED", "web-1"),
+        ("ADDED", "web-1"),
+    ]
+    assert events[1]["object"]["metadata"]["labels"] == {"app": "web", "tier": "front"}
+    assert "old" not in events[1]

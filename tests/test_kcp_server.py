@@ -56,11 +56,13 @@ async def test_catalog_capabilities_and_tools(tmp_path: Path, cluster: FakeClust
         tools = {t.name: t.annotations for t in (await client.list_tools()).tools}
         assert set(tools) == {"get_api_resources", "get", "list", "apply", "delete"}
         for name in ("get_api_resources", "get", "list"):
-            assert tools[name] is not None
-            assert tools[name].read_only_hint is True
+            annotations = tools[name]
+            assert annotations is not None
+            assert annotations.read_only_hint is True
         for name in ("apply", "delete"):
-            assert tools[name] is not None
-            assert tools[name].destructive_hint is True
+            annotations = tools[name]
+            assert annotations is not None
+            assert annotations.destructive_hint is True
         api = json.loads((await client.read_resource("kcp-api://root:app/resources")).contents[0].text)  # type: ignore[union-attr]
         tool = await client.call_tool("get_api_resources", {"workspace": "root:app"})
         assert json.loads(tool.content[0].text) == api  # type: ignore[union-attr]
@@ -198,8 +200,8 @@ async def test_tools_apply_get_list_delete(tmp_path: Path, cluster: FakeCluster)
         got = json.loads(
             (await client.call_tool("get", {"workspace": "root:app", "resource": "cm", "name": "t1"}))
             .content[0]
-            .text
-        )  # type: ignore[union-attr]
+            .text  # type: ignore[union-attr]
+        )
         assert got["data"] == {"x": "1"}
         assert "managedFields" not in got["metadata"]
         listed = json.loads(
@@ -209,8 +211,8 @@ async def test_tools_apply_get_list_delete(tmp_path: Path, cluster: FakeCluster)
                 )
             )
             .content[0]
-            .text
-        )  # type: ignore[union-attr]
+            .text  # type: ignore[union-attr]
+        )
         assert [o["metadata"]["name"] for o in listed] == ["t1"]
         res = await client.call_tool(
             "delete",
@@ -220,3 +222,40 @@ async def test_tools_apply_get_list_delete(tmp_path: Path, cluster: FakeCluster)
         missing = await client.call_tool("get", {"workspace": "root:app", "resource": "cm", "name": "t1"})
         assert missing.is_error
         assert 'configmaps "t1" not found' in missing.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_relabel_out_of_and_back_into_a_label_selector(tmp_path: Path, cluster: FakeCluster) -> None:
+    # The API server matches a selector watch against the old and the new object: leaving the
+    # selector is DELETED (the last matching state), entering it is ADDED.
+    uri = "kcp-events://watch/root:app/configmaps?namespace=default&labelSelector=app%3Dweb"
+    seeded = cluster.create("web-1", {"v": "1"}, labels={"app": "web"})
+    cluster.create("db-1", labels={"app": "db"})
+    async with (
+        watch_starts() as starts,
+        kcp_client(tmp_path, cluster, starts=starts) as client,
+        client.listen(resource_subscriptions=[uri]) as sub,
+    ):
+        assert await _read(client, uri) == []
+        await starts.next()
+        moved = cluster.label("web-1", {"app": "db"})
+        await _next_update(sub, uri)
+        (gone,) = await _read(client, uri)
+        assert (gone["type"], gone["object"]["metadata"]["name"]) == ("DELETED", "web-1")
+        assert gone["object"]["metadata"]["labels"] == {"app": "web"}  # the last state that matched
+        assert gone["object"]["metadata"]["resourceVersion"] == moved["metadata"]["resourceVersion"]
+        assert gone["object"]["metadata"]["uid"] == seeded["metadata"]["uid"]
+        cluster.patch("db-1", {"x": "1"})  # matches neither before nor after: nothing
+        cluster.label("web-1", {"app": "web"})
+        events: list[dict[str, Any]] = []
+        with anyio.fail_after(WAIT):
+            while len(events) < 2:
+                await _next_update(sub, uri)
+                events = await _read(client, uri)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("DELETED", "web-1"),
+        ("ADDED", "web-1"),
+    ]
+    back = events[1]
+    assert back["object"]["metadata"]["labels"] == {"app": "web"}
+    assert "old" not in back  # an ADDED, not a MODIFIED: readers saw it leave

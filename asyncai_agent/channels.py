@@ -23,13 +23,18 @@ Wiring, e.g. for ``asyncai-agent --mcp-http URL --token-file F``::
             orchestrator.forward_notices(puller.notices)
             tg.start_soon(puller.run, source.client)
         # after a successful todo_complete tool call: puller.completed()
+
+Logging: the puller writes ``channel.*`` records to the project's NDJSON log
+(:mod:`asyncai_watch.log`, the watch manager's logger and shape), each with the
+``server`` it pulls from; the fields are in ``docs/agent.md``. ``channel.drain_failed``
+is a WARNING and always written; the rest are verbose (DEBUG, or INFO when the
+puller was built with ``verbose=True``).
 """
 
 from __future__ import annotations
 
 import html
 import json
-import logging
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -39,10 +44,10 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import Client
 from mcp.client import ClientExtension, NotificationBinding
-from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict
 
+from asyncai_watch import log
 from asyncai_watch.notice import SOURCE_CHANNEL, Notice
 
 __all__ = [
@@ -53,8 +58,6 @@ __all__ = [
     "ChannelPuller",
     "has_channel",
 ]
-
-log = logging.getLogger(__name__)
 
 CHANNEL_METHOD: Final = "notifications/claude/channel"
 CHANNEL_CAPABILITY: Final = "claude/channel"
@@ -123,9 +126,11 @@ class ChannelPuller:
         backoff: Sequence[float] = DEFAULT_BACKOFF,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         remember: int = 4096,
+        verbose: bool = False,
     ) -> None:
         self.server = server
         self.queue = queue
+        self.verbose = verbose
         self._send: MemoryObjectSendStream[Notice]
         self._send, self._recv = anyio.create_memory_object_stream[Notice](buffer)
         self._backoff = tuple(backoff) or DEFAULT_BACKOFF
@@ -168,17 +173,24 @@ class ChannelPuller:
             self._announced.popitem(last=False)
         return not known
 
-    def _announce(self, todo_id: str | None, notice: Notice) -> None:
+    def _announce(self, todo_id: str | None, notice: Notice) -> bool:
+        """Hand ``notice`` on; False when it was dropped."""
+        delivered = self._emit(notice)
         # A notice that could not be handed on must not count as announced, or no later
         # drain would list its todo again and the work would be lost to the agent.
-        if not self._emit(notice) and todo_id:
+        if not delivered and todo_id:
             self._announced.pop(todo_id, None)
+        return delivered
 
     def _doorbell(self, notice: Notice) -> None:
         todo_id = notice.meta.get("todo_id")
         if todo_id:
             self._remember_id(todo_id)
-        self._announce(todo_id, notice)
+        delivered = self._announce(todo_id, notice)
+        self._log("channel.doorbell", todo_id=todo_id, delivered=delivered, dropped=self.dropped)
+
+    def _log(self, event: str, **fields: Any) -> None:
+        log.emit(event, verbose=self.verbose, server=self.server, **fields)
 
     def completed(self) -> None:
         """A todo was completed: drain again (call after a successful ``todo_complete``)."""
@@ -205,7 +217,7 @@ class ChannelPuller:
         self._generation += 1
         generation = self._generation
         after: str | None = None
-        fresh = 0
+        fresh = listed = 0
         while True:
             args: dict[str, Any] = {"limit": 100}
             if self.queue is not None:
@@ -220,11 +232,12 @@ class ChannelPuller:
             if page is None:
                 page = json.loads(getattr(result.content[0], "text", "{}"))
             for todo in page.get("todos", []):
+                listed += 1
                 todo_id = str(todo["id"])
                 if self._remember_id(todo_id):
                     fresh += 1
                     meta = {"todo_id": todo_id, "queue": str(todo["queue"]), "kind": str(todo["kind"])}
-                    self._announce(
+                    delivered = self._announce(
                         todo_id,
                         Notice(
                             SOURCE_CHANNEL,
@@ -232,12 +245,22 @@ class ChannelPuller:
                             meta={"server": self.server, **meta, "via": "pull"},
                         ),
                     )
+                    self._log("channel.announced", **meta, delivered=delivered, dropped=self.dropped)
             after = page.get("next_after")
             if after is None:
                 break
-        for todo_id in [t for t, seen in self._announced.items() if seen < generation]:
+        forgotten = [t for t, seen in self._announced.items() if seen < generation]
+        for todo_id in forgotten:
             del self._announced[todo_id]
         self.drains += 1
+        self._log(
+            "channel.drained",
+            queue=self.queue,
+            drains=self.drains,
+            listed=listed,
+            announced=fresh,
+            forgotten=len(forgotten),
+        )
         self.drained.set()
         return fresh
 
@@ -255,34 +278,33 @@ class ChannelPuller:
             try:
                 await self.drain(client)
             except Exception as exc:  # a server error or a malformed page: report it, keep the agent up
-                log.warning(
-                    "switchboard drain failed (%s: %s); the next re-listen or completion drains again",
-                    type(exc).__name__,
-                    exc,
+                # Always written (WARNING): the next re-listen or completion drains again.
+                log.logger.warning(
+                    "channel.drain_failed",
+                    extra={
+                        "server": self.server,
+                        "queue": self.queue,
+                        "error": f"{type(exc).__name__}: {exc}",
+                    },
                 )
 
     async def _attach(self, client: Client) -> None:
         failures = 0
         while True:
+            reason = "the listen stream ended"
             try:
                 async with client.listen(tools_list_changed=True) as sub:
+                    self._log("channel.attached", attempt=failures)
                     failures = 0
                     self.attached.set()
                     self._drain_wanted.set()  # at start and after every reconnect
                     async for _ in sub:  # list changes are not ours to act on; the stream is the point
                         pass
-            except (
-                SubscriptionLost,
-                MCPError,
-                anyio.BrokenResourceError,
-                anyio.ClosedResourceError,
-                OSError,
-            ) as exc:
-                log.info("switchboard listen ended (%s); re-listening", exc)
-            except Exception as exc:  # httpx2 transport errors and the like: same treatment
-                log.info("switchboard listen failed (%s: %s); re-listening", type(exc).__name__, exc)
+            except Exception as exc:  # SubscriptionLost, MCPError, a closed stream, transport errors
+                reason = f"{type(exc).__name__}: {exc}"
             if self.attached.is_set():
                 self.attached = anyio.Event()
             delay = self._backoff[min(failures, len(self._backoff) - 1)]
             failures += 1
+            self._log("channel.relistening", attempt=failures, delay=delay, reason=reason)
             await self._sleep(delay)  # backoff after a failure, not a poll: nothing runs while attached

@@ -10,8 +10,9 @@ user-role message, then run the thread. Coalescing is the runtime's
 - a run that claimed no input (notices only) replies to the channel of the
   last addressed input, otherwise the default channel.
 
-The loop is idle when no input is unclaimed and no run is active or queued;
-:meth:`Orchestrator.wait_idle` is what shutdown waits for.
+The loop is idle when no input is unclaimed, no run is active or queued, and
+no notice sent to ``notice_tx`` (or picked up by a forwarder) is still on its
+way into the thread; :meth:`Orchestrator.wait_idle` is what shutdown waits for.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Final, Protocol
 
 import anyio
 import attrs
-from anyio.abc import TaskGroup
+from anyio.abc import ObjectSendStream, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from asyncai_agent.events import (
@@ -43,7 +44,7 @@ from asyncai_agent.thread import Message
 from asyncai_watch.log import emit, logger
 from asyncai_watch.notice import Notice
 
-__all__ = ["Executor", "Input", "Orchestrator"]
+__all__ = ["Executor", "Input", "NoticeSender", "Orchestrator"]
 
 NOTICE_BUFFER: Final = 64
 """Notices are already debounced; a small buffer only absorbs a burst from several watches."""
@@ -63,6 +64,83 @@ class Input:
 
     text: str
     channel: ReplyChannel
+
+
+@attrs.define(eq=False)
+class _Sent:
+    """A notice on its way to the pump; ``withdrawn`` when its send raised before it was taken."""
+
+    notice: Notice
+    withdrawn: bool = False
+    taken: bool = False
+
+
+class _InFlight:
+    """Counts notices sent but not yet taken into the thread, and signals each one that leaves."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.left = anyio.Event()
+
+    def add(self) -> None:
+        self.count += 1
+
+    def remove(self) -> None:
+        self.count -= 1
+        self.left.set()
+        self.left = anyio.Event()
+
+
+class NoticeSender(ObjectSendStream[Notice]):
+    """The send end of the orchestrator's notice stream (:attr:`Orchestrator.notice_tx`).
+
+    A memory object send stream that also counts what it sent until the reactor takes it,
+    so :meth:`Orchestrator.wait_idle` can tell a buffered notice from an idle agent.
+    """
+
+    def __init__(self, inner: MemoryObjectSendStream[_Sent], in_flight: _InFlight) -> None:
+        self._inner = inner
+        self._in_flight = in_flight
+
+    async def send(self, item: Notice) -> None:
+        sent = self._enter(item)
+        try:
+            await self._inner.send(sent)
+        except BaseException:
+            self._withdraw(sent)
+            raise
+
+    def send_nowait(self, item: Notice) -> None:
+        """Raises ``anyio.WouldBlock`` when the buffer is full (the notice was not sent)."""
+        sent = self._enter(item)
+        try:
+            self._inner.send_nowait(sent)
+        except BaseException:
+            self._withdraw(sent)
+            raise
+
+    def clone(self) -> NoticeSender:
+        """Another send end, for a source that closes its own when it ends."""
+        return NoticeSender(self._inner.clone(), self._in_flight)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def _enter(self, item: Notice) -> _Sent:
+        self._in_flight.add()
+        return _Sent(item)
+
+    def _withdraw(self, sent: _Sent) -> None:
+        # A cancelled send can raise although its item reached the buffer in the same instant.
+        # Unless the pump already took it, it counts as not sent: the pump skips a withdrawn item,
+        # so each notice leaves the count exactly once.
+        if sent.taken:
+            return
+        sent.withdrawn = True
+        self._in_flight.remove()
 
 
 class Orchestrator:
@@ -90,7 +168,9 @@ class Orchestrator:
         self._subscribers: list[MemoryObjectSendStream[AgentEvent]] = []
         self._unclaimed: list[Input] = []
         self._last_addressed: ReplyChannel | None = None
-        self._notice_tx, self._notice_rx = anyio.create_memory_object_stream[Notice](NOTICE_BUFFER)
+        self._in_flight = _InFlight()
+        tx, self._notice_rx = anyio.create_memory_object_stream[_Sent](NOTICE_BUFFER)
+        self._notice_tx = NoticeSender(tx, self._in_flight)
         self._tg: TaskGroup | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -119,8 +199,11 @@ class Orchestrator:
     # -- inputs -----------------------------------------------------------------------------------
 
     @property
-    def notice_tx(self) -> MemoryObjectSendStream[Notice]:
-        """Send notices here (``clone()`` it for a source that closes its end)."""
+    def notice_tx(self) -> NoticeSender:
+        """Send notices here (``clone()`` it for a source that closes its end).
+
+        A notice counts against :attr:`idle` from the moment its send starts until it is taken.
+        """
         return self._notice_tx
 
     def submit(self, text: str, channel: ReplyChannel) -> None:
@@ -159,22 +242,36 @@ class Orchestrator:
     async def _forward(self, source: AsyncIterable[Notice]) -> None:
         async with self._notice_tx.clone() as tx:
             async for notice in source:
+                # No checkpoint between receiving and this send: a notice in hand is already counted.
                 await tx.send(notice)
 
     async def _pump_notices(self) -> None:
-        async for notice in self._notice_rx:
-            self.take_notice(notice)
+        async for sent in self._notice_rx:
+            if sent.withdrawn:
+                continue
+            sent.taken = True
+            try:
+                self.take_notice(sent.notice)
+            finally:
+                self._in_flight.remove()
 
     # -- state ------------------------------------------------------------------------------------
 
     @property
     def idle(self) -> bool:
-        return not self._unclaimed and self.runtime.idle
+        """No input unclaimed, no run active or queued, no notice sent but not yet taken."""
+        return not self._unclaimed and self.runtime.idle and self._in_flight.count == 0
 
     async def wait_idle(self) -> None:
-        """Return once no input is unclaimed and no run is active or queued."""
-        # Every input requests a run, so "runtime idle" already implies "nothing unclaimed".
-        await self.runtime.wait_idle()
+        """Return once :attr:`idle` holds: nothing unclaimed, running, queued or in flight."""
+        # Each wait ends on a change (a notice taken or withdrawn, the runtime going idle), never on
+        # a timer, and the condition is checked again without a checkpoint in between. Every input
+        # and every notice taken requests a run, so "runtime idle" covers "nothing unclaimed".
+        while not self.idle:
+            if self._in_flight.count:
+                await self._in_flight.left.wait()
+            else:
+                await self.runtime.wait_idle()
 
     def subscribe(self) -> MemoryObjectReceiveStream[AgentEvent]:
         """A stream of every event from now on (unbounded, so the reactor never blocks on it)."""

@@ -68,14 +68,14 @@ def make_sources(config: SessionConfig) -> PendingSources:
     sources: list[McpResourceSource] = []
     pullers: list[ChannelPuller] = []
     for cmd in config.mcp_stdio:
-        puller = ChannelPuller()
+        puller = ChannelPuller(verbose=config.verbose)
         sources.append(
             McpResourceSource.stdio(cmd if isinstance(cmd, str) else list(cmd), extensions=[puller.extension])
         )
         pullers.append(puller)
     headers = {"Authorization": f"Bearer {config.http_token}"} if config.http_token else None
     for url in config.mcp_http:
-        puller = ChannelPuller()
+        puller = ChannelPuller(verbose=config.verbose)
         try:
             sources.append(McpResourceSource.http(url, headers=headers, extensions=[puller.extension]))
         except ValueError as exc:

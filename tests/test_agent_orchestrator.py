@@ -129,6 +129,59 @@ async def test_a_notice_while_idle_runs_immediately_and_idle_returns() -> None:
         assert orch.runtime.runs_started == 1
 
 
+@pytest.mark.anyio
+async def test_wait_idle_waits_for_a_notice_still_buffered() -> None:
+    ex = GatedExecutor()
+    ex.release(1)
+    default = FakeChannel("d")
+    async with Orchestrator(ex, default_channel=default) as orch:
+        orch.notice_tx.send_nowait(watch_notice("ADDED late"))  # buffered: the pump has not run yet
+        assert not orch.idle
+        with anyio.fail_after(5):
+            await orch.wait_idle()
+        # Idle means the notice's turn is over, not merely that no turn had started yet.
+        assert default.sent == ["reply 1"]
+        assert orch.idle
+
+
+@pytest.mark.anyio
+async def test_wait_idle_waits_for_a_notice_handed_to_the_pump() -> None:
+    ex = GatedExecutor()
+    ex.release(1)
+    ex.release(2)
+    default = FakeChannel("d")
+    async with Orchestrator(ex, default_channel=default) as orch:
+        events = orch.subscribe()
+        await orch.notice_tx.send(watch_notice("ADDED first"))
+        await next_of(events, RunCompleted)
+        with anyio.fail_after(5):
+            await orch.wait_idle()
+        # The pump is parked on its stream again: this notice goes straight to it, never buffered.
+        orch.notice_tx.send_nowait(watch_notice("ADDED second"))
+        with anyio.fail_after(5):
+            await orch.wait_idle()
+        assert default.sent == ["reply 1", "reply 2"]
+
+
+@pytest.mark.anyio
+async def test_a_notice_refused_by_a_full_stream_does_not_keep_the_agent_busy() -> None:
+    async def quiet(run: Run, thread: list[Message], emit: Callable[[AgentEvent], None]) -> str | None:
+        return "NO_REPLY"
+
+    async with Orchestrator(quiet, default_channel=FakeChannel("d")) as orch:
+        sent = 0
+        while True:  # no checkpoint in between: the buffer fills and a send is refused
+            try:
+                orch.notice_tx.send_nowait(watch_notice(f"ADDED k{sent}"))
+            except anyio.WouldBlock:
+                break
+            sent += 1
+        with anyio.fail_after(5):
+            await orch.wait_idle()
+        assert orch.idle
+        assert len(orch.runtime.thread) == sent  # every accepted notice was taken, the refused one not
+
+
 # -- reply routing ------------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""ChannelPuller's degrade-to-pull rules, against a pull-only fake client (no server needed).
+"""ChannelPuller's degrade-to-pull rules, against a pull-only fake client (no server needed),
+and its NDJSON log records, against a real switchboard over Streamable HTTP.
 
 The durable queue is the delivery of record: whatever happens to a doorbell or a notice, the
 next drain must announce every open todo the agent has not been told about.
@@ -6,16 +7,29 @@ next drain must announce every open todo the agent has not been told about.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import io
+import json
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
+from pg import Store
+from test_switchboard_server import (  # noqa: F401  (fixtures)
+    WAIT,
+    call,
+    config_fixture,
+    connect,
+    sqlite_store_fixture,
+    switchboard_http,
+)
 
 from asyncai_agent.channels import ChannelPuller
+from asyncai_watch import log
 from asyncai_watch.notice import Notice
 
 
@@ -88,10 +102,150 @@ async def test_without_any_listen_the_queue_is_still_drained_at_start() -> None:
 
     puller = ChannelPuller(sleep=never)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(puller.run, client)
+        tg.start_soon(puller.run, client)  # type: ignore[arg-type]
         with anyio.fail_after(10):
             notice = await puller.notices.receive()
         tg.cancel_scope.cancel()
     assert notice.meta["todo_id"] == "t7"
     assert client.listens == 1
     assert not puller.attached.is_set()
+
+
+# -- the NDJSON log -----------------------------------------------------------------------------
+
+
+class NdjsonLines(io.StringIO):
+    """A log stream that parses each NDJSON line as it is written and wakes whoever waits for one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[dict[str, Any]] = []
+        self._partial = ""
+        self._grew = anyio.Event()
+
+    def write(self, s: str) -> int:
+        *complete, self._partial = (self._partial + s).split("\n")
+        for line in complete:
+            record = json.loads(line)  # every line is one JSON object
+            assert isinstance(record, dict)
+            self.records.append(record)
+        if complete:
+            grew, self._grew = self._grew, anyio.Event()
+            grew.set()
+        return super().write(s)
+
+    def events(self) -> list[str]:
+        return [r["event"] for r in self.records]
+
+    async def first(self, event: str, since: int = 0, **fields: Any) -> dict[str, Any]:
+        """The first record of ``event`` (from index ``since``) with these field values, awaited."""
+        with anyio.fail_after(WAIT):
+            while True:
+                for record in self.records[since:]:
+                    if record["event"] == event and all(record.get(k) == v for k, v in fields.items()):
+                        return record
+                await self._grew.wait()
+
+
+@pytest.fixture
+def ndjson() -> Iterator[NdjsonLines]:
+    saved = (list(log.logger.handlers), log.logger.level, log.logger.propagate)
+    lines = NdjsonLines()
+    yield lines
+    for handler in log.logger.handlers:
+        if handler not in saved[0]:
+            handler.close()
+    log.logger.handlers[:], log.logger.level, log.logger.propagate = saved
+
+
+def common(record: dict[str, Any], level: str = "INFO") -> None:
+    """The shape every record of the project's NDJSON log has (docs/watch-manager.md, Logging)."""
+    assert record["level"] == level
+    assert record["logger"] == "asyncai_watch"
+    assert isinstance(record["ts"], str)
+    assert record["ts"]
+    assert record["server"] == "switchboard"
+
+
+@pytest.mark.anyio
+async def test_doorbells_drains_and_announcements_are_ndjson_records(
+    sqlite_store: Store, config: Path, ndjson: NdjsonLines
+) -> None:
+    log.configure_ndjson(ndjson)  # not verbose: the puller's own verbose=True makes them INFO
+    puller = ChannelPuller(server="switchboard", queue="ops", verbose=True)
+    async with switchboard_http(sqlite_store, config) as sb, connect(sb.url, "alice") as alice:
+        waiting = (await call(alice, "todo_create", queue="ops", kind="k", summary="before the agent"))[
+            "todo"
+        ]
+        async with connect(sb.url, "eve", [puller.extension]) as eve, anyio.create_task_group() as tg:
+            tg.start_soon(puller.run, eve)
+            announced = await ndjson.first("channel.announced")
+            attached = await ndjson.first("channel.attached")
+            rung = (await call(alice, "todo_create", queue="ops", kind="review", summary="push me"))["todo"]
+            doorbell = await ndjson.first("channel.doorbell")
+            seen = len(ndjson.records)
+            puller.completed()
+            # The drain the attach asked for may still end after the doorbell (listing only the
+            # first todo); the completion's drain starts after the create, so it lists both.
+            last_drain = await ndjson.first("channel.drained", since=seen, listed=2)
+            tg.cancel_scope.cancel()
+    common(announced)
+    assert announced["todo_id"] == waiting["id"]
+    assert (announced["queue"], announced["kind"]) == ("ops", "k")
+    assert announced["delivered"] is True
+    assert announced["dropped"] == 0
+    common(attached)
+    assert attached["attempt"] == 0
+    common(doorbell)
+    assert doorbell["todo_id"] == rung["id"]
+    assert doorbell["delivered"] is True
+    # The start-up drain found the waiting todo and announced it; it is logged right after it.
+    first_drain = ndjson.records[ndjson.records.index(announced) + 1]
+    common(first_drain)
+    assert first_drain["event"] == "channel.drained"
+    assert first_drain["queue"] == "ops"
+    assert (first_drain["drains"], first_drain["listed"], first_drain["announced"]) == (1, 1, 1)
+    assert first_drain["forgotten"] == 0
+    # A drain after the doorbell lists both open todos and announces neither again.
+    common(last_drain)
+    assert (last_drain["announced"], last_drain["forgotten"], last_drain["queue"]) == (0, 0, "ops")
+    assert last_drain["drains"] >= 2
+    # Only channel.* records: no plain-text lines from a stdlib logger of its own.
+    assert {e.split(".")[0] for e in ndjson.events()} == {"channel"}
+
+
+class FailingPull(PullOnly):
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        text = SimpleNamespace(text="the ledger is down")
+        return SimpleNamespace(is_error=True, structured_content=None, content=[text])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("verbose", [False, True])
+async def test_a_failed_drain_is_always_logged_a_relisten_only_verbose(
+    ndjson: NdjsonLines, verbose: bool
+) -> None:
+    log.configure_ndjson(ndjson)
+    backing_off = anyio.Event()
+
+    async def park(_delay: float) -> None:  # the re-listen backoff: note it, then wait for the end
+        backing_off.set()
+        await anyio.sleep_forever()
+
+    puller = ChannelPuller(server="switchboard", backoff=[4.0], sleep=park, verbose=verbose)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(puller.run, FailingPull())  # type: ignore[arg-type]
+        failed = await ndjson.first("channel.drain_failed")
+        with anyio.fail_after(WAIT):
+            await backing_off.wait()  # the relisten record, if any, is written before the backoff
+        tg.cancel_scope.cancel()
+    common(failed, level="WARNING")
+    assert failed["error"] == "MCPError: todo_pull failed: the ledger is down"
+    assert failed["queue"] is None
+    if not verbose:
+        assert ndjson.events() == ["channel.drain_failed"]
+        return
+    relisten = await ndjson.first("channel.relistening")
+    common(relisten)
+    assert (relisten["attempt"], relisten["delay"]) == (1, 4.0)
+    assert relisten["reason"] == "MCPError: this harness has no subscriptions/listen"

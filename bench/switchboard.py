@@ -5,7 +5,7 @@
 
 Parts:
 1. create -> doorbell latency (p50/p99) over Streamable HTTP on loopback with 1, 10 and 100 attached
-   sessions (one MCP client each, in this process), against the pull-only baseline: an agent that
+   sessions (one MCP client and credential each, in this process), against the pull-only baseline: an agent that
    checks the queue every 5 s (latency uniform in [0, 5) s; 720 idle requests per hour per agent).
 2. creates per second over HTTP, SQLite and PostgreSQL (PostgreSQL only if its binaries are installed).
 3. todo_create latency with one stalled subscriber vs none (target ratio <= 1.2), in process, so the
@@ -43,6 +43,12 @@ CONFIG = {
     "credentials": [
         {"name": "alice", "token": "alice-token", "queues": ["*"], "attribution": "human", "verified": True},
         {"name": "agent", "token": "agent-token", "queues": ["*"], "attribution": "agent"},
+        # One credential per listening session: a credential gets each doorbell once, however many
+        # streams it has open, so 100 sessions are 100 agents.
+        *(
+            {"name": f"agent{i}", "token": f"agent{i}-token", "queues": ["*"], "attribution": "agent"}
+            for i in range(100)
+        ),
     ]
 }
 PULL_INTERVAL = 5.0
@@ -101,9 +107,9 @@ async def doorbell_latency(config: Path, tmp: Path, sessions: int, creates: int)
     samples: list[float] = []
     async with server(config, ["--sqlite", str(tmp / f"lat{sessions}.db")]) as url, AsyncExitStack() as stack:
         listeners: list[Client] = []
-        for _ in range(sessions):
+        for i in range(sessions):
             c = await stack.enter_async_context(
-                client(stack, url, "agent-token", [ChannelExtension("switchboard", on_notice)])
+                client(stack, url, f"agent{i}-token", [ChannelExtension("switchboard", on_notice)])
             )
             await stack.enter_async_context(c.listen(tools_list_changed=True))
             listeners.append(c)

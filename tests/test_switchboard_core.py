@@ -16,13 +16,14 @@ import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pg import Store, postgres_server, store_fixture  # noqa: F401  (fixtures)
+from pg import Store, pg_store_fixture, postgres_server, store_fixture  # noqa: F401  (fixtures)
 
 from asyncai_servers.switchboard.config import ConfigError, Credentials, parse_credentials
 from asyncai_servers.switchboard.core import Switchboard, queue_uri
 from asyncai_servers.switchboard.doorbell import SUMMARY_CAP, Doorbell, make_doorbell, neutralize
-from asyncai_servers.switchboard.hub import Subscriber
+from asyncai_servers.switchboard.hub import Hub, HubStats, Subscriber
 from asyncai_servers.switchboard.ledger import Ledger, LedgerError
+from asyncai_servers.switchboard.ledger_pg import PostgresLedger
 from asyncai_watch.clock import FakeClock
 
 WAIT = 10
@@ -247,6 +248,76 @@ async def test_stalled_subscriber_drops_and_counts_while_creates_flow(store: Sto
             stats = b.hub.stats()
             assert stats.dropped == 36
             assert stats.rung == 164
+
+
+def test_a_session_with_several_streams_gets_each_doorbell_on_one_of_them() -> None:
+    hub = Hub(buffer=1)
+    bell = [make_doorbell(todo_id=str(i), queue="ops", kind="k", source="s", summary="x") for i in range(4)]
+    with hub.subscribe(EVE) as old, hub.subscribe(EVE) as full:
+        with hub.subscribe(EVE) as cut:
+            assert hub.ring(bell[0], "ops", None) == 1
+            assert [list(s.doorbells) for s in (old, full, cut)] == [[], [], [bell[0]]]  # the newest
+        # A stream cut off before it sent its doorbell hands it to the session's newest live stream.
+        assert list(full.doorbells) == [bell[0]]
+        assert hub.ring(bell[1], "ops", None) == 1  # that buffer is full: the older stream takes it
+        assert list(old.doorbells) == [bell[1]]
+        assert hub.ring(bell[2], "ops", None) == 0  # every stream full: one drop for the session
+        assert (old.dropped, full.dropped) == (0, 1)
+        assert hub.stats() == HubStats(subscribers=2, sessions=1, rung=2, dropped=1)
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres
+async def test_listen_reconnects_on_the_clock_and_catches_up_missed_todos(pg_store: Store) -> None:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    dbname = str(conninfo_to_dict(pg_store.target)["dbname"])
+    admin_dsn = make_conninfo(pg_store.target, dbname="postgres")  # ALTER DATABASE from outside it
+    clock = FakeClock()
+    ledger_b = PostgresLedger(pg_store.target, clock=clock)
+    admin = await psycopg.AsyncConnection.connect(admin_dsn, autocommit=True)
+    try:
+        async with (
+            board(pg_store) as a,
+            Switchboard(ledger_b, CREDS) as b,
+        ):
+            with b.hub.subscribe(EVE) as eve:
+                before = (await a.create(ALICE, queue="ops", kind="k", summary="before"))[0]
+                assert [x.meta["todo_id"] for x in await next_bells(eve)] == [before.id]
+
+                # Kill B's LISTEN connection and refuse new connections, so the reconnect must back off.
+                pid = ledger_b.listener_pid
+                assert pid is not None
+                await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS false")
+                await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                with anyio.fail_after(WAIT):
+                    await clock.wait_for_sleepers(1)
+                assert clock.deadlines() == [1.0]
+                assert ledger_b.listener_pid is None
+                # Created on A while B hears nothing: one loud todo, one quiet (pull-only) one.
+                missed = (await a.create(ALICE, queue="ops", kind="k", summary="while B was deaf"))[0]
+                quiet = (await a.create(BOT, queue="ops", kind="k", summary="quiet"))[0]
+                clock.advance(1.0)  # the retry fails too: the next wait doubles
+                with anyio.fail_after(WAIT):
+                    await clock.wait_for_deadline(3.0)
+                assert clock.deadlines() == [3.0]
+
+                await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+                clock.advance(2.0)
+                # Reconnected: the missed loud todo rings now (catch-up), the quiet one does not.
+                assert [x.meta["todo_id"] for x in await next_bells(eve)] == [missed.id]
+                assert ledger_b.listener_pid not in (None, pid)
+                after = (await a.create(ALICE, queue="ops", kind="k", summary="after"))[0]
+                assert [x.meta["todo_id"] for x in await next_bells(eve)] == [after.id]  # NOTIFY works again
+                assert eve.rung == 3
+                # Nothing created in the gap is lost: B's pull lists both.
+                pulled = await b.list_todos(EVE, queue="ops", status="open", claimable=True)
+                assert [t.id for t in pulled] == [before.id, missed.id, quiet.id, after.id]
+                assert clock.sleepers == 0
+    finally:
+        await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+        await admin.close()
 
 
 @pytest.mark.anyio

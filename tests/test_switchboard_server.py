@@ -10,6 +10,7 @@ session sees must be the sentinel's.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -30,8 +31,12 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from pg import Store, pg_store_fixture, postgres_server, store_fixture  # noqa: F401  (fixtures)
 
 from asyncai_agent.channels import ChannelExtension
-from asyncai_servers._http import running_http_server
+from asyncai_servers._http import running_http_server, serve_http
 from asyncai_servers.switchboard.__main__ import main as switchboard_main
+from asyncai_servers.switchboard.config import load_credentials
+from asyncai_servers.switchboard.core import Switchboard
+from asyncai_servers.switchboard.ledger import Ledger
+from asyncai_servers.switchboard.server import BearerAuth, build_server
 from asyncai_watch.events import EVENTS_MIME_TYPE
 from asyncai_watch.notice import Notice
 
@@ -88,6 +93,42 @@ async def switchboard_http(
     argv = [*SWITCHBOARD, "--config", str(config), *store.cli, "--http", http, *extra]
     async with running_http_server(argv) as (url, proc):
         yield Running(url, proc)
+
+
+@asynccontextmanager
+async def switchboard_in_process(store: Store, config: Path) -> AsyncIterator[tuple[str, Switchboard]]:
+    """The same server on real Streamable HTTP, but in this process: tests can await its hub's changes."""
+    creds = load_credentials(config)
+    board = Switchboard(cast(Ledger, store.ledger()), creds)
+    app = BearerAuth(build_server(board).streamable_http_app(host="127.0.0.1"), creds)
+    ready = anyio.Event()
+    stop = anyio.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    async with board, anyio.create_task_group() as tg:
+
+        async def serve() -> None:
+            await serve_http(
+                app,
+                "127.0.0.1",
+                0,
+                ready=io.StringIO(),
+                on_ready=on_ready,
+                on_shutdown=board.hub.close,
+                stop=stop,
+            )
+
+        tg.start_soon(serve)
+        with anyio.fail_after(WAIT):
+            await ready.wait()
+        try:
+            yield urls[0], board
+        finally:
+            stop.set()
 
 
 class Inbox:
@@ -264,7 +305,7 @@ async def test_doorbells_scope_gate_and_idempotency_over_http(store: Store, conf
             own = (await call(dave, "todo_create", queue="other", kind="k", summary="dave's"))["todo"]
             assert (await dave_in.next()).meta["todo_id"] == own["id"]
             stats = await call(bot, "switchboard_stats")
-            assert stats["subscribers"] == 2
+            assert stats["subscribers"] == stats["sessions"] == 2
             assert stats["rung"] == 3
             assert stats["dropped"] == 0
         # Everything is durable and claimable by pull, oldest first, with a lease and the payload.
@@ -288,6 +329,44 @@ async def test_doorbells_scope_gate_and_idempotency_over_http(store: Store, conf
         forged = await eve.call_tool("todo_complete", {"todo_id": quiet_agent["id"], "lease": "forged"})
         assert forged.is_error
         assert "not the current lease" in forged.content[0].text
+
+
+@pytest.mark.anyio
+async def test_a_session_gets_each_doorbell_once_however_many_listens_it_has(
+    sqlite_store: Store, config: Path
+) -> None:
+    # An agent whose watch on the queue and whose channel puller share one client: two listens.
+    inbox = Inbox()
+    ops = "switchboard://queues/ops/events"
+    async with (
+        switchboard_in_process(sqlite_store, config) as (url, board),
+        connect(url, "eve", [inbox.extension]) as eve,
+        connect(url, "alice") as alice,
+        attached(eve),
+        AsyncExitStack() as watch,
+    ):
+        await watch.enter_async_context(eve.listen(resource_subscriptions=[ops]))
+        loud = (await call(alice, "todo_create", queue="ops", kind="k", summary="once"))["todo"]
+        sentinel = (await call(alice, "todo_create", queue="ops", kind="k", summary="sentinel"))["todo"]
+        assert (await inbox.next()).meta["todo_id"] == loud["id"]
+        assert (await inbox.next()).meta["todo_id"] == sentinel["id"]  # not `loud` a second time
+        stats = await call(eve, "switchboard_stats")
+        assert (stats["subscribers"], stats["sessions"], stats["rung"]) == (2, 1, 2)
+
+        # Close the listen the doorbells were riding (the newest); the other one carries on.
+        await watch.aclose()
+        with anyio.fail_after(WAIT):
+            while board.hub.subscribers != 1:  # the server saw the stream go (an awaited event, no poll)
+                await board.hub.wait_changed()
+        after = (await call(alice, "todo_create", queue="ops", kind="k", summary="after close"))["todo"]
+        assert (await inbox.next()).meta["todo_id"] == after["id"]
+
+        # The same credential on a second client without the channel extension (its SDK would drop
+        # doorbells): the doorbell still goes to the client that can show it.
+        async with connect(url, "eve") as plain, attached(plain):
+            assert board.hub.subscribers == 2
+            seen = (await call(alice, "todo_create", queue="ops", kind="k", summary="to the inbox"))["todo"]
+            assert (await inbox.next()).meta["todo_id"] == seen["id"]
 
 
 @pytest.mark.anyio

@@ -4,9 +4,14 @@ Claims take the oldest open todo with ``FOR UPDATE SKIP LOCKED``, so two
 replicas claiming at once never block on or double-claim the same row. Every
 committed transition sends ``pg_notify('switchboard', ...)`` inside its own
 transaction (delivered only on commit); each replica ``LISTEN``s and fans
-the other replicas' transitions out to its own attached sessions. NOTIFY is
-lossy across disconnects, which is fine: it only rings doorbells, and the
-ledger plus the pull verbs are the truth.
+the other replicas' transitions out to its own attached sessions.
+
+NOTIFY is lossy across disconnects. That only costs doorbells (the ledger
+and the pull verbs are the truth), and a reconnect catches up the doorbells
+that matter most: it announces the push todos still open that were created
+while the replica was not listening, so an idle attached agent is not left
+waiting for a drain. The reconnect backoff (1, 2, 4 .. 16 s) sleeps on the
+injected clock, so tests drive it with a fake one.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any, Final, TypeVar
 import anyio
 import psycopg
 from psycopg import sql as pgsql
+
+from asyncai_watch.clock import Clock, SystemClock
 
 from .ledger import (
     COLUMNS,
@@ -39,6 +46,10 @@ __all__ = ["NOTIFY_CHANNEL", "PostgresLedger"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 NOTIFY_CHANNEL: Final = "switchboard"
+LISTEN_BACKOFF_FIRST: Final = 1.0
+LISTEN_BACKOFF_MAX: Final = 16.0
+CATCH_UP_MAX: Final = 500
+"""At most this many missed todos are announced after a reconnect (oldest first); pull finds the rest."""
 _COLS = ", ".join(COLUMNS)
 
 SCHEMA = """
@@ -80,10 +91,19 @@ def _in(values: Sequence[str] | None) -> tuple[str, list[Any]]:
 class PostgresLedger:
     name = "postgres"
 
-    def __init__(self, dsn: str, *, pool_size: int = 4, replica_id: str | None = None) -> None:
+    def __init__(
+        self, dsn: str, *, pool_size: int = 4, replica_id: str | None = None, clock: Clock | None = None
+    ) -> None:
         self.dsn = dsn
         self.pool_size = pool_size
         self.replica_id = replica_id or uuid.uuid4().hex
+        # Only for the LISTEN backoff (leases use the caller's now).
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.listener_pid: int | None = None
+        """The backend pid of the current LISTEN connection (None while reconnecting); for diagnostics."""
+        # Ids this replica created whose own NOTIFY it has not heard back yet: a catch-up after a
+        # reconnect skips them (they rang here when created). Only lost notifies leave ids behind.
+        self._own_unheard: set[int] = set()
         self._conns: list[Conn] = []
         self._free_send, self._free_recv = anyio.create_memory_object_stream[Conn](pool_size)
 
@@ -172,6 +192,7 @@ class PostgresLedger:
             if row is not None:
                 todo = Todo.from_row(row)
                 await self._notify(conn, "create", todo.id, creator.push)
+                self._own_unheard.add(int(todo.id))  # before commit, so it precedes its NOTIFY
                 return todo, True
             cur = await conn.execute(
                 f"SELECT {_COLS} FROM todos WHERE creator = %s AND idempotency_key = %s",
@@ -342,27 +363,64 @@ class PostgresLedger:
         return self._listen()
 
     async def _listen(self) -> AsyncIterator[RemoteChange]:
-        """Other replicas' transitions; reconnects with backoff when the LISTEN connection drops."""
-        delay = 1.0
+        """Other replicas' transitions; reconnects with backoff when the LISTEN connection drops.
+
+        Yields ``resync`` each time listening (re)starts. After a reconnect it also yields a
+        ``create`` for each open push todo that committed while nothing was listening: every
+        todo id up to ``known`` was either visible when a LISTEN started or announced on one,
+        so the missed ones are those above it.
+        """
+        delay = LISTEN_BACKOFF_FIRST
+        known: int | None = None  # highest todo id covered by a LISTEN; None before the first
         while True:
+            conn: Conn | None = None
             try:
                 conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-            except psycopg.Error as exc:
-                log.warning("switchboard LISTEN connect failed (%s); retrying in %.0f s", exc, delay)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 16.0)
-                continue
-            try:
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                delay = 1.0
+                # Read after LISTEN: anything committed later is notified, anything earlier is here.
+                cur = await conn.execute("SELECT COALESCE(MAX(id), 0) FROM todos")
+                top = int((await cur.fetchone() or (0,))[0])
+            except psycopg.Error as exc:
+                if conn is not None:
+                    with anyio.CancelScope(shield=True):
+                        await conn.close()
+                # Any failure before listening backs off, so a refusing server is never hammered.
+                log.warning("switchboard LISTEN connect failed (%s); retrying in %.0f s", exc, delay)
+                await self.clock.sleep_until(self.clock.now() + delay)
+                delay = min(delay * 2, LISTEN_BACKOFF_MAX)
+                continue
+            delay = LISTEN_BACKOFF_FIRST
+            self.listener_pid = conn.info.backend_pid
+            try:
                 yield RemoteChange(transition="resync", todo_id="", actor_pushes=False)
+                if known is not None and top > known:
+                    cur = await conn.execute(
+                        "SELECT id FROM todos WHERE id > %s AND id <= %s AND status = 'open' AND push"
+                        " ORDER BY id LIMIT %s",
+                        (known, top, CATCH_UP_MAX),
+                    )
+                    rows = [int(row[0]) for row in await cur.fetchall()]
+                    missed = [str(i) for i in rows if i not in self._own_unheard]
+                    if missed:
+                        log.info("switchboard LISTEN reconnected; announcing %d missed todos", len(missed))
+                    for todo_id in missed:
+                        yield RemoteChange(transition="create", todo_id=todo_id, actor_pushes=True)
+                known = top if known is None else max(known, top)
+                self._own_unheard = {i for i in self._own_unheard if i > known}
                 async for note in conn.notifies():
                     decoded = decode_notify(note.payload)
-                    if decoded is None or decoded[0] == self.replica_id:
+                    if decoded is None:
                         continue
-                    yield decoded[1]
+                    replica, change = decoded
+                    if change.transition == "create" and change.todo_id.isdigit():
+                        known = max(known, int(change.todo_id))  # ours too: it was rung here already
+                    if replica == self.replica_id:
+                        self._own_unheard.discard(int(change.todo_id) if change.todo_id.isdigit() else -1)
+                        continue
+                    yield change
             except psycopg.Error as exc:
                 log.warning("switchboard LISTEN connection lost (%s); reconnecting", exc)
             finally:
+                self.listener_pid = None
                 with anyio.CancelScope(shield=True):  # also on cancellation: do not leak the connection
                     await conn.close()

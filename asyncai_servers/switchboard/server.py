@@ -7,7 +7,8 @@
   subscribed queue URIs and the ``notifications/claude/channel`` doorbells, all
   stamped with the listen's subscription id and sent request-scoped, which is
   how a notification reaches the client on Streamable HTTP as well as stdio.
-  An open listen is what makes a session *attached*.
+  An open listen is what makes a session *attached*; a session with several
+  listens gets each doorbell on one of them (see ``hub.py``).
 - Capabilities: ``experimental['claude/channel'] = {}`` plus ``instructions``.
 - Credentials: a bearer token on Streamable HTTP (checked by an ASGI wrapper
   before the MCP app sees the request), the launch credential on stdio.
@@ -163,7 +164,10 @@ TOOLS: Final = [
     ),
     types.Tool(
         name="switchboard_stats",
-        description="Attached sessions, doorbells rung and dropped (full buffers), leases expired.",
+        description=(
+            "Open listen streams (subscribers), attached sessions (credentials; each gets a doorbell once), "
+            "doorbells rung and dropped (full buffers), leases expired."
+        ),
         input_schema={"type": "object", "properties": {}, "additionalProperties": False},
         annotations=_RO,
     ),
@@ -177,6 +181,13 @@ def channel_notification(
     params["_meta"] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
     # "meta" (the channel's attributes) is not "_meta", so a plain dict, not NotificationParams.
     return types.Notification[dict[str, Any], str](method=CHANNEL_METHOD, params=params)
+
+
+def declares_channel(caps: types.ClientCapabilities | None) -> bool:
+    """Whether the client said it handles ``claude/channel`` (2026-07-28 extensions, or experimental)."""
+    if caps is None:
+        return False
+    return CHANNEL_CAPABILITY in (caps.extensions or {}) or CHANNEL_CAPABILITY in (caps.experimental or {})
 
 
 class SwitchboardServer(Server[Any]):
@@ -298,7 +309,13 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
 
     async def t_stats(cred: Credential, a: Mapping[str, Any]) -> Any:
         s = board.hub.stats()
-        return {"subscribers": s.subscribers, "rung": s.rung, "dropped": s.dropped, "expired": board.expired}
+        return {
+            "subscribers": s.subscribers,
+            "sessions": s.sessions,
+            "rung": s.rung,
+            "dropped": s.dropped,
+            "expired": board.expired,
+        }
 
     handlers: dict[str, Callable[[Credential, Mapping[str, Any]], Awaitable[Any]]] = {
         "todo_create": t_create,
@@ -402,7 +419,9 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
             resource_subscriptions=uris or None,
         )
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
-        with board.hub.subscribe(cred, frozenset(uris)) as sub:
+        with board.hub.subscribe(
+            cred, frozenset(uris), channel=declares_channel(ctx.session.client_capabilities)
+        ) as sub:
             # Subscribed before the ack so nothing published meanwhile is lost; this task alone
             # writes the stream, so the ack still goes first.
             await ctx.session.send_notification(
@@ -466,7 +485,7 @@ class LegacyStdioAttach:
 
 
 async def _connection_writer(board: Switchboard, credential: Credential, session: ServerSession) -> None:
-    with board.hub.subscribe(credential) as sub:
+    with board.hub.subscribe(credential, channel=declares_channel(session.client_capabilities)) as sub:
         while (batch := await sub.next_batch()) is not None:
             for bell in batch[0]:
                 notification = types.Notification[dict[str, Any], str](

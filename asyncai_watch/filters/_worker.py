@@ -3,7 +3,11 @@
 Started by :mod:`asyncai_watch.filters.restricted` with an empty environment, no inherited
 descriptors beyond its stdin/stdout pipes, and then locked down here before it reads any
 filter code: no core files, an address-space cap, no file writes, no new descriptors, no
-new processes, a CPU budget, and (when started as root) the uid/gid of ``nobody``.
+new processes, a CPU budget, (when started as root) the uid/gid of ``nobody``, and last a
+seccomp filter that refuses (EPERM) the syscalls a filter worker never needs: opening
+files, sockets, exec, fork/clone, io_uring, touching other processes, changing the file
+system, mounts and namespaces. If libseccomp cannot be loaded the worker still runs; the
+probe and the init reply say seccomp is off and why.
 
 Per event, a CPU timer (SIGPROF) raises a timeout inside the filter code; a per-event
 RLIMIT_CPU soft limit kills the worker (SIGXCPU) if the code swallows that timeout or sits
@@ -13,6 +17,9 @@ in one long C call. The parent's watchdog and restart cover anything else.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import importlib
 import json
 import math
 import os
@@ -21,6 +28,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import IO, Any, Final
 
 from asyncai_watch import sandbox
@@ -30,6 +38,92 @@ NOBODY: Final = 65534
 MAX_CALL_BYTES: Final = 1024 * 1024
 TICK: Final = 0.005
 """CPU seconds between SIGPROF checks while an event runs."""
+
+_PR_SET_NO_NEW_PRIVS: Final = 38
+_PR_GET_NO_NEW_PRIVS: Final = 39
+
+DENIED_SYSCALLS: Final = (
+    # New descriptors on files or the network: RLIMIT_NOFILE alone is sidestepped by
+    # closing fd 2 first.
+    "open",
+    "openat",
+    "openat2",
+    "creat",
+    "open_by_handle_at",
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    # io_uring runs openat/connect/... inside the kernel, where seccomp never sees them.
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    # New programs and processes. The worker is single-threaded (the probe's "threads"),
+    # so it needs no clone at all, not even for threads.
+    "execve",
+    "execveat",
+    "fork",
+    "vfork",
+    "clone",
+    "clone3",
+    # Other processes' memory and descriptors.
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_open",
+    "pidfd_getfd",
+    "pidfd_send_signal",
+    # The file system (RLIMIT_FSIZE=0 stops writes, not these).
+    "unlink",
+    "unlinkat",
+    "rename",
+    "renameat",
+    "renameat2",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+    "mknod",
+    "mknodat",
+    "truncate",
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "setxattr",
+    "lsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "utime",
+    "utimes",
+    "utimensat",
+    "futimesat",
+    # Mounts and namespaces.
+    "mount",
+    "umount2",
+    "chroot",
+    "pivot_root",
+    "setns",
+    "unshare",
+    "fsopen",
+    "fsmount",
+    "move_mount",
+    "open_tree",
+)
+"""Refused with EPERM once the worker is locked down; everything else is allowed."""
+
+SIGNAL_SYSCALLS: Final = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+"""Refused with EPERM unless their first argument (pid, tid or tgid) is the worker itself."""
 
 
 class FilterTimeout(BaseException):
@@ -63,9 +157,53 @@ def _open_fds(limit: int = 256) -> list[int]:
     return found
 
 
+def _threads() -> int | None:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+def _load_seccomp() -> ModuleType | str:
+    """pyseccomp, or why it cannot be used. Loaded before the rlimits: finding
+    libseccomp.so.2 runs ``ldconfig -p``, and that needs a process and descriptors."""
+    try:
+        return importlib.import_module("pyseccomp")  # untyped: used as a plain module
+    except Exception as exc:  # ImportError, or RuntimeError/OSError: no libseccomp.so.2
+        return f"cannot load libseccomp ({type(exc).__name__}: {exc})"
+
+
+def _no_new_privs() -> bool:
+    """Set PR_SET_NO_NEW_PRIVS (needed for seccomp without CAP_SYS_ADMIN; also no setuid
+    binary can gain privileges); True if it is set."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    return bool(libc.prctl(_PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1)
+
+
+def _apply_seccomp(seccomp: ModuleType) -> list[str]:
+    """Load the filter; return the names this libseccomp does not know (skipped)."""
+    deny = seccomp.ERRNO(errno.EPERM)
+    flt = seccomp.SyscallFilter(seccomp.ALLOW)
+    flt.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.KILL_PROCESS)  # i386/x32 entry points
+    flt.set_attr(seccomp.Attr.CTL_TSYNC, 1)  # every thread, should one ever exist
+    unknown = []
+    for name in DENIED_SYSCALLS:
+        if seccomp.resolve_syscall(seccomp.Arch.NATIVE, name) == -1:
+            unknown.append(name)  # e.g. fchmodat2 with an older libseccomp
+            continue
+        flt.add_rule(deny, name)
+    me = os.getpid()
+    for name in SIGNAL_SYSCALLS:
+        flt.add_rule(deny, name, seccomp.Arg(0, seccomp.NE, me))
+    flt.load()
+    return unknown
+
+
 def _lock_down(config: dict[str, Any]) -> dict[str, Any]:
     """Apply the OS limits; return what was done (for the probe)."""
-    notes: dict[str, Any] = {"inherited_fds": _open_fds()}
+    notes: dict[str, Any] = {"inherited_fds": _open_fds(), "threads": _threads()}
+    seccomp = _load_seccomp()
     os.environ.clear()  # the parent passes env={}; Python itself may add LC_CTYPE
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
@@ -88,6 +226,20 @@ def _lock_down(config: dict[str, Any]) -> dict[str, Any]:
     budget = int(config["cpu_budget"])
     resource.setrlimit(resource.RLIMIT_CPU, (budget, budget))
     notes["cpu_hard"] = budget
+    notes["no_new_privs"] = _no_new_privs()
+    # Last: everything the worker needs is imported by now, and the rlimits and the uid
+    # change above use syscalls that stay allowed anyway.
+    if isinstance(seccomp, str):
+        notes["seccomp"] = f"off: {seccomp}"
+    elif not notes["no_new_privs"]:
+        notes["seccomp"] = "off: PR_SET_NO_NEW_PRIVS could not be set"
+    else:
+        try:
+            notes["seccomp_unknown"] = _apply_seccomp(seccomp)
+        except (OSError, ValueError) as exc:  # e.g. a kernel built without seccomp
+            notes["seccomp"] = f"off: the filter could not be loaded ({type(exc).__name__}: {exc})"
+        else:
+            notes["seccomp"] = "on"
     return notes
 
 
@@ -172,7 +324,7 @@ class Worker:
         self.code = code
         self.scope = sandbox.new_scope({n: self._catalog_function(n) for n in names}, label=filename)
         self.scope["CatalogError"] = CatalogError
-        self.send(["ok"])
+        self.send(["ok", {"seccomp": self.notes.get("seccomp", "off: not locked down")}])
 
     def _catalog_function(self, name: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -10,6 +10,7 @@ its scope is lost, and the outcome says so.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -52,6 +53,7 @@ except BaseException as exc:
 main(sys.argv[2])
 """
 _ROOT: Final = str(Path(__file__).resolve().parents[2])
+_log = logging.getLogger(__name__)
 
 
 def check_source(source: str) -> None:
@@ -80,6 +82,18 @@ class RestrictedPythonEngine:
     watchdog: float | None = None
     drop_privileges: bool = True
     python: str = sys.executable
+    seccomp: str | None = attrs.field(default=None, init=False)
+    """The latest worker's seccomp state as it reported it: ``"on"`` or ``"off: <why>"``
+    (None before the first worker started)."""
+    _seccomp_warned: bool = attrs.field(default=False, init=False, repr=False)
+
+    def _note_seccomp(self, state: str) -> None:
+        # Running without seccomp is allowed (not every host has libseccomp.so.2), but
+        # never silent: one warning per engine, and the probe says it too.
+        self.seccomp = state
+        if state != "on" and not self._seccomp_warned:
+            self._seccomp_warned = True
+            _log.warning("filter workers run without their seccomp filter (%s); see docs/filters.md", state)
 
     @property
     def name(self) -> str:
@@ -221,6 +235,11 @@ class RestrictedFilterSession:
         if reply[0] != "ok":
             await self._discard()
             raise FilterEngineError(f"the filter worker answered {str(reply)[:200]} to init")
+        details = reply[1] if len(reply) > 1 and isinstance(reply[1], dict) else {}
+        state = details.get("seccomp")
+        self.engine._note_seccomp(
+            state[:300] if isinstance(state, str) else "off: the worker did not report its seccomp state"
+        )
 
     async def _request(self, message: list[Any], *, silence: float | None = None) -> Any:
         await self._send(message)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,8 +21,10 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.subscriptions import Subscription
+from mcp.client.subscriptions import ResourceUpdated, Subscription
 
+from asyncai_servers._http import running_http_server
+from asyncai_servers.files.__main__ import main as files_main
 from asyncai_watch.eventlog import Sequencer
 from asyncai_watch.events import EVENTS_MIME_TYPE
 
@@ -35,6 +40,20 @@ async def files_server(*roots: Path, extra: tuple[str, ...] = ()) -> AsyncIterat
     )
     async with Client(params) as client:
         yield client
+
+
+@asynccontextmanager
+async def files_http_server(*roots: Path) -> AsyncIterator[tuple[str, anyio.abc.Process]]:
+    """Run ``asyncai_servers.files ROOT... --http 127.0.0.1:0``; yield its URL (from READY) and process."""
+    argv = [sys.executable, "-m", "asyncai_servers.files", *map(str, roots), "--http", "127.0.0.1:0"]
+    async with running_http_server(argv) as running:
+        yield running
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 async def read(client: Client, uri: str) -> tuple[str, str | None]:
@@ -117,8 +136,9 @@ async def test_write_then_rename_is_seen(tmp_path: Path) -> None:
             tmp = tmp_path / f".config.json.{v}.tmp"
             tmp.write_text(json.dumps({"v": v}))
             os.replace(tmp, config)
-            text, _ = await read_until(client, sub, uri, lambda t, v=v: json.loads(t) == {"v": v})
-            assert json.loads(text) == {"v": v}
+            want = {"v": v}
+            text, _ = await read_until(client, sub, uri, lambda t: json.loads(t) == want)  # noqa: B023
+            assert json.loads(text) == want
 
 
 async def test_torn_json_is_an_in_band_error_and_the_next_good_write_recovers(tmp_path: Path) -> None:
@@ -462,3 +482,185 @@ async def test_a_broken_watcher_is_restarted_and_reports_in_band(tmp_path: Path)
         (tmp_path / "good.txt").write_text("still watched")
         events = await events_until(client, sub, uri, error["seq"], lambda evs: has(evs, "ADDED", "good.txt"))
         assert not any("bad-" in json.dumps(e) for e in events)
+
+
+async def test_http_listen_gets_the_update_for_a_write_and_reads_the_new_content(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"v": 1}')
+    uri = f"file://{config}"
+    async with files_http_server(tmp_path) as (url, _proc):
+        address = url.removeprefix("http://").removesuffix("/mcp")
+        host, _, port = address.rpartition(":")
+        assert (host, url) == ("127.0.0.1", f"http://{address}/mcp")
+        assert int(port) > 0  # the real port, not the 0 asked for
+        async with Client(url) as client:
+            assert client.protocol_version == "2026-07-28"
+            async with client.listen(resource_subscriptions=[uri]) as sub:
+                assert json.loads((await read(client, uri))[0]) == {"v": 1}
+                replace_atomically(config, '{"v": 2}')  # one change: the first update's read shows it
+                with anyio.fail_after(WAIT):
+                    event = await sub.__anext__()
+                assert event == ResourceUpdated(uri=uri)
+                assert await read(client, uri) == ('{"v": 2}', "application/json")
+
+
+async def test_http_server_ends_open_listens_and_exits_on_sigterm(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    uri = f"file://{tmp_path}/a.txt"
+    async with files_http_server(tmp_path) as (url, proc), Client(url) as client:
+        async with client.listen(resource_subscriptions=[uri]) as sub:
+            await read(client, uri)
+            proc.terminate()
+            with anyio.fail_after(WAIT):
+                async for _ in sub:  # the stream ends (gracefully) instead of holding shutdown up
+                    pass
+                code = await proc.wait()
+        assert code in (0, -signal.SIGTERM), code
+
+
+async def test_http_port_in_use_fails_with_a_message(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        with anyio.fail_after(WAIT):
+            done = await anyio.run_process(
+                [sys.executable, "-m", "asyncai_servers.files", str(tmp_path), "--http", address], check=False
+            )
+    assert done.returncode == 2, done
+    err = done.stderr.decode()
+    assert f"cannot serve HTTP on {address}: Address already in use" in err, err
+    assert "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("address", ["nonsense", "127.0.0.1:99999", ":8080"])
+def test_cli_rejects_a_bad_http_address(
+    address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        files_main([str(tmp_path), "--http", address])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "--http expects HOST:PORT" in err, err
+    assert repr(address) in err, err
+
+
+async def test_deleting_a_watched_files_directory_is_in_band_and_recreating_it_recovers(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    target = root / "a" / "b" / "state.json"
+    target.parent.mkdir(parents=True)
+    target.write_text('{"v": 1}')
+    uri = f"file://{target}"
+    async with files_server(root) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        assert json.loads((await read(client, uri))[0]) == {"v": 1}
+        shutil.rmtree(root / "a")  # the parent and the grandparent go
+        text, mime = await read_until(client, sub, uri, lambda t: "error" in json.loads(t))
+        assert mime == "application/json"
+        error = json.loads(text)["error"]
+        assert f"its directory {target.parent} was deleted or moved away" in error, error
+        assert "reports it again when it is recreated" in error, error
+        # Both levels come back (the watch waits on the nearest existing ancestor, then steps down).
+        target.parent.mkdir(parents=True)
+        for v in (2, 3, 4):
+            # Each write must bring an update: a dead watch could only have left a couple of
+            # updates from before the deletion unread, so three in a row prove it is live.
+            replace_atomically(target, json.dumps({"v": v}))
+            with anyio.fail_after(WAIT):
+                await sub.__anext__()
+            assert json.loads((await read(client, uri))[0]) == {"v": v}
+
+
+async def test_deleting_the_watched_root_reports_deleted_and_recreating_it_resumes(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "keep.txt").write_text("k")
+    (root / "sub" / "deep.txt").write_text("d")
+    dir_uri = f"dir-events://{root}?recursive=true"
+    file_uri = f"file://{root}/keep.txt"
+    async with (
+        files_server(root) as client,
+        client.listen(resource_subscriptions=[dir_uri, file_uri]) as sub,
+    ):
+        start = last_seq((await read(client, dir_uri))[0])
+        assert (await read(client, file_uri))[0] == "k"
+        shutil.rmtree(root)
+
+        events = await events_until(
+            client, sub, dir_uri, start, lambda evs: any(e["type"] == "ERROR" for e in evs)
+        )
+        for name in ("keep.txt", "sub", "sub/deep.txt"):
+            assert has(events, "DELETED", name), (name, events)
+        error = next(e for e in events if e["type"] == "ERROR")
+        assert f"directory {root} was deleted or moved away" in error["message"], error
+        assert f"once {root} exists again, its entries are reported ADDED" in error["message"], error
+        text, _ = await read_until(client, sub, file_uri, lambda t: t != "k")
+        assert f"its directory {root} was deleted or moved away" in json.loads(text)["error"]
+
+        root.mkdir()
+        (root / "keep.txt").write_text("back")
+        events = await events_until(
+            client, sub, dir_uri, error["seq"], lambda evs: has(evs, "ADDED", "keep.txt")
+        )
+        assert not any(e["type"] == "ERROR" for e in events), events
+        await read_until(client, sub, file_uri, lambda t: t == "back")
+        # Watching goes on in the new directory.
+        (root / "more.txt").write_text("m")
+        await events_until(client, sub, dir_uri, error["seq"], lambda evs: has(evs, "ADDED", "more.txt"))
+
+
+async def test_moving_the_watched_root_away_and_making_a_new_one(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "keep.txt").write_text("k")
+    dir_uri = f"dir-events://{root}"
+    file_uri = f"file://{root}/keep.txt"
+    async with (
+        files_server(root) as client,
+        client.listen(resource_subscriptions=[dir_uri, file_uri]) as sub,
+    ):
+        start = last_seq((await read(client, dir_uri))[0])
+        assert (await read(client, file_uri))[0] == "k"
+        moved = tmp_path / "root.old"
+        root.rename(moved)
+
+        events = await events_until(
+            client, sub, dir_uri, start, lambda evs: any(e["type"] == "ERROR" for e in evs)
+        )
+        assert has(events, "DELETED", "keep.txt"), events
+        error = next(e for e in events if e["type"] == "ERROR")
+        assert "was deleted or moved away" in error["message"], error
+        text, _ = await read_until(client, sub, file_uri, lambda t: t != "k")
+        assert "was deleted or moved away" in json.loads(text)["error"]
+
+        # The old inotify watches follow the moved directory; none of its changes may surface.
+        (moved / "stray.txt").write_text("x")
+        (moved / "keep.txt").write_text("changed elsewhere")
+        root.mkdir()
+        (root / "keep.txt").write_text("new")
+        events = await events_until(
+            client, sub, dir_uri, error["seq"], lambda evs: has(evs, "ADDED", "keep.txt")
+        )
+        assert not any("stray" in json.dumps(e) or "root.old" in json.dumps(e) for e in events), events
+        await read_until(client, sub, file_uri, lambda t: t == "new")
+
+
+async def test_a_moved_ancestor_is_noticed_at_the_next_change_inside_it(tmp_path: Path) -> None:
+    """inotify says nothing to a directory whose parent moved; its next event gives it away."""
+    target = tmp_path / "a" / "b" / "state.json"
+    target.parent.mkdir(parents=True)
+    target.write_text('{"v": 1}')
+    uri = f"file://{target}"
+    async with files_server(tmp_path) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        assert json.loads((await read(client, uri))[0]) == {"v": 1}
+        (tmp_path / "a").rename(tmp_path / "z")
+        (tmp_path / "z" / "b" / "state.json").write_text('{"v": "elsewhere"}')  # reported as our path
+        text, _ = await read_until(client, sub, uri, lambda t: "error" in json.loads(t))
+        assert f"its directory {target.parent} was deleted or moved away" in json.loads(text)["error"]
+        target.parent.mkdir(parents=True)
+        for v in (2, 3, 4):  # live again at the old path (see the deletion test for why three)
+            replace_atomically(target, json.dumps({"v": v}))
+            with anyio.fail_after(WAIT):
+                await sub.__anext__()
+            assert json.loads((await read(client, uri))[0]) == {"v": v}

@@ -1,4 +1,4 @@
-"""``asyncai-mcp-files ROOT...``: serve files under ROOT(s) over MCP stdio, watched through inotify."""
+"""``asyncai-mcp-files ROOT...``: serve files under ROOT(s) over MCP stdio or HTTP, watched through inotify."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from asyncai_servers.files.paths import RootError, Roots
 if TYPE_CHECKING:
     from asyncai_servers.files.server import FilesServer
 
-__all__ = ["main", "serve_stdio"]
+__all__ = ["main", "serve_http", "serve_stdio"]
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="asyncai-mcp-files",
-        description="MCP server (stdio) for files under ROOT...: file://{+path} state and "
+        description="MCP server (stdio, or Streamable HTTP with --http) for files under ROOT...: file://{+path} state and "
         "dir-events://{+path}{?recursive,glob} event logs, pushed through inotify (never polling).",
     )
     p.add_argument("roots", nargs="+", metavar="ROOT", help="an existing directory to serve (one or more)")
@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="largest file file:// serves (default 4 MiB)"
     )
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve MCP Streamable HTTP at http://HOST:PORT/mcp instead of stdio "
+        "(port 0 picks a free port; the URL is printed as 'READY <url>' on stderr)",
+    )
     return p
 
 
@@ -49,6 +55,17 @@ async def serve_stdio(server: FilesServer) -> None:
         await server.server.run(read, write, server.server.create_initialization_options())
 
 
+async def serve_http(server: FilesServer, host: str, port: int) -> None:
+    """Serve ``server`` at ``http://HOST:PORT/mcp`` until SIGTERM/SIGINT, announcing ``READY <url>``."""
+    from asyncai_servers._http import serve_http as serve_asgi
+
+    async with server.running():
+        # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
+        await serve_asgi(
+            server.server.streamable_http_app(host=host), host, port, on_shutdown=server.close_listeners
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -57,6 +74,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             "--step-ms must be >= 1, --debounce-ms >= 0 and --max-bytes >= 1 "
             f"(got {args.step_ms}, {args.debounce_ms}, {args.max_bytes})"
         )
+    http: tuple[str, int] | None = None
+    if args.http is not None:
+        from asyncai_servers._http import parse_host_port
+
+        try:
+            http = parse_host_port(args.http)
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         roots = Roots.from_args(args.roots)
         timing = NotifyTiming(debounce_ms=args.debounce_ms, step_ms=args.step_ms)
@@ -69,7 +94,34 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from asyncai_servers.files.server import FilesServer
 
-    anyio.run(serve_stdio, FilesServer(roots, timing=timing, max_bytes=args.max_bytes))
+    server = FilesServer(roots, timing=timing, max_bytes=args.max_bytes)
+    if http is None:
+        anyio.run(serve_stdio, server)
+        return
+    try:
+        anyio.run(serve_http, server, *http)
+    except KeyboardInterrupt:
+        return
+    except (OSError, BaseExceptionGroup) as exc:
+        bind_error = _only_os_error(exc)
+        if bind_error is None:
+            raise
+        # e.g. the port is taken: say so instead of a traceback
+        print(
+            f"asyncai-mcp-files: cannot serve HTTP on {args.http}: {bind_error.strerror or bind_error}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+
+
+def _only_os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``exc``, when that is all it is (running()'s task group wraps it in a group)."""
+    while isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(OSError)
+        if matched is None or rest is not None or len(matched.exceptions) != 1:
+            return None
+        exc = matched.exceptions[0]
+    return exc if isinstance(exc, OSError) else None
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def read_state(path: str, roots: Roots, *, shown: str, max_bytes: int = DEFAULT_
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO must not hang us
     try:
         fd = os.open(path, flags)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NotADirectoryError) as exc:  # ENOTDIR: a parent is no directory now
         raise FileMissing(f"{shown} does not exist") from exc
     except OSError as exc:
         if exc.errno == errno.ELOOP:

@@ -12,12 +12,17 @@ quiet until a read of the target starts (see :meth:`_Watcher.publish`).
 
 The first read of a watched URI waits for the watcher's inotify watches to
 exist (an event, not a poll), so the client's baseline read is always covered.
+
+A watched directory that is deleted or moved away is reported in-band, and the
+watcher then waits on the nearest existing ancestor for it to come back (see
+:class:`_Watcher`).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import stat
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -98,6 +103,7 @@ class DirState:
     ring: EventRing = attrs.field(factory=EventRing)
     known: dict[str, FileObject] = attrs.field(factory=dict)
     seeded: bool = False
+    present: bool = False  # the directory existed when last looked at (its loss is reported once)
 
 
 def _bool_param(name: str, value: object, uri: str) -> bool:
@@ -109,8 +115,42 @@ def _bool_param(name: str, value: object, uri: str) -> bool:
     raise UriError(f"{uri}: {name}={value!r} is not a boolean; use {name}=true or {name}=false")
 
 
+DirIdentity = tuple[int, int]
+_DELETED: Final = 3  # watchfiles' change kind for a path that is gone (deleted or moved away)
+
+
+def _dir_identity(path: str) -> DirIdentity | None:
+    """``(st_dev, st_ino)`` of the directory at ``path`` (not following a symlink), ``None`` if there is none.
+
+    A directory moved away and another made in its place has a new identity: the old
+    inotify watches follow the moved inode, so they must be replaced.
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def _nearest_directory(path: str) -> tuple[str, DirIdentity | None, str]:
+    """``path`` or its closest ancestor that is a directory now, its identity, and its child on the way to ``path``."""
+    step = path
+    while True:
+        identity = _dir_identity(path)
+        parent = os.path.dirname(path)
+        if identity is not None or parent == path:
+            return path, identity, step
+        step, path = path, parent
+
+
 class _Watcher:
-    """One target's inotify watches, shared by every listener of that target."""
+    """One target's inotify watches, shared by every listener of that target.
+
+    The watched directory (a file's parent, or the ``dir-events`` directory) may be
+    deleted or moved away. Its loss is then reported in-band and the watcher waits,
+    watching the nearest existing ancestor, for a directory to appear at that path
+    again; it then watches that one and reports what it holds.
+    """
 
     def __init__(self, owner: FilesServer, target: Target) -> None:
         self.owner = owner
@@ -123,6 +163,7 @@ class _Watcher:
         self.pending = False  # an update went out and no read has started since
         self._stopping = False
         self._source: ChangeSource | None = None
+        self._failures = 0  # consecutive watcher failures with no good batch between them
 
     def stop(self) -> None:
         self._stopping = True
@@ -146,8 +187,7 @@ class _Watcher:
             return os.path.dirname(self.target.path), False
         return self.target.spec.path, self.target.spec.recursive
 
-    async def _open(self) -> ChangeSource:
-        path, recursive = self._watch_path()
+    async def _open(self, path: str, recursive: bool) -> ChangeSource:
         source = ChangeSource(path, recursive=recursive, timing=self.owner.timing)
         self._source = source
         if self._stopping:
@@ -157,102 +197,183 @@ class _Watcher:
 
     async def run(self) -> None:
         try:
-            try:
-                source = await self._open()
-                # Seeded before ready: the baseline read then reflects the scan, and
-                # anything that changed while nobody watched is already in the ring.
-                await self._seed()
-            except (ChangeSourceError, InotifyUnavailable) as exc:
-                self.start_error = str(exc)
-                if isinstance(self.target, DirTarget):
-                    self.owner.dir_state(self.target.spec).ring.error(self.start_error)
-                return
-            finally:
-                self.ready.set()
-            await self._serve(source)
+            await self._watch()
+        except OSError as exc:
+            # A file system surprise (a permission change mid-scan, say) ends this watch in-band;
+            # it must not take the server and every other watch down with it.
+            await self._give_up(f"watching {self._watch_path()[0]} failed: {exc}")
         finally:
             self.alive = False
+            self.ready.set()  # a reader waiting for a watcher that ended must not hang
             if self._source is not None:
                 self._source.close()
             self.owner._forget(self)
 
-    async def _serve(self, source: ChangeSource) -> None:
-        failures = 0
-        while True:
-            try:
-                batch = await source.next_batch()
-            except ChangeSourceError as exc:
-                failures += 1
-                source.close()
-                message = f"{exc}; restarting the watch (attempt {failures} of {MAX_RESTARTS})"
-                if failures > MAX_RESTARTS:
-                    message = f"{exc}; gave up after {MAX_RESTARTS} restarts, watch this URI again"
-                self._report(message)
-                await self.publish()
-                if failures > MAX_RESTARTS:
+    async def _watch(self) -> None:
+        while not self._stopping:
+            path, recursive = self._watch_path()
+            identity = await _run(_dir_identity, path)
+            if identity is None:
+                await self._on_gone()
+                if not await self._await_directory(path):
                     return
-                try:
-                    source = await self._open()
-                except (ChangeSourceError, InotifyUnavailable) as reopen:
-                    self._report(f"{reopen}; watch this URI again once it can be watched")
-                    await self.publish()
-                    return
-                await self._seed()  # changes during the restart come out as events
-                await self.publish()
                 continue
+            try:
+                source = await self._open(path, recursive)
+            except (ChangeSourceError, InotifyUnavailable) as exc:
+                if await _run(_dir_identity, path) != identity:
+                    continue  # it went (or was replaced) while the watches were set up: look again
+                await self._give_up(str(exc))
+                return
+            try:
+                if await _run(_dir_identity, path) != identity:
+                    continue  # replaced while the watches were set up: watch the new one
+                # Seeded before ready: the baseline read then reflects the scan, and
+                # anything that changed while nobody watched is already in the ring.
+                news = await self._seed()
+                if self.ready.is_set() and news:
+                    await self.publish()  # back after a restart, or the directory is back
+                self.ready.set()
+                try:
+                    if not await self._serve(source, identity):
+                        return
+                except ChangeSourceError as exc:
+                    if not await self._failed(exc):
+                        return
+            finally:
+                source.close()
+
+    async def _serve(self, source: ChangeSource, identity: DirIdentity) -> bool:
+        """Handle batches until stopped (False) or the watched directory is gone or replaced (True)."""
+        watched, _recursive = self._watch_path()
+        while True:
+            batch = await source.next_batch()
             if batch is None:
-                return
-            failures = 0
-            paths = {path for _change, path in batch}
-            if not await self._on_batch(paths):
-                return
+                return False
+            self._failures = 0
+            # A deleted or moved directory reports itself as deleted. The inode check is
+            # not enough there: a directory made at once in its place may reuse the freed
+            # inode number. A moved ancestor reports nothing, but the path then names
+            # another directory (or none) while the watches follow the moved inode and
+            # name its changes by the old path: one lstat per batch catches that.
+            if (_DELETED, watched) in batch or await _run(_dir_identity, watched) != identity:
+                return True
+            await self._on_batch({path for _change, path in batch})
+
+    async def _await_directory(self, path: str) -> bool:
+        """Watch the nearest existing ancestor until ``path`` is a directory; False once stopped."""
+        while not self._stopping:
+            found = await _run(_nearest_directory, path)
+            ancestor, _identity, step = found
+            if ancestor == path:
+                return True
+            try:
+                source = await self._open(ancestor, False)
+            except (ChangeSourceError, InotifyUnavailable) as exc:
+                if await _run(_nearest_directory, path) != found:
+                    continue  # e.g. the ancestor went too, mid-way through a recursive delete
+                await self._give_up(f"{exc} (waiting there for {path} to be recreated)")
+                return False
+            try:
+                if await _run(_nearest_directory, path) != found:
+                    continue  # changed while the watch was set up: look again
+                self.ready.set()
+                while True:
+                    try:
+                        batch = await source.next_batch()
+                    except ChangeSourceError as exc:
+                        if not await self._failed(exc):
+                            return False
+                        break
+                    if batch is None:
+                        return False
+                    self._failures = 0
+                    # Only the next step down (created) or the ancestor itself (gone) matters.
+                    if any(changed in (ancestor, step) for _change, changed in batch):
+                        break
+            finally:
+                source.close()
+        return False
+
+    async def _on_gone(self) -> None:
+        """The watched directory is missing: say so in-band, once per disappearance."""
+        if isinstance(self.target, FileTarget):
+            if self.ready.is_set():
+                await self.publish()  # the file now reads as an in-band error
+            return
+        spec = self.target.spec
+        state = self.owner.dir_state(spec)
+        if not (state.seeded and state.present):
+            return  # never seen (a read says it does not exist) or already reported
+        state.present = False
+        for path in sorted(state.known):
+            state.ring.append({"type": "DELETED", "object": state.known.pop(path)})
+        state.ring.error(
+            f"directory {spec.path} was deleted or moved away; its entries are reported DELETED. "
+            f"The watch goes on: once {spec.path} exists again, its entries are reported ADDED"
+        )
+        await self.publish()
+
+    async def _give_up(self, message: str) -> None:
+        """Watching cannot go on: fail the first read, or tell the listeners in-band."""
+        if not self.ready.is_set():
+            self.start_error = message
+            if isinstance(self.target, DirTarget):
+                self.owner.dir_state(self.target.spec).ring.error(message)
+            return
+        self._report(f"{message}; watch this URI again once it can be watched")
+        await self.publish()
+
+    async def _failed(self, exc: ChangeSourceError) -> bool:
+        """Report a watcher failure; True to restart it, False after too many in a row."""
+        self._failures += 1
+        if self._failures > MAX_RESTARTS:
+            self._report(f"{exc}; gave up after {MAX_RESTARTS} restarts, watch this URI again")
+            await self.publish()
+            return False
+        self._report(f"{exc}; restarting the watch (attempt {self._failures} of {MAX_RESTARTS})")
+        await self.publish()
+        return True
 
     def _report(self, message: str) -> None:
         if isinstance(self.target, DirTarget):
             self.owner.dir_state(self.target.spec).ring.error(message)
 
-    async def _seed(self) -> None:
+    async def _seed(self) -> bool:
+        """Take stock after (re)opening the watches; True when a reader would see something new."""
         if isinstance(self.target, FileTarget):
             self.existed = self.existed or await _run(os.path.lexists, self.target.path)
-            return
+            return True  # only matters on a restart: the file may have changed meanwhile
         spec = self.target.spec
         state = self.owner.dir_state(spec)
         found = await anyio.to_thread.run_sync(scan, spec)
+        state.present = True
         if not state.seeded:
             state.known = found
             state.seeded = True  # the ring's last_seq (0 here) gives baselines a seq to measure GAPs from
-            return
-        # Restarted (or a watch of this URI ran before): report what changed meanwhile.
+            return False
+        # Restarted, recreated, or a watch of this URI ran before: report what changed meanwhile.
         observed: dict[str, FileObject | None] = dict.fromkeys(state.known)
         observed.update(found)
-        for event in reconcile(state.known, observed):
+        events = reconcile(state.known, observed)
+        for event in events:
             state.ring.append(event)
+        return bool(events)
 
-    async def _on_batch(self, paths: set[str]) -> bool:
-        """Handle one batch; False when the watched directory itself is gone."""
-        watched, _recursive = self._watch_path()
-        gone = watched in paths and not await _run(os.path.isdir, watched)
+    async def _on_batch(self, paths: set[str]) -> None:
         if isinstance(self.target, FileTarget):
-            if self.target.path in paths or gone:
+            if self.target.path in paths:
                 self.existed = self.existed or await _run(os.path.lexists, self.target.path)
                 await self.publish()
-            return not gone
+            return
         spec = self.target.spec
         state = self.owner.dir_state(spec)
         observed = await anyio.to_thread.run_sync(observe, spec, paths, tuple(state.known))
         events = reconcile(state.known, observed)
-        if gone:
-            for path in [p for p in state.known if p.startswith(spec.path + "/")]:
-                events.append({"type": "DELETED", "object": state.known.pop(path)})
         for event in events:
             state.ring.append(event)
-        if gone:
-            state.ring.error(
-                f"directory {spec.path} was deleted; no more events. Watch it again once it exists"
-            )
-        if events or gone:
+        if events:
             await self.publish()
-        return not gone
 
 
 class FilesServer:
@@ -302,6 +423,10 @@ class FilesServer:
                 for watcher in list(self._watchers.values()):
                     watcher.stop()
                 self._tg = None
+
+    def close_listeners(self) -> None:
+        """End every open listen stream gracefully (HTTP shutdown would otherwise wait on them)."""
+        self._listen.close()
 
     def dir_state(self, spec: DirSpec) -> DirState:
         state = self._dir_states.get(spec)
@@ -482,7 +607,12 @@ class FilesServer:
         except FileMissing as exc:
             if watcher is not None and watcher.existed:
                 # Deleted while watched: in-band, so the watch lives on and sees it come back.
-                return error_body(f"{exc}; it was deleted. The watch reports it again when it is recreated")
+                parent = os.path.dirname(target.path)
+                if await _run(os.path.isdir, parent):
+                    why = "it was deleted"
+                else:
+                    why = f"its directory {parent} was deleted or moved away"
+                return error_body(f"{exc}; {why}. The watch reports it again when it is recreated")
             raise await _run(self._missing, target, uri) from exc
         except (PathRefused, NotAFile) as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
@@ -493,17 +623,16 @@ class FilesServer:
         await self._wait_ready(watcher)
         if watcher is not None:
             watcher.pending = False
+        state = self._dir_states.get(spec)
         if not await _run(os.path.isdir, spec.path):
+            if state is not None and state.seeded:
+                return state.ring.text()  # watched before: its loss is in the log ("was deleted" ERROR)
             if await _run(os.path.lexists, spec.path):
                 raise MCPError(
                     types.INVALID_PARAMS,
                     f"{uri}: {spec.path} is not a directory; watch a file with file://{spec.path}",
                 )
-            state = self._dir_states.get(spec)
-            if state is not None and state.seeded:
-                return state.ring.text()  # ends with the "directory was deleted" ERROR
             raise MCPError(types.INVALID_PARAMS, f"{uri}: {spec.path} is not an existing directory")
-        state = self._dir_states.get(spec)
         return state.ring.text() if state is not None else EventRing().text()
 
     async def _on_read(

@@ -21,7 +21,7 @@ import anyio.abc
 import uvicorn
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-__all__ = ["ServerExitedError", "parse_host_port", "running_http_server", "serve_http"]
+__all__ = ["ServerExitedError", "bind_error", "parse_host_port", "running_http_server", "serve_http"]
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
@@ -33,6 +33,19 @@ def parse_host_port(value: str) -> tuple[str, int]:
             f"--http expects HOST:PORT (e.g. 127.0.0.1:8765, port 0 = any free port), got {value!r}"
         )
     return host, int(port_text)
+
+
+def bind_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``exc`` (e.g. the port is taken), when that is all it is.
+
+    A server that runs :func:`serve_http` inside a task group gets it wrapped in an exception group.
+    """
+    while isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(OSError)
+        if matched is None or rest is not None or len(matched.exceptions) != 1:
+            return None
+        exc = matched.exceptions[0]
+    return exc if isinstance(exc, OSError) else None
 
 
 async def serve_http(

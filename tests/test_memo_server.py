@@ -8,7 +8,10 @@ handler's URI check, and updates published on the subscription bus.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -215,3 +218,38 @@ def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest
         memo_main(argv)
     assert caught.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.anyio
+async def test_http_server_exits_on_sigterm_with_a_listen_open() -> None:
+    async with memo_http_server() as (url, proc), Client(url, cache=None) as watcher:
+        with contextlib.suppress(Exception):  # the stream ends with the server; how is not the point
+            async with watcher.listen(resource_subscriptions=["memo://notes"]):
+                proc.terminate()
+                with anyio.fail_after(WAIT):
+                    assert await proc.wait() == 0  # the open listen did not hold up the shutdown
+
+
+@pytest.mark.anyio
+async def test_also_http_ends_when_the_stdio_client_goes_away(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    os.mkfifo(ready)  # reading it waits for the server's READY line: a signal, not a probe
+    argv = [*MEMO, "--also-http", "127.0.0.1:0", "--ready-file", str(ready)]
+    proc = await anyio.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        with anyio.fail_after(WAIT):
+            line = await anyio.to_thread.run_sync(lambda: ready.read_text(encoding="utf-8"))
+        url = line.split(" ", 1)[1].strip()
+        async with Client(url, cache=None) as watcher:
+            with contextlib.suppress(Exception):
+                async with watcher.listen(resource_subscriptions=["memo://notes"]):
+                    assert proc.stdin is not None
+                    await proc.stdin.aclose()  # the stdio client is gone: the whole server ends
+                    with anyio.fail_after(WAIT):
+                        await proc.wait()
+        assert proc.returncode == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        with anyio.CancelScope(shield=True):
+            await proc.aclose()

@@ -103,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         return
     except (OSError, BaseExceptionGroup) as exc:
-        bind_error = _only_os_error(exc)
+        from asyncai_servers._http import bind_error as only_os_error
+
+        bind_error = only_os_error(exc)
         if bind_error is None:
             raise
         # e.g. the port is taken: say so instead of a traceback
@@ -112,16 +114,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
-
-
-def _only_os_error(exc: BaseException) -> OSError | None:
-    """The OSError behind ``exc``, when that is all it is (running()'s task group wraps it in a group)."""
-    while isinstance(exc, BaseExceptionGroup):
-        matched, rest = exc.split(OSError)
-        if matched is None or rest is not None or len(matched.exceptions) != 1:
-            return None
-        exc = matched.exceptions[0]
-    return exc if isinstance(exc, OSError) else None
 
 
 if __name__ == "__main__":

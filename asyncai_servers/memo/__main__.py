@@ -12,7 +12,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from asyncai_servers._http import parse_host_port, serve_http
+from asyncai_servers._http import bind_error, parse_host_port, serve_http
 from asyncai_servers.memo.server import MemoState, build_server
 
 
@@ -63,11 +63,18 @@ async def _serve_stdio_and_http(host: str, port: int, ready_file: str | None, to
         with open(ready_file or os.devnull, "w", encoding="utf-8") as ready:  # noqa: ASYNC230 - one tiny write
             tg.start_soon(
                 functools.partial(
-                    serve_http, app, host, port, ready=ready, on_ready=lambda _url: http_up.set()
+                    serve_http,
+                    app,
+                    host,
+                    port,
+                    ready=ready,
+                    on_ready=lambda _url: http_up.set(),
+                    on_shutdown=memo.close_listeners,
+                    stop=stop,
                 )
             )
             await http_up.wait()
-        await _serve_stdio(memo)  # the stdio client going away ends the process
+        await _serve_stdio(memo)  # the stdio client going away ends the process: HTTP stops too
         stop.set()
 
 
@@ -94,11 +101,12 @@ def _require_bearer(app: ASGIApp, token: str) -> ASGIApp:
 
 
 async def _serve_http(host: str, port: int, token: str | None) -> None:
-    server = build_server()
-    app: ASGIApp = server.streamable_http_app(host=host)
+    memo = MemoState()
+    app: ASGIApp = build_server(memo).streamable_http_app(host=host)
     if token:
         app = _require_bearer(app, token)
-    await serve_http(app, host, port)
+    # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
+    await serve_http(app, host, port, on_shutdown=memo.close_listeners)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,8 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         anyio.run(_serve_http, host, port, args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN"))
     except KeyboardInterrupt:
         return 0
-    except OSError as exc:  # e.g. the port is taken: say so instead of a traceback
-        print(f"asyncai-mcp-simple: cannot serve HTTP on {args.http}: {exc.strerror or exc}", file=sys.stderr)
+    except (OSError, BaseExceptionGroup) as exc:
+        error = bind_error(exc)
+        if error is None:
+            raise
+        # e.g. the port is taken: say so instead of a traceback
+        print(
+            f"asyncai-mcp-simple: cannot serve HTTP on {args.http}: {error.strerror or error}",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

@@ -66,6 +66,11 @@ class MemoState:
     def __init__(self, bus: InMemorySubscriptionBus | None = None) -> None:
         self.notes: dict[str, Any] = {}
         self.bus = bus if bus is not None else InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.bus)
+
+    def close_listeners(self) -> None:
+        """End every open listen stream gracefully (an HTTP shutdown would otherwise wait on them)."""
+        self.listen.close()
 
     async def set(self, key: str, value: Any) -> None:
         self.notes[key] = value
@@ -274,5 +279,5 @@ def build_server(state: MemoState | None = None) -> Server[Any]:
         on_read_resource=read_resource,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
-        on_subscriptions_listen=_ValidatingListen(memo, ListenHandler(memo.bus)),
+        on_subscriptions_listen=_ValidatingListen(memo, memo.listen),
     )

@@ -155,6 +155,12 @@ class FakeCluster:
         claimed.unlink()
         self.delete(spec["delete"], namespace=spec["namespace"], workspace=spec["workspace"])
 
+    def break_discovery(self, group_version: str) -> None:
+        """Make an API group fail discovery (an aggregated API that is down), as for api-resources."""
+        data = self.load()
+        data["discovery_errors"] = [*data.get("discovery_errors", []), group_version]
+        self._save(data)
+
     def calls(self) -> list[list[str]]:
         """Every kubectl invocation's argv so far (``--token`` values masked)."""
         path = self.root / "calls.log"
@@ -727,8 +733,9 @@ def _watch_event(
 
 
 def _api_resources(cluster: FakeCluster, flags: dict[str, Any]) -> None:
+    data = cluster.load()
     try:
-        _workspace(flags, cluster.load())
+        _workspace(flags, data)
     except KubectlExit:
         # The real kubectl v1.33.9 prints the table's header before the discovery error.
         sys.stdout.write("NAME   SHORTNAMES   APIVERSION   NAMESPACED   KIND   VERBS   CATEGORIES\n")
@@ -751,6 +758,17 @@ def _api_resources(cluster: FakeCluster, flags: dict[str, Any]) -> None:
     widths = [max(6, max(len(r[i]) for r in rows) + 3) for i in range(len(rows[0]))]
     for r in rows:
         sys.stdout.write("".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + r[-1] + "\n")
+    broken = data.get("discovery_errors", [])
+    if broken:
+        # kubectl v1.33.9 prints the groups that answered, then fails (exit 1) naming the others.
+        down = "the server is currently unable to handle the request"
+        klog = "".join(
+            f'E1202 14:00:00.000000   4242 memcache.go:287] "Unhandled Error" err="couldn\'t get resource '
+            f'list for {gv}: {down}"\n'
+            for gv in broken
+        )
+        detail = ", ".join(f"{gv}: {down}" for gv in broken)
+        raise KubectlExit(f"{klog}error: unable to retrieve the complete list of server APIs: {detail}")
 
 
 def _config_view(flags: dict[str, Any]) -> None:

@@ -281,3 +281,22 @@ async def test_omitted_namespace_is_the_kubeconfig_contexts(tmp_path: Path, clus
     assert [(e["type"], e["object"]["metadata"]["namespace"]) for e in events] == [("ADDED", "team")]
     raw = [c[c.index("--raw") + 1] for c in cluster.calls() if "--raw" in c]
     assert raw[0] == "/clusters/root:app/api/v1/namespaces/team/configmaps"
+
+
+@pytest.mark.anyio
+async def test_a_watch_works_while_another_api_group_fails_discovery(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    # kubectl api-resources then exits 1 but prints the groups that answered (checked with the real one).
+    cluster.break_discovery("metrics.k8s.io/v1beta1")
+    async with (
+        watch_starts() as starts,
+        kcp_client(tmp_path, cluster, starts=starts) as client,
+        client.listen(resource_subscriptions=[URI]) as sub,
+    ):
+        assert await _read(client, URI) == []
+        await starts.next()
+        cluster.create("fine")
+        await _next_update(sub, URI)
+        (added,) = await _read(client, URI)
+    assert (added["type"], added["object"]["metadata"]["name"]) == ("ADDED", "fine")

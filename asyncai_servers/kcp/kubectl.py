@@ -48,6 +48,9 @@ __all__ = [
 _STDERR_LIMIT: Final = 8192
 _EXIT_GRACE: Final = 10.0  # seconds a kubectl that closed its stdout gets to exit before it is killed
 _NO_WORKSPACE: Final = "the server could not find the requested resource"
+# kubectl api-resources when some API group fails discovery (an aggregated API down): it prints the
+# table of the groups that answered and exits 1 with this.
+_PARTIAL_DISCOVERY: Final = "unable to retrieve the complete list of server APIs"
 # klog lines (``E1202 14:00:00.000000   42 memcache.go:265] ...``) repeat the real error; keep them out of messages.
 _KLOG: Final = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
 # kubectl errors that no retry can fix: the URI names something that does not exist or cannot parse.
@@ -66,12 +69,19 @@ class KubectlError(Exception):
     """kubectl failed; ``message`` is what to show (kubectl's stderr plus our hints)."""
 
     def __init__(
-        self, message: str, *, stderr: str = "", returncode: int | None = None, explained: bool = False
+        self,
+        message: str,
+        *,
+        stderr: str = "",
+        returncode: int | None = None,
+        explained: bool = False,
+        stdout: bytes = b"",
     ) -> None:
         super().__init__(message)
         self.message = message
         self.stderr = stderr
         self.returncode = returncode
+        self.stdout = stdout
         self.explained = explained
         """The message already carries the hints :meth:`Kubectl.explain_failure` would add."""
 
@@ -308,7 +318,10 @@ class Kubectl:
         err = _stderr_text(proc.stderr)
         if proc.returncode != 0:
             raise KubectlError(
-                err or f"kubectl exited with status {proc.returncode}", stderr=err, returncode=proc.returncode
+                err or f"kubectl exited with status {proc.returncode}",
+                stderr=err,
+                returncode=proc.returncode,
+                stdout=proc.stdout,
             )
         return proc.stdout, err
 
@@ -414,8 +427,24 @@ class Kubectl:
 
     async def resolve(self, target: WatchTarget, conn: Sequence[str]) -> WatchPath:
         """The API path of ``target`` via discovery (``kubectl api-resources -o wide``) and its namespace."""
-        resources = await self.api_resources(target.workspace, target.kcp, conn=conn)
+        partial: KubectlError | None = None
+        try:
+            resources = await self.api_resources(target.workspace, target.kcp, conn=conn)
+        except KubectlError as exc:
+            if _PARTIAL_DISCOVERY not in exc.stderr or not exc.stdout.strip():
+                raise
+            # Some API group is down; the rest answered, and the watched resource may well be among them.
+            partial = exc
+            resources = parse_api_resources_wide(exc.stdout.decode())
         resource = find_resource(target.resource, resources)
+        if resource is None and partial is not None:
+            raise KubectlError(  # not permanent: the missing group may answer on the next try
+                f"resource {target.resource!r} is not among the API groups that answered discovery: "
+                f"{partial.message}",
+                stderr=partial.stderr,
+                returncode=partial.returncode,
+                explained=True,
+            )
         if resource is None:
             # kubectl's own words for it, so explain_failure and KubectlError.permanent treat it alike.
             err = f'error: the server doesn\'t have a resource type "{target.resource}"'

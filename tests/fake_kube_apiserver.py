@@ -10,16 +10,24 @@ namespaces:
   plain ``APIVersions``);
 - list with ``metadata.resourceVersion``; ``labelSelector`` / ``fieldSelector``
   (a malformed selector is ``400 BadRequest`` with the API server's text);
-- ``?watch=true``: a chunked stream of ``{"type", "object"}`` lines from the
-  given resourceVersion; a resourceVersion older than the compaction floor
-  gets the API server's in-stream ``ERROR`` with a ``410 Expired`` Status;
+- ``?watch=true``: a chunked stream of ``{"type", "object"}`` lines, replaying
+  the history after the given resourceVersion first (none, or ``0``: the
+  current objects as ``ADDED``); a resourceVersion older than the compaction
+  floor gets the API server's in-stream ``ERROR`` with a ``410 Expired``
+  Status (the watch cache answers 200 and ends the stream after it);
+  ``allowWatchBookmarks=true`` watches get :meth:`FakeApiServer.bookmark`'s
+  ``BOOKMARK`` events;
+- JSON as the API server's encoder writes it: compact, a newline after every
+  document (a response, each watch event);
   under a selector, a change that makes an object stop matching is ``DELETED``
   and one that makes it start matching is ``ADDED`` (see :meth:`_Watch.event`);
 - an unknown workspace answers ``404`` everywhere, as an unknown path does.
 
 Tests change the cluster through :class:`FakeApiServer` methods or kubectl
-itself; :meth:`FakeApiServer.drop_watches` ends every open watch stream, and
-:meth:`FakeApiServer.expire_next_watch` makes the next watch too old.
+itself; :meth:`FakeApiServer.drop_watches` ends every open watch stream,
+:meth:`FakeApiServer.compact` drops the history (older watches get 410),
+:meth:`FakeApiServer.expire_next_watch` makes the next watch too old, and
+``after_next_list`` runs a change right after a list is answered.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import json
 import socket
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -57,6 +65,13 @@ RESOURCES: dict[str, dict[str, Any]] = {
     },
 }
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+class ApiJSON(JSONResponse):
+    """The API server's JSON (Go's json.Encoder): compact, then a newline."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def status(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -130,8 +145,17 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 class _Watch:
-    def __init__(self, ws: str, resource: str, ns: str | None, labels: list[Any], fields: list[Any]) -> None:
+    def __init__(
+        self,
+        ws: str,
+        resource: str,
+        ns: str | None,
+        labels: list[Any],
+        fields: list[Any],
+        bookmarks: bool = False,
+    ) -> None:
         self.ws, self.resource, self.ns, self.labels, self.fields = ws, resource, ns, labels, fields
+        self.bookmarks = bookmarks
         self.send: MemoryObjectSendStream[dict[str, Any] | None]
         self.send, self.recv = anyio.create_memory_object_stream[dict[str, Any] | None](10_000)
 
@@ -175,6 +199,10 @@ class FakeApiServer:
         self.watches: set[_Watch] = set()
         self.watch_started = anyio.Event()
         self.watch_requests = 0
+        self.list_requests = 0
+        self.watch_rvs: list[str] = []  # the resourceVersion= of every watch request, in order
+        self.after_next_list: Callable[[], object] | None = None
+        """Run once right after the next list is computed: a change between a list and its watch."""
         self._expire_next = False
         self.url = ""
         for ws in workspaces:
@@ -190,6 +218,20 @@ class FakeApiServer:
     def expire_next_watch(self) -> None:
         """Compact history so the next watch's resourceVersion is too old (410 Expired)."""
         self._expire_next = True
+
+    def compact(self) -> None:
+        """Drop the history up to now, as etcd compaction and the watch cache's window do."""
+        self.compacted = self.rv
+
+    def bookmark(self) -> None:
+        """Send a BOOKMARK at the current resourceVersion to every watch that allowed them."""
+        for w in list(self.watches):
+            if w.bookmarks:
+                meta = {"resourceVersion": str(self.rv), "creationTimestamp": None}
+                kind = RESOURCES[w.resource]["kind"]
+                w.send.send_nowait(
+                    {"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": "v1", "metadata": meta}}
+                )
 
     def next_watch_started(self) -> anyio.Event:
         self.watch_started = anyio.Event()
@@ -252,15 +294,13 @@ class FakeApiServer:
             ws, _, tail = rest.partition("/")
             path = "/" + tail
         if path == "/version":
-            return JSONResponse(
+            return ApiJSON(
                 {"major": "1", "minor": "33", "gitVersion": "v1.33.0+kcp-fake", "platform": "linux/amd64"}
             )
         if ws not in self.objects:
-            return JSONResponse(
-                status(404, "NotFound", "the server could not find the requested resource"), 404
-            )
+            return ApiJSON(status(404, "NotFound", "the server could not find the requested resource"), 404)
         if path == "/api":
-            return JSONResponse(
+            return ApiJSON(
                 {
                     "kind": "APIVersions",
                     "versions": ["v1"],
@@ -268,9 +308,9 @@ class FakeApiServer:
                 }
             )
         if path == "/apis":
-            return JSONResponse({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+            return ApiJSON({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
         if path == "/api/v1":
-            return JSONResponse(
+            return ApiJSON(
                 {
                     "kind": "APIResourceList",
                     "groupVersion": "v1",
@@ -289,18 +329,14 @@ class FakeApiServer:
             )
         parts = path.strip("/").split("/")
         if parts[:2] != ["api", "v1"]:
-            return JSONResponse(
-                status(404, "NotFound", "the server could not find the requested resource"), 404
-            )
+            return ApiJSON(status(404, "NotFound", "the server could not find the requested resource"), 404)
         parts = parts[2:]
         ns: str | None = None
         if len(parts) >= 3 and parts[0] == "namespaces" and parts[2] in RESOURCES:
             ns, parts = parts[1], parts[2:]
         resource = parts[0] if parts else ""
         if resource not in RESOURCES:
-            return JSONResponse(
-                status(404, "NotFound", "the server could not find the requested resource"), 404
-            )
+            return ApiJSON(status(404, "NotFound", "the server could not find the requested resource"), 404)
         name = parts[1] if len(parts) > 1 else None
         query = dict(urllib.parse.parse_qsl(request.url.query))
         if request.method == "GET" and name is None:
@@ -308,15 +344,21 @@ class FakeApiServer:
                 labels = parse_selector(query.get("labelSelector", ""))
                 fields = parse_selector(query.get("fieldSelector", ""))
             except SelectorError as exc:
-                return JSONResponse(status(400, "BadRequest", str(exc)), 400)
+                return ApiJSON(status(400, "BadRequest", str(exc)), 400)
             if query.get("watch") in ("1", "true"):
-                return self._watch(ws, resource, ns, labels, fields, query.get("resourceVersion", ""))
-            items = [
-                o
-                for (r, n, _), o in sorted(self.objects[ws].items(), key=lambda kv: kv[1]["metadata"]["name"])
-                if r == resource and (ns is None or n == ns) and selected(o, labels, fields)
-            ]
-            return JSONResponse(
+                return self._watch(
+                    ws,
+                    resource,
+                    ns,
+                    labels,
+                    fields,
+                    query.get("resourceVersion", ""),
+                    query.get("allowWatchBookmarks") in ("1", "true"),
+                )
+            self.list_requests += 1
+            items = self._current(ws, resource, ns, labels, fields)
+            hook, self.after_next_list = self.after_next_list, None
+            response = ApiJSON(
                 {
                     "kind": f"{RESOURCES[resource]['kind']}List",
                     "apiVersion": "v1",
@@ -324,17 +366,20 @@ class FakeApiServer:
                     "items": items,
                 }
             )
+            if hook is not None:
+                hook()
+            return response
         if request.method == "GET":
             obj = self.objects[ws].get((resource, ns, name))  # type: ignore[arg-type]
             if obj is None:
                 return self._not_found(resource, name)  # type: ignore[arg-type]
-            return JSONResponse(obj)
+            return ApiJSON(obj)
         if request.method == "POST":
             raw = await request.body()
             if request.headers.get("content-type", "").startswith("application/vnd.kubernetes.protobuf"):
                 # kubectl's typed clients (e.g. `create configmap`) send protobuf; this fake speaks JSON only,
                 # as a CRD-only server would. `kubectl create -f` sends JSON.
-                return JSONResponse(
+                return ApiJSON(
                     status(
                         415,
                         "UnsupportedMediaType",
@@ -344,11 +389,11 @@ class FakeApiServer:
                 )
             body = json.loads(raw)
             if (resource, ns, body["metadata"]["name"]) in self.objects[ws]:
-                return JSONResponse(
+                return ApiJSON(
                     status(409, "AlreadyExists", f'{resource} "{body["metadata"]["name"]}" already exists'),
                     409,
                 )
-            return JSONResponse(self.put(ws, resource, ns, body), 201)
+            return ApiJSON(self.put(ws, resource, ns, body), 201)
         assert name is not None
         current = self.objects[ws].get((resource, ns, name))
         if current is None:
@@ -357,33 +402,54 @@ class FakeApiServer:
             # JSON merge patch (RFC 7386): `kubectl label` sends one; `kubectl patch`'s strategic merge
             # patch is the same for a ConfigMap's maps.
             merged = merge_patch(current, json.loads(await request.body()))
-            return JSONResponse(self.put(ws, resource, ns, merged))
+            return ApiJSON(self.put(ws, resource, ns, merged))
         if request.method == "DELETE":
             self.remove(ws, resource, ns, name)
-            return JSONResponse(current)
-        return JSONResponse(status(405, "MethodNotAllowed", "method not allowed"), 405)
+            return ApiJSON(current)
+        return ApiJSON(status(405, "MethodNotAllowed", "method not allowed"), 405)
 
     @staticmethod
     def _not_found(resource: str, name: str) -> JSONResponse:
-        return JSONResponse(
+        return ApiJSON(
             status(404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": resource}), 404
         )
 
+    def _current(
+        self, ws: str, resource: str, ns: str | None, labels: list[Any], fields: list[Any]
+    ) -> list[dict[str, Any]]:
+        return [
+            o
+            for (r, n, _), o in sorted(self.objects[ws].items(), key=lambda kv: kv[1]["metadata"]["name"])
+            if r == resource and (ns is None or n == ns) and selected(o, labels, fields)
+        ]
+
     def _watch(
-        self, ws: str, resource: str, ns: str | None, labels: list[Any], fields: list[Any], rv_text: str
+        self,
+        ws: str,
+        resource: str,
+        ns: str | None,
+        labels: list[Any],
+        fields: list[Any],
+        rv_text: str,
+        bookmarks: bool,
     ) -> Response:
         self.watch_requests += 1
+        self.watch_rvs.append(rv_text)
         if self._expire_next:
             self._expire_next = False
-            self.compacted = self.rv + 1
-        w = _Watch(ws, resource, ns, labels, fields)
-        since = int(rv_text) if rv_text.isdigit() else None
+            self.rv += 1  # a write elsewhere (resourceVersions are global), then compaction up to it
+            self.compact()
+        w = _Watch(ws, resource, ns, labels, fields, bookmarks)
+        since = int(rv_text) if rv_text.isdigit() and rv_text != "0" else None
         if since is not None and since < self.compacted:
             err = status(410, "Expired", f"too old resource version: {since} ({self.compacted})")
             w.send.send_nowait({"type": "ERROR", "object": err})
             w.send.send_nowait(None)
         else:
-            if since is not None:
+            if since is None:  # "start at most recent": the current state first, as ADDED
+                for obj in self._current(ws, resource, ns, labels, fields):
+                    w.send.send_nowait({"type": "ADDED", "object": obj})
+            else:
                 for rv, hws, hres, kind, obj, prev in self.history:
                     if rv > since and (event := w.event(hws, hres, kind, obj, prev)) is not None:
                         w.send.send_nowait(event)
@@ -396,7 +462,7 @@ class FakeApiServer:
                 async for item in w.recv:
                     if item is None:
                         return
-                    yield (json.dumps(item) + "\n").encode()
+                    yield json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
             finally:
                 self.watches.discard(w)
 

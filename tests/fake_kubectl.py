@@ -9,18 +9,29 @@ It mimics what the server relies on from the real kubectl v1.33:
 - output: ``-o json`` prints 4-space indented JSON (a ``List`` for collections),
   ``-w --output-watch-events`` prints the current objects as ``ADDED`` events and
   then each change as one compact ``{"type": ..., "object": ...}`` line;
+- ``get --raw PATH``: the API server's response bytes, as kubectl copies them:
+  a compact JSON document and a newline (a ``List`` with
+  ``metadata.resourceVersion``, or one object); ``PATH?watch=true`` streams
+  the API server's watch events one compact JSON per line. kubectl sends a raw
+  path relative to the host (it drops ``--server``'s path), so the workspace
+  comes from the path's ``/clusters/<workspace>`` prefix (none: ``root``);
 - errors: kubectl's texts and exit code 1 (``error: the server doesn't have a
   resource type "foo"``, ``Error from server (NotFound): ...``).
 
 The cluster lives in ``$FAKE_KUBECTL_DIR/cluster.json``; the kcp workspace comes
-from ``--server https://HOST/clusters/<workspace>``. A watch tails
-``$FAKE_KUBECTL_DIR/events.ndjson`` with inotify (watchfiles), no polling: each
-line is ``{"workspace", "resource", "event": {...}, "old": {...}}`` (a change;
-``old`` is the object before it, absent for a create) or
-``{"exit": N, "stderr": "..."}`` (the API server ends every open watch stream).
-Tests drive both through :class:`FakeCluster`. As the API server does, a watch
-with a selector matches both the old and the new object: a change that makes an
-object stop matching is printed as ``DELETED`` (the old object at the change's
+from ``--server https://HOST/clusters/<workspace>``. ``events.ndjson`` in the
+same directory is both the API server's history and its live feed, tailed with
+inotify (watchfiles), no polling: each line is ``{"workspace", "resource",
+"event": {...}, "old": {...}}`` (a change; ``old`` is the object before it,
+absent for a create), ``{"exit": N, "stderr": "..."}`` (the API server ends
+every open watch stream) or ``{"workspace", "resource", "bookmark": RV}`` (a
+``BOOKMARK`` for watches that allow them). A raw watch from a resourceVersion
+replays the history after it, then tails; one older than the compaction floor
+(``cluster.json``'s ``compacted``) gets the API server's in-stream ``ERROR``
+with a ``410 Expired`` Status, as the watch cache sends it. Tests drive all of
+it through :class:`FakeCluster`. As the API server does, a watch with a selector
+matches both the old and the new object: a change that makes an object stop
+matching is printed as ``DELETED`` (the old object at the change's
 resourceVersion), one that makes it start matching as ``ADDED``.
 """
 
@@ -30,6 +41,7 @@ import contextlib
 import json
 import os
 import sys
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,12 +104,67 @@ class FakeCluster:
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
-        """Change the cluster without streaming the events: changes made while no watch was connected."""
+        """Change the cluster without recording the events: history the API server no longer has.
+
+        Afterwards the history is compacted up to now, so a watch resuming from before these changes
+        gets ``410 Expired`` and must re-list, as against a real API server whose watch cache has
+        moved past the resumed resourceVersion.
+        """
         self._quiet = True
         try:
             yield
         finally:
             self._quiet = False
+            self.compact()
+
+    def compact(self) -> None:
+        """Drop the history up to the current resourceVersion: older watches get 410 Expired."""
+        data = self.load()
+        data["compacted"] = data["rv"]
+        self._save(data)
+
+    def bump(self) -> int:
+        """Advance the resourceVersion without an event here (a write to another resource; RVs are global)."""
+        data = self.load()
+        data["rv"] += 1
+        self._save(data)
+        return int(data["rv"])
+
+    def bookmark(self, *, workspace: str = "root:app", resource: str = "configmaps") -> str:
+        """Send a BOOKMARK at the current resourceVersion to every watch that allows them."""
+        rv = str(self.load()["rv"])
+        self.append({"workspace": workspace, "resource": resource, "bookmark": rv})
+        return rv
+
+    def after_next_list(
+        self, *, delete: str, namespace: str = "default", workspace: str = "root:app"
+    ) -> None:
+        """Delete ``delete`` right after the next list is answered: a change between list and watch."""
+        (self.root / "after-list.json").write_text(
+            json.dumps({"delete": delete, "namespace": namespace, "workspace": workspace})
+        )
+
+    def run_after_list_hook(self) -> None:
+        hook = self.root / "after-list.json"
+        claimed = hook.with_suffix(f".{os.getpid()}")
+        try:
+            hook.rename(claimed)  # atomic: one list runs it
+        except FileNotFoundError:
+            return
+        spec = json.loads(claimed.read_text())
+        claimed.unlink()
+        self.delete(spec["delete"], namespace=spec["namespace"], workspace=spec["workspace"])
+
+    def break_discovery(self, group_version: str) -> None:
+        """Make an API group fail discovery (an aggregated API that is down), as for api-resources."""
+        data = self.load()
+        data["discovery_errors"] = [*data.get("discovery_errors", []), group_version]
+        self._save(data)
+
+    def calls(self) -> list[list[str]]:
+        """Every kubectl invocation's argv so far (``--token`` values masked)."""
+        path = self.root / "calls.log"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def append(self, line: dict[str, Any]) -> None:
         if getattr(self, "_quiet", False) and "event" in line:
@@ -219,6 +286,7 @@ class FakeCluster:
 # --- the kubectl command line ----------------------------------------------------------------------------
 
 _VALUE_FLAGS = {
+    "--raw",
     "--kubeconfig",
     "--server",
     "-s",
@@ -366,10 +434,15 @@ def _dump_event(obj: Any) -> None:
 
 
 def _get(cluster: FakeCluster, positional: list[str], flags: dict[str, Any]) -> None:
-    if len(positional) < 2:
+    if len(positional) < 2 and "--raw" not in flags:
         raise KubectlExit(
             'You must specify the type of resource to get. Use "kubectl api-resources" for a complete list of supported resources.\n\nerror: Required resource not specified.\nUse "kubectl explain <resource>" for a detailed description of that resource (e.g. kubectl explain pods).\nSee \'kubectl get -h\' for help and examples'
         )
+    if "--raw" in flags:
+        if len(positional) > 1:
+            raise KubectlExit("error: arguments may not be passed when --raw is specified")
+        _raw(cluster, flags["--raw"])
+        return
     flags["_resource"] = positional[1]
     resource = _resource(positional[1])
     info = RESOURCES[resource]
@@ -401,6 +474,8 @@ def _get(cluster: FakeCluster, positional: list[str], flags: dict[str, Any]) -> 
             return
     if not flags.get("-w"):
         _dump({"apiVersion": "v1", "items": objs, "kind": "List", "metadata": {"resourceVersion": ""}})
+        sys.stdout.flush()
+        cluster.run_after_list_hook()
         return
     for obj in objs:
         _dump_event({"type": "ADDED", "object": obj} if flags.get("--output-watch-events") else obj)
@@ -426,9 +501,27 @@ def _announce_watch(ws: str, resource: str) -> None:
 def _tail(
     cluster: FakeCluster, offset: int, ws: str, resource: str, flags: dict[str, Any], namespaced: bool
 ) -> None:
-    from watchfiles import watch  # inotify-backed; imported only by watching invocations
+    """``kubectl get -w``: print each change after ``offset`` (kubectl -w does not ask for bookmarks)."""
+
+    def live(line: dict[str, Any]) -> None:
+        if line.get("workspace") != ws or line.get("resource") != resource or "event" not in line:
+            return
+        event = _watch_event(line["event"], line.get("old"), flags, namespaced)
+        if event is not None:
+            _dump_event(event if flags.get("--output-watch-events") else event["object"])
+
+    _follow(cluster, offset, offset, lambda line: None, live)
+
+
+def _follow(cluster: FakeCluster, start: int, live_from: int, replay: Any, live: Any) -> None:
+    """Read the event log from ``start``: lines before ``live_from`` go to ``replay`` (history), the
+    rest to ``live``, then follow appends with inotify; an ``exit`` line among the live ones ends it."""
+    # inotify via watchfiles' RustNotify, registered *before* the first read: a line appended between
+    # that read and the registration would otherwise wait for the next append.
+    from watchfiles._rust_notify import RustNotify
 
     path = cluster.events_file
+    offset = start
     buf = b""
 
     def drain() -> None:
@@ -436,26 +529,182 @@ def _tail(
         with path.open("rb") as f:
             f.seek(offset)
             chunk = f.read()
+        base = offset - len(buf)
         offset += len(chunk)
         buf += chunk
         *lines, buf = buf.split(b"\n")
         for raw in lines:
+            at, base = base, base + len(raw) + 1
             if not raw.strip():
                 continue
             line = json.loads(raw)
+            if at < live_from:
+                replay(line)
+                continue
             if "exit" in line:
                 if line.get("stderr"):
                     sys.stderr.write(line["stderr"] + "\n")
                 raise KubectlExit("", int(line["exit"]))
-            if line.get("workspace") != ws or line.get("resource") != resource:
-                continue
-            event = _watch_event(line["event"], line.get("old"), flags, namespaced)
-            if event is not None:
-                _dump_event(event if flags.get("--output-watch-events") else event["object"])
+            live(line)
 
-    drain()
-    for _changes in watch(path, debounce=0, step=1, rust_timeout=0, yield_on_timeout=False):
+    with RustNotify([str(path)], False, False, 0, False, False) as notify:
         drain()
+        while True:
+            if notify.watch(0, 1, 0, None) == "signal":
+                raise KeyboardInterrupt
+            drain()
+
+
+def _raw_json(doc: Any) -> None:
+    # The API server's JSON encoder (Go's json.Encoder): compact, a newline after each document;
+    # kubectl get --raw copies the response bytes as they are.
+    sys.stdout.write(json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+_NOT_FOUND = "Error from server (NotFound): the server could not find the requested resource"
+
+
+def _raw(cluster: FakeCluster, raw: str) -> None:
+    """``kubectl get --raw PATH``: a collection list, one object, or ``?watch=true``."""
+    parts = urllib.parse.urlsplit(raw)
+    query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    path = parts.path
+    ws = "root"  # the fake API server's workspace for a path without /clusters/
+    if path.startswith("/clusters/"):
+        ws, _, rest = path[len("/clusters/") :].partition("/")
+        path = "/" + rest
+    offset = cluster.events_file.stat().st_size  # the history's end before the list: no gap to the watch
+    data = cluster.load()
+    if ws not in data["workspaces"]:
+        raise KubectlExit(_NOT_FOUND)
+    segs = path.strip("/").split("/")
+    if segs[:2] != ["api", "v1"]:
+        raise KubectlExit(_NOT_FOUND)
+    segs = segs[2:]
+    ns: str | None = None
+    if len(segs) >= 3 and segs[0] == "namespaces":
+        ns, segs = segs[1], segs[2:]
+    if not segs or segs[0] not in RESOURCES or len(segs) > 2:
+        raise KubectlExit(_NOT_FOUND)
+    resource = segs[0]
+    info = RESOURCES[resource]
+    if ns is not None and not info["namespaced"]:
+        raise KubectlExit(_NOT_FOUND)
+    # The selection as _matches reads kubectl's flags: no namespace in the path means every namespace.
+    sel: dict[str, Any] = {
+        "-l": query.get("labelSelector", ""),
+        "--field-selector": query.get("fieldSelector", ""),
+        **({"-n": ns} if ns is not None else {"-A": True}),
+    }
+    try:
+        _parse_selector(sel["-l"])
+        _parse_selector(sel["--field-selector"])
+    except SelectorError as exc:
+        raise KubectlExit(f"Error from server (BadRequest): {exc}") from exc
+    namespaced = bool(info["namespaced"])
+    objs = [o for o in data["workspaces"][ws].get(resource, []) if _matches(o, sel, namespaced)]
+    if len(segs) == 2:
+        found = [o for o in objs if o["metadata"]["name"] == segs[1]]
+        if not found:
+            raise KubectlExit(f'Error from server (NotFound): {resource} "{segs[1]}" not found')
+        _raw_json(found[0])
+        return
+    if query.get("watch") not in ("true", "1"):
+        _raw_json(
+            {
+                "kind": f"{info['kind']}List",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(data["rv"])},
+                "items": objs,
+            }
+        )
+        cluster.run_after_list_hook()
+        return
+    _raw_watch(cluster, data, offset, ws, resource, sel, namespaced, query, objs)
+
+
+def _raw_watch(
+    cluster: FakeCluster,
+    data: dict[str, Any],
+    offset: int,
+    ws: str,
+    resource: str,
+    sel: dict[str, Any],
+    namespaced: bool,
+    query: dict[str, str],
+    current: list[dict[str, Any]],
+) -> None:
+    """A watch as the API server's watch cache serves it: replay after ``resourceVersion``, then live."""
+    rv_text = query.get("resourceVersion", "")
+    bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+    kind = RESOURCES[resource]["kind"]
+
+    def send(line: dict[str, Any], since: int | None) -> None:
+        if line.get("workspace") != ws or line.get("resource") != resource:
+            return
+        if "bookmark" in line:
+            if bookmarks:
+                meta = {"resourceVersion": str(line["bookmark"]), "creationTimestamp": None}
+                _raw_json(
+                    {"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": "v1", "metadata": meta}}
+                )
+            return
+        if "event" not in line:
+            return
+        if since is not None:  # history: only what came after the watch's resourceVersion
+            rv = str(line["event"].get("object", {}).get("metadata", {}).get("resourceVersion", ""))
+            if not rv.isdigit() or int(rv) <= since:
+                return
+        event = _watch_event(line["event"], line.get("old"), sel, namespaced)
+        if event is not None:
+            _raw_json(event)
+
+    if rv_text in ("", "0"):
+        # No resourceVersion: the current state as ADDED events, then what happens from now on.
+        for obj in current:
+            _raw_json({"type": "ADDED", "object": obj})
+        _announce_watch(ws, resource)
+        _follow(cluster, offset, offset, lambda line: None, lambda line: send(line, None))
+        return
+    if not rv_text.isdigit():
+        raise KubectlExit(
+            f'Error from server (BadRequest): resourceVersion: Invalid value: "{rv_text}": '
+            "strconv.ParseUint: parsing: invalid syntax"
+        )
+    since = int(rv_text)
+    floor = int(data.get("compacted", 0))
+    if since < floor:
+        # The watch cache answers 200 and sends the error in the stream, which kubectl copies and ends (exit 0).
+        _raw_json(
+            {
+                "type": "ERROR",
+                "object": _status(410, "Expired", f"too old resource version: {since} ({floor})"),
+            }
+        )
+        return
+    _announce_watch(ws, resource)
+    # History: the changes after ``since`` (old bookmarks are not resent); live: every line as it comes
+    # (a test's raw_event is printed as is).
+    _follow(
+        cluster,
+        0,
+        offset,
+        lambda line: None if "bookmark" in line else send(line, since),
+        lambda line: send(line, None),
+    )
 
 
 def _watch_event(
@@ -484,7 +733,13 @@ def _watch_event(
 
 
 def _api_resources(cluster: FakeCluster, flags: dict[str, Any]) -> None:
-    _workspace(flags, cluster.load())
+    data = cluster.load()
+    try:
+        _workspace(flags, data)
+    except KubectlExit:
+        # The real kubectl v1.33.9 prints the table's header before the discovery error.
+        sys.stdout.write("NAME   SHORTNAMES   APIVERSION   NAMESPACED   KIND   VERBS   CATEGORIES\n")
+        raise
     rows = [["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND", "VERBS", "CATEGORIES"]]
     for plural, info in sorted(RESOURCES.items()):
         shorts = ",".join(a for a in info["aliases"] if len(a) <= 3)
@@ -503,6 +758,17 @@ def _api_resources(cluster: FakeCluster, flags: dict[str, Any]) -> None:
     widths = [max(6, max(len(r[i]) for r in rows) + 3) for i in range(len(rows[0]))]
     for r in rows:
         sys.stdout.write("".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + r[-1] + "\n")
+    broken = data.get("discovery_errors", [])
+    if broken:
+        # kubectl v1.33.9 prints the groups that answered, then fails (exit 1) naming the others.
+        down = "the server is currently unable to handle the request"
+        klog = "".join(
+            f'E1202 14:00:00.000000   4242 memcache.go:287] "Unhandled Error" err="couldn\'t get resource '
+            f'list for {gv}: {down}"\n'
+            for gv in broken
+        )
+        detail = ", ".join(f"{gv}: {down}" for gv in broken)
+        raise KubectlExit(f"{klog}error: unable to retrieve the complete list of server APIs: {detail}")
 
 
 def _config_view(flags: dict[str, Any]) -> None:
@@ -516,7 +782,21 @@ def _config_view(flags: dict[str, Any]) -> None:
     if flags.get("-o") == "jsonpath={.clusters[0].cluster.server}":
         sys.stdout.write(cl["server"])
         return
-    _dump(config)
+    if flags.get("-o") != "json":
+        raise KubectlExit("error: fake kubectl's config view supports -o json and one jsonpath")
+    if flags.get("--minify"):
+        user = next(u for u in config["users"] if u["name"] == ctx["user"])
+        # kubectl's order for a minified config (not sorted), 4-space indent.
+        config = {
+            "kind": "Config",
+            "apiVersion": "v1",
+            "preferences": {},
+            "clusters": [{"name": ctx["cluster"], "cluster": cl}],
+            "users": [user],
+            "contexts": [{"name": current, "context": ctx}],
+            "current-context": current,
+        }
+    sys.stdout.write(json.dumps(config, indent=4, ensure_ascii=False) + "\n")
 
 
 def _apply(cluster: FakeCluster, flags: dict[str, Any]) -> None:
@@ -569,6 +849,11 @@ def main(argv: list[str]) -> int:
     cluster = FakeCluster(Path(root))
     try:
         positional, flags = parse_args(argv)
+        with (cluster.root / "calls.log").open("a") as f:
+            masked = ["--token=***" if a.startswith("--token=") else a for a in argv]
+            if "--token" in masked:
+                masked[masked.index("--token") + 1] = "***"
+            f.write(json.dumps(masked) + "\n")
         if "--token" in flags:
             with (cluster.root / "tokens.log").open("a") as f:
                 f.write(flags["--token"] + "\n")

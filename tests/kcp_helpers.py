@@ -22,7 +22,7 @@ FAKE_KUBECTL = str(Path(__file__).parent / "bin" / "kubectl")
 WAIT = 30  # seconds: the bound on any one awaited notification or read (generous: 2 shared cores)
 
 
-def write_kubeconfig(path: Path, server: str, token: str | None = None) -> Path:
+def write_kubeconfig(path: Path, server: str, token: str | None = None, namespace: str = "default") -> Path:
     """A kubeconfig in JSON (a YAML subset, which the real kubectl reads too)."""
     user: dict[str, Any] = {"token": token} if token else {}
     path.write_text(
@@ -33,7 +33,7 @@ def write_kubeconfig(path: Path, server: str, token: str | None = None) -> Path:
                 "clusters": [{"name": "kcp", "cluster": {"server": server}}],
                 "users": [{"name": "admin", "user": user}],
                 "contexts": [
-                    {"name": "kcp", "context": {"cluster": "kcp", "user": "admin", "namespace": "default"}}
+                    {"name": "kcp", "context": {"cluster": "kcp", "user": "admin", "namespace": namespace}}
                 ],
                 "current-context": "kcp",
             }
@@ -101,8 +101,11 @@ async def kcp_client(
     kubectl: str = FAKE_KUBECTL,
     server: str | None = None,
     starts: WatchStarts | None = None,
+    namespace: str = "default",
 ) -> AsyncIterator[Client]:
-    kc = write_kubeconfig(tmp_path / "kubeconfig.json", server or "https://kcp.test:6443/clusters/root")
+    kc = write_kubeconfig(
+        tmp_path / "kubeconfig.json", server or "https://kcp.test:6443/clusters/root", namespace=namespace
+    )
     params = StdioServerParameters(
         command=sys.executable,
         args=kcp_argv(kc, "--backoff", "0:0", *extra, kubectl=kubectl),

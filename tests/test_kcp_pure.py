@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncai_servers.kcp.jsonstream import JsonStreamError, JsonStreamParser
+from asyncai_servers.kcp.kubectl import ApiResource, WatchPath, api_path, find_resource
 from asyncai_servers.kcp.state import WatchState, apply_events, reconcile, strip_managed_fields
 from asyncai_servers.kcp.uri import UriError, parse_api_uri, parse_watch_uri, validate_tool_args
 
@@ -274,3 +275,89 @@ def test_ordinary_tool_arguments_pass() -> None:
     validate_tool_args(
         {"resource": "deployments.apps", "name": "web-1", "namespace": "*", "labelSelector": "app=x"}
     )
+
+
+# --- discovery -> API paths ----------------------------------------------------------------------------
+
+
+def _res(
+    name: str, api_version: str, kind: str, *, short: tuple[str, ...] = (), namespaced: bool = True
+) -> ApiResource:
+    return ApiResource(
+        name=name,
+        short_names=short,
+        api_version=api_version,
+        namespaced=namespaced,
+        kind=kind,
+        verbs=("list", "watch"),
+    )
+
+
+RESOURCES = [
+    _res("configmaps", "v1", "ConfigMap", short=("cm",)),
+    _res("events", "v1", "Event", short=("ev",)),
+    _res("namespaces", "v1", "Namespace", short=("ns",), namespaced=False),
+    _res("deployments", "apps/v1", "Deployment", short=("deploy",)),
+    _res("events", "events.k8s.io/v1", "Event", short=("ev",)),
+    _res("workspaces", "tenancy.kcp.io/v1alpha1", "Workspace", short=("ws",), namespaced=False),
+]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "found"),
+    [
+        ("configmaps", "configmaps"),
+        ("cm", "configmaps"),
+        ("configmap", "configmaps"),
+        ("deploy", "deployments.apps"),
+        ("deployments.apps", "deployments.apps"),
+        ("deployment.v1.apps", "deployments.apps"),
+        ("events", "events"),  # the core group wins an unqualified name, as in kubectl
+        ("events.events.k8s.io", "events.events.k8s.io"),
+        ("ws", "workspaces.tenancy.kcp.io"),
+    ],
+)
+def test_find_resource_accepts_what_kubectl_get_does(wanted: str, found: str) -> None:
+    res = find_resource(wanted, RESOURCES)
+    assert res is not None
+    assert res.qualified == found
+
+
+def test_find_resource_unknown() -> None:
+    assert find_resource("confgmaps", RESOURCES) is None
+    assert find_resource("deployments.batch", RESOURCES) is None
+
+
+def test_api_paths_carry_the_workspace_group_and_namespace() -> None:
+    cm, _, ns, deploy, _, ws = RESOURCES
+    assert api_path(cm, "root:app", "default") == "/clusters/root:app/api/v1/namespaces/default/configmaps"
+    assert api_path(cm, "root:app", None) == "/clusters/root:app/api/v1/configmaps"  # all namespaces
+    assert api_path(deploy, "root", "x") == "/clusters/root/apis/apps/v1/namespaces/x/deployments"
+    assert api_path(ns, "root", "default") == "/clusters/root/api/v1/namespaces"  # cluster-scoped
+    assert api_path(ws, "root", None) == "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces"
+
+
+def test_watch_uri_encodes_selectors_and_resumes_from_the_resource_version() -> None:
+    path = WatchPath(
+        path="/clusters/root/api/v1/configmaps",
+        resource=RESOURCES[0],
+        namespace=None,
+        label_selector="app=web,tier!=db",
+        field_selector="metadata.name=x y",
+    )
+    assert path.list_uri() == (
+        "/clusters/root/api/v1/configmaps?labelSelector=app%3Dweb%2Ctier%21%3Ddb&fieldSelector=metadata.name%3Dx%20y"
+    )
+    assert path.watch_uri("42") == (
+        "/clusters/root/api/v1/configmaps?watch=true&resourceVersion=42&allowWatchBookmarks=true"
+        "&labelSelector=app%3Dweb%2Ctier%21%3Ddb&fieldSelector=metadata.name%3Dx%20y"
+    )
+    assert "resourceVersion" not in path.watch_uri(None)
+
+
+def test_bookmark_carries_its_resource_version_and_no_event() -> None:
+    out = WatchState().on_event(
+        {"type": "BOOKMARK", "object": {"kind": "ConfigMap", "metadata": {"resourceVersion": "77"}}}
+    )
+    assert out.events == []
+    assert out.resource_version == "77"

@@ -129,7 +129,8 @@ async def test_dropped_stream_and_expired_resource_version(real_kubectl: str, tm
             await client.read_resource(URI)
             with anyio.fail_after(WAIT):
                 await started.wait()
-            # Changes the open stream never carries (as if made while it was down), then the drop.
+            # Changes the open stream never carries and the history has lost (compacted), then the drop:
+            # the resumed watch gets 410 Expired and re-lists.
             api.put(
                 "root:app",
                 "configmaps",
@@ -138,10 +139,8 @@ async def test_dropped_stream_and_expired_resource_version(real_kubectl: str, tm
                 emit=False,
             )
             api.remove("root:app", "configmaps", "default", "gone", emit=False)
-            api.history.clear()
-            for w in list(api.watches):
-                api.watches.discard(w)
-                w.send.send_nowait(None)
+            api.compact()
+            api.drop_watches()
             # kubectl may report the cut stream (an in-band ERROR, e.g. under load); the gap must follow.
             events = await _events_until(client, sub, lambda evs: len(_changes(evs)) >= 2)
             assert sorted(
@@ -223,3 +222,91 @@ async def test_relabel_out_of_and_back_into_a_label_selector(real_kubectl: str, 
     ]
     assert events[1]["object"]["metadata"]["labels"] == {"app": "web", "tier": "front"}
     assert "old" not in events[1]
+
+
+def _names(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["type"], e["object"]["metadata"]["name"]) for e in _changes(events)]
+
+
+async def test_an_object_deleted_between_the_list_and_the_watch_is_reported(
+    real_kubectl: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    cluster = FakeCluster(tmp_path / "unused")
+    async with run_fake_apiserver(FakeApiServer()) as api:
+        api.put("root:app", "configmaps", "default", {"metadata": {"name": "doomed"}, "data": {}}, emit=False)
+        # Deleted right after the seed list is answered, before any watch request.
+        api.after_next_list = lambda: api.remove("root:app", "configmaps", "default", "doomed")
+        async with (
+            kcp_client(tmp_path, cluster, kubectl=real_kubectl, server=api.url) as client,
+            client.listen(resource_subscriptions=[URI]) as sub,
+        ):
+            started = api.next_watch_started()
+            await client.read_resource(URI)
+            with anyio.fail_after(WAIT):
+                await started.wait()
+            api.put("root:app", "configmaps", "default", {"metadata": {"name": "marker"}, "data": {}})
+            events = await _events_until(client, sub, lambda evs: ("ADDED", "marker") in _names(evs))
+    assert _names(events) == [("DELETED", "doomed"), ("ADDED", "marker")]
+    assert not events[0].get("synthetic")
+    assert api.list_requests == 1
+
+
+async def test_a_dropped_watch_resumes_from_the_last_resource_version_and_bookmarks(
+    real_kubectl: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    cluster = FakeCluster(tmp_path / "unused")
+    async with run_fake_apiserver(FakeApiServer()) as api:
+        for name in ("a", "b"):
+            api.put("root:app", "configmaps", "default", {"metadata": {"name": name}, "data": {}}, emit=False)
+        async with (
+            kcp_client(tmp_path, cluster, kubectl=real_kubectl, server=api.url) as client,
+            client.listen(resource_subscriptions=[URI]) as sub,
+        ):
+            started = api.next_watch_started()
+            await client.read_resource(URI)
+            with anyio.fail_after(WAIT):
+                await started.wait()
+
+            def put(name: str, **data: str) -> dict[str, Any]:
+                return api.put(
+                    "root:app", "configmaps", "default", {"metadata": {"name": name}, "data": data}
+                )
+
+            live = put("b", v="live")
+            await _events_until(client, sub, lambda evs: len(_changes(evs)) == 1)
+            api.drop_watches()
+            # Made while the stream is down or coming back: the resumed watch replays what it missed.
+            put("a", v="2")
+            put("a", v="3")
+            put("c")
+            put("d")
+            api.remove("root:app", "configmaps", "default", "d")
+            events = await _events_until(client, sub, lambda evs: len(_changes(evs)) >= 6)
+            assert _names(events) == [
+                ("MODIFIED", "b"),
+                ("MODIFIED", "a"),
+                ("MODIFIED", "a"),
+                ("ADDED", "c"),
+                ("ADDED", "d"),
+                ("DELETED", "d"),
+            ]
+            assert not any(e.get("synthetic") for e in events)
+            assert api.list_requests == 1  # resumed, never re-listed: no ADDED burst of a and b
+            assert api.watch_rvs[1] == live["metadata"]["resourceVersion"]
+            # Writes this watch never sees (another namespace), a BOOKMARK, and history compacted to it:
+            # only a watcher that took the bookmark's resourceVersion resumes without a 410 re-list.
+            api.put("root:app", "configmaps", "other", {"metadata": {"name": "elsewhere"}, "data": {}})
+            api.bookmark()
+            bookmark_rv = str(api.rv)
+            api.compact()
+            started = api.next_watch_started()
+            api.drop_watches()
+            with anyio.fail_after(WAIT):
+                await started.wait()
+            put("after")
+            events = await _events_until(client, sub, lambda evs: ("ADDED", "after") in _names(evs))
+    assert _names(events)[6:] == [("ADDED", "after")]  # the BOOKMARK is no event
+    assert api.watch_rvs[-1] == bookmark_rv
+    assert api.list_requests == 1

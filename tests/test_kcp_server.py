@@ -117,7 +117,7 @@ async def test_dropped_stream_relists_and_reports_the_gap(tmp_path: Path, cluste
     ):
         assert await _read(client, URI) == []
         await starts.next()
-        # Changes nobody streamed (the API server dropped the watch first), then the drop itself.
+        # The API server drops the watch.
         cluster.drop_streams(
             1, 'error: an error on the server ("unable to decode an event from the watch stream")'
         )
@@ -125,11 +125,13 @@ async def test_dropped_stream_relists_and_reports_the_gap(tmp_path: Path, cluste
         (err,) = await _read(client, URI)
         assert err["type"] == "ERROR"
         assert "unable to decode an event" in err["message"]
+        # Changes whose history the API server no longer has (compacted): whichever watch resumes
+        # after them gets 410 Expired, and the re-list reports them.
         with cluster.quiet():
             cluster.patch("changes", {"v": "2"})
             cluster.delete("goes")
             cluster.create("new")
-        await starts.next()  # the reconnect after the error is streaming; its re-list saw nothing new
+        await starts.next()  # a watch after the error is streaming (resumed, or after the re-list)
         cluster.drop_streams(0)
         seen: list[dict[str, Any]] = []
         with anyio.fail_after(WAIT):
@@ -259,3 +261,42 @@ async def test_relabel_out_of_and_back_into_a_label_selector(tmp_path: Path, clu
     back = events[1]
     assert back["object"]["metadata"]["labels"] == {"app": "web"}
     assert "old" not in back  # an ADDED, not a MODIFIED: readers saw it leave
+
+
+@pytest.mark.anyio
+async def test_omitted_namespace_is_the_kubeconfig_contexts(tmp_path: Path, cluster: FakeCluster) -> None:
+    uri = "kcp-events://watch/root:app/cm"  # a short name; no namespace: the context's ("team")
+    cluster.create("elsewhere", namespace="default")
+    async with (
+        watch_starts() as starts,
+        kcp_client(tmp_path, cluster, starts=starts, namespace="team") as client,
+        client.listen(resource_subscriptions=[uri]) as sub,
+    ):
+        assert await _read(client, uri) == []
+        await starts.next()
+        cluster.create("ignored", namespace="default")
+        cluster.create("mine", namespace="team")
+        await _next_update(sub, uri)
+        events = await _read(client, uri)
+    assert [(e["type"], e["object"]["metadata"]["namespace"]) for e in events] == [("ADDED", "team")]
+    raw = [c[c.index("--raw") + 1] for c in cluster.calls() if "--raw" in c]
+    assert raw[0] == "/clusters/root:app/api/v1/namespaces/team/configmaps"
+
+
+@pytest.mark.anyio
+async def test_a_watch_works_while_another_api_group_fails_discovery(
+    tmp_path: Path, cluster: FakeCluster
+) -> None:
+    # kubectl api-resources then exits 1 but prints the groups that answered (checked with the real one).
+    cluster.break_discovery("metrics.k8s.io/v1beta1")
+    async with (
+        watch_starts() as starts,
+        kcp_client(tmp_path, cluster, starts=starts) as client,
+        client.listen(resource_subscriptions=[URI]) as sub,
+    ):
+        assert await _read(client, URI) == []
+        await starts.next()
+        cluster.create("fine")
+        await _next_update(sub, URI)
+        (added,) = await _read(client, URI)
+    assert (added["type"], added["object"]["metadata"]["name"]) == ("ADDED", "fine")

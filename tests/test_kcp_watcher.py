@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +54,11 @@ async def test_reconnect_backoff_doubles_on_failure_and_resets_after_a_clean_end
         assert clock.deadlines() == [pytest.approx(0.8)]
         assert watcher.ring.body()["events"][-1]["type"] == "ERROR"
         assert watcher.connects == 1  # nothing runs until the backoff deadline
-        with cluster.quiet():
-            cluster.create("b")  # made while disconnected
+        cluster.create("b")  # made while disconnected: the resumed watch replays it
         clock.advance(0.8)
         await starts.next()
         assert watcher.connects == 2
-        assert [e["type"] for e in watcher.ring.body()["events"]] == ["ERROR", "ADDED"]
+        assert watcher.lists == 1  # resumed from the last resourceVersion, no re-list
 
         cluster.drop_streams(1, "error: unexpected EOF")  # fails again with no event: the delay doubles
         with anyio.fail_after(WAIT):
@@ -66,6 +66,12 @@ async def test_reconnect_backoff_doubles_on_failure_and_resets_after_a_clean_end
         assert clock.deadlines() == [pytest.approx(0.8 + 1.6)]
         clock.advance(1.6)
         await starts.next()
+        events = watcher.ring.body()["events"]
+        assert [(e["type"], e.get("object", {}).get("metadata", {}).get("name")) for e in events] == [
+            ("ERROR", None),
+            ("ADDED", "b"),
+            ("ERROR", None),
+        ]
 
         cluster.drop_streams(0)  # a clean end (server timeout) resets the backoff
         with anyio.fail_after(WAIT):
@@ -142,10 +148,193 @@ async def test_a_stream_kubectl_ended_itself_keeps_its_exit_status(
         target = WatchTarget(workspace="root:app", resource="configmaps")
         with anyio.fail_after(WAIT):
             conn = await kubectl.connection_args(target.workspace, target.kcp)
-            async with kubectl.watch(target, conn) as stream:
+            path = await kubectl.resolve(target, conn)
+            async with kubectl.watch(path, conn, None) as stream:
                 await starts.next()
                 cluster.drop_streams(0)
                 async for _ in stream.batches():
                     pass
     assert stream.returncode == 0
     assert procs[-1].kills == 0
+
+
+# --- list once, then watch from the resourceVersion ------------------------------------------------------
+
+NS_URI = "kcp-events://watch/root:app/configmaps?namespace=default"
+
+
+class _Pool:
+    """One watcher on ``uri`` in-process: the ring, its publishes as a stream, the fake kubectl's calls."""
+
+    def __init__(self, cluster: FakeCluster, starts: Any, tg: anyio.abc.TaskGroup, uri: str) -> None:
+        self.cluster = cluster
+        self.clock = FakeClock()
+        self.updates, self._recv = anyio.create_memory_object_stream[str](1000)
+        env = {
+            **os.environ,
+            "FAKE_KUBECTL_DIR": str(cluster.root),
+            "FAKE_KUBECTL_PYTHON": sys.executable,
+            "FAKE_KUBECTL_NOTIFY": starts.path,
+        }
+        kubectl = Kubectl(FAKE_KUBECTL, {None: Endpoint(server="https://kcp.test")}, env=env)
+        self.pool = WatcherPool(
+            tg, kubectl, self._publish, clock=self.clock, backoff=lambda: Backoff(0.8, 30.0)
+        )
+        self.pool.add_listener(uri)
+        self.watcher = self.pool.entries[uri].watcher
+
+    async def _publish(self, uri: str) -> None:
+        self.updates.send_nowait(uri)
+
+    def events(self) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = self.watcher.ring.body()["events"]
+        return events
+
+    async def until(self, done: Any) -> list[dict[str, Any]]:
+        """Await the watcher's publishes until ``done(events)`` holds."""
+        with anyio.fail_after(WAIT):
+            while not done(self.events()):
+                await self._recv.receive()
+        return self.events()
+
+    def raw_calls(self) -> list[str]:
+        """The ``--raw`` paths kubectl was asked for, in order."""
+        return [c[c.index("--raw") + 1] for c in self.cluster.calls() if "--raw" in c]
+
+    def lists(self) -> list[str]:
+        return [p for p in self.raw_calls() if "watch=true" not in p]
+
+    def watch_rvs(self) -> list[str | None]:
+        out: list[str | None] = []
+        for p in self.raw_calls():
+            if "watch=true" in p:
+                query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(p).query))
+                out.append(query.get("resourceVersion"))
+        return out
+
+
+def _names(events: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    return [(e["type"], e.get("object", {}).get("metadata", {}).get("name")) for e in events]
+
+
+@pytest.mark.anyio
+async def test_a_dropped_stream_resumes_from_the_last_resource_version(tmp_path: Path) -> None:
+    """Events made while disconnected arrive once each, in order, as they happened; no re-list."""
+    cluster = FakeCluster(tmp_path / "cluster")
+    cluster.create("a", {"v": "1"})
+    cluster.create("b")
+    async with watch_starts() as starts, anyio.create_task_group() as tg:
+        p = _Pool(cluster, starts, tg, NS_URI)
+        await starts.next()
+        live = cluster.patch("b", {"v": "live"})
+        await p.until(lambda evs: len(evs) == 1)
+        cluster.drop_streams(1, "error: unexpected EOF")
+        with anyio.fail_after(WAIT):
+            await p.clock.wait_for_sleepers(1)
+        # While nobody watches: two patches, a create, a create-and-delete.
+        cluster.patch("a", {"v": "2"})
+        cluster.patch("a", {"v": "3"})
+        cluster.create("c")
+        cluster.create("d")
+        cluster.delete("d")
+        p.clock.advance(0.8)
+        events = await p.until(lambda evs: len(evs) == 7)
+        tg.cancel_scope.cancel()
+    assert _names(events) == [
+        ("MODIFIED", "b"),
+        ("ERROR", None),
+        ("MODIFIED", "a"),
+        ("MODIFIED", "a"),
+        ("ADDED", "c"),
+        ("ADDED", "d"),
+        ("DELETED", "d"),
+    ]
+    assert [e["object"]["data"] for e in events[2:4]] == [{"v": "2"}, {"v": "3"}]
+    assert events[3]["old"]["data"] == {"v": "2"}
+    assert not any(e.get("synthetic") for e in events)  # replayed history, not a re-list's diff
+    assert [e["seq"] for e in events] == list(range(1, 8))
+    # One list; the second watch resumed at the last event the first one delivered.
+    assert len(p.lists()) == 1
+    assert p.watch_rvs()[1] == live["metadata"]["resourceVersion"]
+
+
+@pytest.mark.anyio
+async def test_an_object_deleted_between_the_list_and_the_watch_is_reported_deleted(tmp_path: Path) -> None:
+    cluster = FakeCluster(tmp_path / "cluster")
+    cluster.create("doomed")
+    cluster.after_next_list(delete="doomed")  # right after the seed list is answered
+    async with watch_starts() as starts, anyio.create_task_group() as tg:
+        p = _Pool(cluster, starts, tg, NS_URI)
+        await starts.next()
+        cluster.create("marker")
+        events = await p.until(lambda evs: ("ADDED", "marker") in _names(evs))
+        tg.cancel_scope.cancel()
+    # The seed had it; the watch from the list's resourceVersion carried its deletion.
+    assert _names(events) == [("DELETED", "doomed"), ("ADDED", "marker")]
+    assert not events[0].get("synthetic")
+    assert {o["metadata"]["name"] for o in p.watcher.state.known.values()} == {"marker"}
+
+
+@pytest.mark.anyio
+async def test_410_gone_relists_and_reports_what_changed(tmp_path: Path) -> None:
+    """A resumed watch older than the API server's history re-lists; the diff arrives with no GAP."""
+    cluster = FakeCluster(tmp_path / "cluster")
+    cluster.create("stays")
+    cluster.create("changes", {"v": "1"})
+    cluster.create("goes")
+    async with watch_starts() as starts, anyio.create_task_group() as tg:
+        p = _Pool(cluster, starts, tg, NS_URI)
+        await starts.next()
+        log_id = p.watcher.ring.log_id
+        cluster.drop_streams(0)
+        with anyio.fail_after(WAIT):
+            await p.clock.wait_for_sleepers(1)
+        with cluster.quiet():  # changes the history no longer holds (compacted past the resumed RV)
+            cluster.patch("changes", {"v": "2"})
+            cluster.delete("goes")
+            cluster.create("new")
+        p.clock.advance(0.8)
+        events = await p.until(lambda evs: len(evs) >= 3)
+        await starts.next()  # the watch after the re-list streams
+        cluster.create("after")
+        events = await p.until(lambda evs: ("ADDED", "after") in _names(evs))
+        tg.cancel_scope.cancel()
+    assert sorted(_names(events[:3])) == [("ADDED", "new"), ("DELETED", "goes"), ("MODIFIED", "changes")]
+    assert all(e["synthetic"] for e in events[:3])
+    assert next(e for e in events if e["type"] == "MODIFIED")["old"]["data"] == {"v": "1"}
+    # 410 is recovered, not an ERROR; seqs run on without a jump and the log is the same: no GAP.
+    assert _names(events[3:]) == [("ADDED", "after")]
+    assert [e["seq"] for e in events] == [1, 2, 3, 4]
+    assert p.watcher.ring.log_id == log_id
+    lists, rvs = p.lists(), p.watch_rvs()
+    assert len(lists) == 2  # the seed, and the re-list after 410
+    assert len(rvs) == 3  # the first watch, the resumed one that got 410, the one after the re-list
+    assert rvs[1] == rvs[0]  # nothing was streamed between: it resumed where the list left off
+    assert int(rvs[2] or 0) > int(rvs[1] or 0)
+
+
+@pytest.mark.anyio
+async def test_bookmarks_advance_the_resource_version_and_log_nothing(tmp_path: Path) -> None:
+    cluster = FakeCluster(tmp_path / "cluster")
+    cluster.create("a")
+    async with watch_starts() as starts, anyio.create_task_group() as tg:
+        p = _Pool(cluster, starts, tg, NS_URI)
+        await starts.next()
+        listed_rv = p.watcher.resource_version
+        for n in range(3):  # changes outside the watched namespace: this watch gets no event for them
+            cluster.create(f"elsewhere-{n}", namespace="other")
+        bookmark_rv = cluster.bookmark()
+        cluster.compact()  # history before the bookmark is gone: only the bookmark's RV still resumes
+        cluster.drop_streams(0)
+        with anyio.fail_after(WAIT):
+            await p.clock.wait_for_sleepers(1)
+        assert p.watcher.resource_version == bookmark_rv != listed_rv
+        p.clock.advance(0.8)
+        await starts.next()
+        cluster.create("b")
+        events = await p.until(lambda evs: len(evs) >= 1)
+        tg.cancel_scope.cancel()
+    assert _names(events) == [("ADDED", "b")]  # the BOOKMARK itself is no event
+    assert events[0]["seq"] == 1
+    assert p.watch_rvs() == [listed_rv, bookmark_rv]  # resumed at the bookmark: no 410, no re-list
+    assert len(p.lists()) == 1

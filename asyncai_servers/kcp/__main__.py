@@ -28,7 +28,7 @@ def _parser(prog: str, read_only: bool) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description=(
-            "kcp MCP server: kcp-events://watch/{workspace}/{resource} event logs fed by kubectl -w, "
+            "kcp MCP server: kcp-events://watch/{workspace}/{resource} event logs fed by API watches (kubectl get --raw), "
             "kcp-api://{workspace}/resources, and kubectl tools"
             + (" (read-only)." if read_only else " (read-write: apply/delete).")
         ),

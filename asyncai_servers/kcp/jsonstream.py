@@ -1,7 +1,8 @@
 """Incremental parser for concatenated JSON documents (sans-IO).
 
-``kubectl get -w -o json`` prints each watch event as an indented, multi-line
-JSON object, one after another, with no framing. Pipe reads split that output
+``kubectl get --raw '...?watch=true'`` copies the API server's watch events, one
+compact JSON object after another (``kubectl get -w -o json`` prints them
+indented over many lines); nothing frames them. Pipe reads split that output
 anywhere, including inside a UTF-8 multibyte sequence or a string escape, so
 this parser takes bytes, decodes them incrementally, tracks brace depth outside
 strings to find each document's end, and only then hands the complete text to

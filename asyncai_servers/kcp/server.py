@@ -1,4 +1,4 @@
-"""The kcp MCP server: event-log resources over ``kubectl -w``, plus kubectl tools.
+"""The kcp MCP server: event-log resources over API watches (``kubectl get --raw``), plus kubectl tools.
 
 Listen streams are tracked by wrapping the SDK's ``ListenHandler``: the first
 ``subscriptions/listen`` naming a watch URI starts that URI's watcher, the last
@@ -35,7 +35,7 @@ from asyncai_watch.events import EVENTS_MIME_TYPE
 __all__ = ["KcpServer", "ListenTracker"]
 
 WATCH_DESCRIPTION: Final = (
-    "Event log of one Kubernetes resource type in a kcp workspace, fed by `kubectl get -w`. "
+    "Event log of one Kubernetes resource type in a kcp workspace, fed by a Kubernetes watch (list, then watch from its resourceVersion). "
     "Events: {seq, type: ADDED|MODIFIED|DELETED|ERROR, object, old (MODIFIED)}; managedFields stripped. "
     "namespace='*' watches all namespaces; omitted means the kubeconfig's namespace. labelSelector and "
     "fieldSelector are kubectl selectors; kcp names an alternate kcp endpoint. "

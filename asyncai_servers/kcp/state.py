@@ -1,12 +1,14 @@
 """The watcher's knowledge of the cluster and the events it derives (sans-IO).
 
 ``WatchState`` holds the known objects (uid -> last object, managedFields
-stripped). It turns a kubectl watch event into the ring events to publish
-(suppressing the ADDED burst ``kubectl -w`` prints for objects already known at
-the same resourceVersion, and attaching ``old`` to MODIFIED), and a re-list into
-the synthetic ADDED / MODIFIED / DELETED events for whatever changed while the
-stream was down. resourceVersions are compared only for equality (they are
-opaque, per the Kubernetes API contract).
+stripped). It turns an API watch event into the ring events to publish
+(suppressing an ADDED for an object already known at the same resourceVersion,
+as a watch without a resourceVersion sends for the current state, and attaching
+``old`` to MODIFIED), and a re-list (after ``410 Gone``) into the synthetic
+ADDED / MODIFIED / DELETED events for whatever changed in the history the
+watch could not replay. Each outcome carries the event's resourceVersion
+(BOOKMARKs too), which the watcher resumes from. resourceVersions are compared
+only for equality (they are opaque, per the Kubernetes API contract).
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ class WatchOutcome:
     events: list[dict[str, Any]]
     expired: bool = False
     """The API server answered 410 Gone: the watch's resourceVersion is too old; re-list from scratch."""
+    resource_version: str | None = None
+    """The event's ``object.metadata.resourceVersion`` (also a BOOKMARK's): where a re-watch resumes."""
 
 
 def _status_message(status: Any) -> str:
@@ -133,7 +137,7 @@ class WatchState:
         return events
 
     def on_event(self, event: Any) -> WatchOutcome:
-        """Turn one ``{"type", "object"}`` from ``kubectl -w --output-watch-events`` into ring events."""
+        """Turn one API watch event ``{"type", "object"}`` into ring events."""
         if not isinstance(event, dict):
             return WatchOutcome(
                 [{"type": "ERROR", "message": f"kubectl printed a non-object: {event!r:.200}"}]
@@ -141,7 +145,8 @@ class WatchState:
         kind = event.get("type")
         raw = event.get("object")
         if kind == "BOOKMARK":
-            return WatchOutcome([])
+            # Only metadata.resourceVersion is meaningful: "everything up to here was sent".
+            return WatchOutcome([], resource_version=resource_version(raw))
         if kind == "ERROR":
             if isinstance(raw, dict) and (raw.get("code") == 410 or raw.get("reason") in ("Gone", "Expired")):
                 return WatchOutcome([], expired=True)
@@ -153,17 +158,18 @@ class WatchState:
         if key is None:
             return WatchOutcome([{"type": "ERROR", "message": f"{kind} event without metadata.uid or name"}])
         old = self.known.get(key)
+        rv = resource_version(obj)
         if kind == "DELETED":
             self.known.pop(key, None)
-            return WatchOutcome([{"type": "DELETED", "object": obj}])
-        if old is not None and resource_version(old) == resource_version(obj):
-            # kubectl -w re-prints every current object as ADDED when it (re)starts.
-            return WatchOutcome([])
+            return WatchOutcome([{"type": "DELETED", "object": obj}], resource_version=rv)
+        if old is not None and resource_version(old) == rv:
+            # A watch without a resourceVersion starts by sending every current object as ADDED.
+            return WatchOutcome([], resource_version=rv)
         self.known[key] = obj
         if old is None:
-            return WatchOutcome([{"type": kind, "object": obj}])
+            return WatchOutcome([{"type": kind, "object": obj}], resource_version=rv)
         # An ADDED for a known uid at a new resourceVersion is a change made while we were not watching.
-        return WatchOutcome([{"type": "MODIFIED", "object": obj, "old": old}])
+        return WatchOutcome([{"type": "MODIFIED", "object": obj, "old": old}], resource_version=rv)
 
 
 def apply_events(state: Mapping[str, Any], events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -1,10 +1,15 @@
-"""One watcher per watched URI: seed, watch, reconnect with a re-list, all into an event ring.
+"""One watcher per watched URI: discover, list, watch from the list's resourceVersion, resume.
 
-A :class:`Watcher` is one anyio task: ``kubectl get -o json`` (seed), then
-``kubectl get -w`` streamed through :class:`WatchState`; when the stream ends it
-waits (exponential backoff on the injected clock), re-lists, appends the
-synthetic events for the gap and watches again. :class:`WatcherPool` shares one
-watcher between every listener of a URI and stops it after the last one leaves.
+A :class:`Watcher` is one anyio task running client-go's reflector with
+kubectl: API discovery maps the URI's resource to its API path; ``kubectl get
+--raw PATH`` lists it (the seed) and gives the List's resourceVersion;
+``kubectl get --raw 'PATH?watch=true&resourceVersion=RV'`` streams every change
+after RV through :class:`WatchState`. The watcher keeps the resourceVersion of
+every event (BOOKMARKs too); when a stream ends it waits (exponential backoff on
+the injected clock) and watches again from there, with no re-list. Only ``410
+Gone`` (that resourceVersion left the API server's history) re-lists, appending
+the synthetic events for what changed. :class:`WatcherPool` shares one watcher
+between every listener of a URI and stops it after the last one leaves.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import attrs
 
 from asyncai_servers._eventlog import DEFAULT_RING_CAPACITY, EventRing
 from asyncai_servers.kcp.jsonstream import JsonStreamError
-from asyncai_servers.kcp.kubectl import Kubectl, KubectlError
+from asyncai_servers.kcp.kubectl import Kubectl, KubectlError, WatchPath
 from asyncai_servers.kcp.state import WatchState
 from asyncai_servers.kcp.uri import WatchTarget, parse_watch_uri
 from asyncai_watch.clock import Clock, SystemClock
@@ -78,8 +83,12 @@ class Watcher:
         self.state = WatchState()
         self.ready = anyio.Event()
         self.seed_error: KubectlError | None = None
-        self.connects = 0  # (re)connects so far; tests and the bench read it
+        # Counters tests and the bench read: watch (re)connects, lists (seed and re-lists after 410).
+        self.connects = 0
+        self.lists = 0
         self.streams_started = 0
+        self.resource_version: str | None = None
+        """Where the next watch resumes: the last event's (or the last list's) resourceVersion."""
         self.caught_up = anyio.Event()  # set after each re-list's events were appended
 
     async def _append(self, events: list[dict[str, object]]) -> None:
@@ -97,11 +106,18 @@ class Watcher:
     async def run(self) -> None:
         """Run until cancelled, or until the seed fails permanently (then ``seed_error`` says why)."""
         seeded = False
+        path: WatchPath | None = None
         while True:
+            fresh = False  # this watch starts from a list just made (not resumed)
             try:
                 conn = await self.kubectl.connection_args(self.target.workspace, self.target.kcp)
-                listed = await self.kubectl.list_objects(self.target, conn)
+                if path is None:
+                    path = await self.kubectl.resolve(self.target, conn)
+                if self.resource_version is None:
+                    listed, list_rv = await self.kubectl.list_raw(path, conn)
+                    fresh = True
             except KubectlError as exc:
+                path = None  # discover again: the resource may have moved (a CRD reinstalled)
                 if not seeded:
                     self.seed_error = await self.kubectl.explain_failure(exc, self.target)
                     self.ready.set()
@@ -111,17 +127,27 @@ class Watcher:
                     await self._error(f"re-list failed: {exc.message}")
                 await self._sleep(self.backoff.delay())
                 continue
+            if fresh:
+                self.lists += 1
+                if not seeded:
+                    self.state.seed(listed)
+                    self.seed_error = None
+                    seeded = True
+                    self.ready.set()
+                else:
+                    await self._append(self.state.relist(listed))
+                self.resource_version = list_rv
+                self.caught_up.set()
+                self.caught_up = anyio.Event()
             self.connects += 1
-            if not seeded:
-                self.state.seed(listed)
-                self.seed_error = None
-                seeded = True
-                self.ready.set()
-            else:
-                await self._append(self.state.relist(listed))
-            self.caught_up.set()
-            self.caught_up = anyio.Event()
-            healthy = await self._watch_once(conn)
+            healthy, expired, permanent = await self._watch_once(path, conn)
+            if permanent:
+                path = None  # e.g. 404: the resource is gone from discovery; find it again and re-list
+                self.resource_version = None
+            if expired:
+                self.resource_version = None
+                if not fresh:
+                    continue  # a resumed watch fell out of history: re-list at once
             if healthy:
                 self.backoff.reset()
             await self._sleep(self.backoff.delay())
@@ -129,12 +155,12 @@ class Watcher:
     async def _sleep(self, seconds: float) -> None:
         await self.clock.sleep_until(self.clock.now() + seconds)
 
-    async def _watch_once(self, conn: list[str]) -> bool:
-        """Stream one ``kubectl get -w``; True when it ended cleanly (server timeout), False on an error."""
+    async def _watch_once(self, path: WatchPath, conn: list[str]) -> tuple[bool, bool, bool]:
+        """Stream one watch from ``resource_version``: (healthy, expired, permanent failure)."""
         expired = False
         began = self.clock.now()
         try:
-            async with self.kubectl.watch(self.target, conn) as stream:
+            async with self.kubectl.watch(path, conn, self.resource_version) as stream:
                 self.streams_started += 1
                 try:
                     async for docs in stream.batches():
@@ -144,6 +170,8 @@ class Watcher:
                         for doc in docs:
                             outcome = self.state.on_event(doc)
                             batch += outcome.events
+                            if outcome.resource_version is not None:
+                                self.resource_version = outcome.resource_version
                             if outcome.expired:
                                 expired = True
                                 break
@@ -152,25 +180,26 @@ class Watcher:
                             break
                 except JsonStreamError as exc:
                     await self._error(f"kubectl watch output could not be parsed: {exc}")
-                    return False
+                    return False, False, False
         except KubectlError as exc:
             await self._error(exc.message)
-            return False
+            return False, False, exc.permanent
         if expired:
-            # 410 Gone: the watch's resourceVersion was compacted away; the next re-list starts from scratch.
+            # 410 Gone: the resourceVersion was compacted out of the API server's history; re-list.
             log.info("%s: watch expired (410 Gone); re-listing", self.uri)
-            return True
+            return True, True, False
         if stream.returncode not in (0, None):
             stderr = stream.stderr
             if "410" in stderr or "too old resource version" in stderr or "Expired" in stderr:
                 log.info("%s: kubectl reported an expired resourceVersion; re-listing", self.uri)
-                return True
+                return True, True, False
             await self._error(
                 f"kubectl watch exited with status {stream.returncode}: {stderr or 'no stderr'}"
             )
-            # kubectl re-prints every object on start, so "it printed something" says nothing about health.
-            return self.clock.now() - began >= self.backoff.reset_after
-        return True
+            failed = KubectlError(stderr, stderr=stderr, returncode=stream.returncode)
+            # A stream that failed at once and one that lived long are told apart by time, as client-go does.
+            return self.clock.now() - began >= self.backoff.reset_after, False, failed.permanent
+        return True, False, False
 
 
 @attrs.define

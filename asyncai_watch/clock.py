@@ -142,17 +142,20 @@ async def fail_after(clock: Clock, seconds: float | None) -> AsyncIterator[None]
 
     ``None`` means no deadline. On :class:`SystemClock` this is anyio's own scope; on any
     other clock a helper task sleeps on the clock and cancels the block, so a
-    :class:`FakeClock` test reaches the deadline with ``advance`` instead of waiting.
+    :class:`FakeClock` test reaches the deadline with ``advance`` instead of waiting. Either
+    way the block's own exceptions come out as they are (never in an exception group), and
+    ``TimeoutError`` is raised only if the deadline actually cancelled the block.
     """
     if seconds is None:
         yield
         return
-    if type(clock) is SystemClock:
+    if isinstance(clock, SystemClock):
         with anyio.fail_after(seconds):
             yield
         return
     deadline = clock.now() + seconds
     done = expired = False
+    raised: BaseException | None = None
     async with anyio.create_task_group() as tg:
 
         async def expire() -> None:
@@ -165,8 +168,19 @@ async def fail_after(clock: Clock, seconds: float | None) -> AsyncIterator[None]
         tg.start_soon(expire)
         try:
             yield
+        except anyio.get_cancelled_exc_class():
+            if not expired:
+                raise  # an outer cancellation: the task group passes it on
+            # The deadline's own cancellation: the task group absorbs it; TimeoutError below.
+        except BaseException as exc:
+            # Raised out of the task group it would arrive wrapped in an exception group.
+            raised = exc
+        else:
+            expired = False  # finished (e.g. shielded) despite the deadline: no timeout
         finally:
             done = True
             tg.cancel_scope.cancel()
+    if raised is not None:
+        raise raised
     if expired:
         raise TimeoutError

@@ -99,3 +99,34 @@ async def test_fail_after_a_block_that_finishes_first_leaves_nothing_behind() ->
     assert clock.sleepers == 0
     async with fail_after(clock, None):  # no deadline: no helper task at all
         assert clock.sleepers == 0
+
+
+@pytest.mark.anyio
+async def test_fail_after_passes_the_blocks_own_exception_through_unwrapped() -> None:
+    # McpResourceSource catches MCPError & co. inside fail_after: an ExceptionGroup would slip past.
+    with pytest.raises(KeyError, match="boom"):
+        async with fail_after(FakeClock(), 3):
+            await anyio.lowlevel.checkpoint()
+            raise KeyError("boom")
+
+
+@pytest.mark.anyio
+async def test_fail_after_a_block_that_finishes_despite_the_deadline_is_not_a_timeout() -> None:
+    clock = FakeClock()
+    finish = anyio.Event()
+    finished: list[bool] = []
+
+    async def shielded() -> None:
+        async with fail_after(clock, 3):
+            with anyio.CancelScope(shield=True):
+                await finish.wait()
+        finished.append(True)  # no TimeoutError: the deadline cancelled nothing
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(shielded)
+        with anyio.fail_after(5):
+            await clock.wait_for_sleepers(1)
+        clock.advance(3)
+        await anyio.wait_all_tasks_blocked()
+        finish.set()
+    assert finished == [True]

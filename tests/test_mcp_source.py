@@ -355,3 +355,12 @@ def test_request_timeout_must_be_positive_or_none() -> None:
     ):
         McpResourceSource.http("http://127.0.0.1:1/mcp", request_timeout=0)
     McpResourceSource.http("http://127.0.0.1:1/mcp", request_timeout=None)  # unbounded is allowed
+
+
+@pytest.mark.anyio
+async def test_errors_are_the_same_on_an_injected_clock() -> None:
+    # The timeouts' helper task must not wrap a server's answer in an ExceptionGroup.
+    async with McpResourceSource.stdio(MEMO, clock=FakeClock()) as src:
+        with anyio.fail_after(WAIT), pytest.raises(ServerError, match=r"-32002"):
+            await src.read("nope://x")
+        assert await read_json(src) == {}

@@ -234,20 +234,39 @@ class _ReplPolicy(RestrictingNodeTransformer):
 
 
 class _AsyncReplPolicy(_ReplPolicy):
-    """run_code's policy: top-level ``await``, and a step count in every loop.
+    """run_code's policy: top-level ``await``, and a step count in every loop and call.
 
-    run_code shares the agent's event loop, so a loop that never awaits would freeze every
-    watch and the agent with it; each ``while`` iteration (here) and each item a ``for``
-    or comprehension takes (the ``_getiter_`` guard) counts one step of the scope's budget.
+    run_code shares the agent's event loop, so code that never awaits would freeze every
+    watch and the agent with it. Each ``while`` iteration and each call of a function or
+    lambda the code defined (here), and each item a ``for`` or comprehension takes (the
+    ``_getiter_`` guard), counts one step of the scope's budget.
     """
 
     allow_await = True
 
     def visit_While(self, node: ast.While) -> Any:
         node = self.node_contents_visit(node)
-        tick = ast.Expr(ast.Call(func=ast.Name(_TICK, ast.Load()), args=[], keywords=[]))
-        node.body.insert(0, _located(tick, node.body[0] if node.body else node))
+        node.body.insert(0, _tick_statement(node.body[0] if node.body else node))
         return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+        # Recursion loops too (``def f(n): return f(n-1) + f(n-1)``): every call is a step.
+        new = super().visit_FunctionDef(node)
+        if isinstance(new, ast.FunctionDef) and new.body:
+            new.body.insert(0, _tick_statement(new.body[0]))
+        return new
+
+    def visit_Lambda(self, node: ast.Lambda) -> Any:
+        new = super().visit_Lambda(node)
+        if isinstance(new, ast.Lambda):
+            # ``_loop_tick_(body)`` counts the call and returns the body's value.
+            call = ast.Call(func=ast.Name(_TICK, ast.Load()), args=[new.body], keywords=[])
+            new.body = ast.fix_missing_locations(ast.copy_location(call, new.body))
+        return new
+
+
+def _tick_statement(where: ast.AST) -> ast.stmt:
+    return _located(ast.Expr(ast.Call(func=ast.Name(_TICK, ast.Load()), args=[], keywords=[])), where)
 
 
 _ERROR_LINE: Final = re.compile(r"^Line (\d+): ")
@@ -345,19 +364,28 @@ class _ScopeState:
     def collector(self, _getattr_: object = None) -> _Printed:
         return self.printed
 
-    def tick(self) -> None:
+    def tick(self, value: Any = None) -> Any:
         self.steps += 1
         if self.max_loop_steps is not None and self.steps > self.max_loop_steps:
             raise StepLimitError(
-                f"the code's loops ran more than {self.max_loop_steps:,} iterations in one run and were "
-                "stopped: run_code shares the agent's event loop, so a long loop freezes every watch. "
-                "Loop over tool results, not to compute or to wait (watch_start waits for changes)"
+                f"the code made more than {self.max_loop_steps:,} loop iterations and calls in one run "
+                "and was stopped: run_code shares the agent's event loop, so a long loop freezes every "
+                "watch. Loop over tool results, not to compute or to wait (watch_start waits for changes)"
             )
+        return value
 
     def getiter(self, ob: Any) -> Iterator[Any]:
         for item in ob:
             self.tick()
             yield item
+
+    # ``for a, b in pairs`` unpacks each item through the guards: one step per item, not per element.
+    def iter_unpack(self, it: Any, spec: Any, _getiter_: Any = None) -> Iterator[Any]:
+        for ob in self.getiter(it):
+            yield guarded_unpack_sequence(ob, spec, iter)  # type: ignore[no-untyped-call]
+
+    def unpack(self, ob: Any, spec: Any, _getiter_: Any = None) -> Any:
+        return guarded_unpack_sequence(ob, spec, iter)  # type: ignore[no-untyped-call]
 
     def text(self) -> str:
         return self.printed.text()
@@ -592,6 +620,8 @@ def new_scope(
     builtins[_TICK] = state.tick
     if max_loop_steps is not None:
         builtins["_getiter_"] = state.getiter
+        builtins["_iter_unpack_sequence_"] = state.iter_unpack
+        builtins["_unpack_sequence_"] = state.unpack
     builtins[_STATE] = state
     scope: dict[str, Any] = {"__builtins__": builtins, "__name__": label}
     for name, value in (functions or {}).items():

@@ -216,6 +216,8 @@ async def test_run_code_scope_persists_across_turns_with_real_mcp_tools() -> Non
 async def test_run_code_stops_a_loop_that_never_awaits_and_the_scope_stays_usable() -> None:
     code_mode = CodeMode({}, max_loop_steps=10_000)
     out = await code_mode.run("x = 1\nwhile True:\n    x += 1")
-    assert out.text.startswith("Error: StepLimitError: the code's loops ran more than 10,000 iterations")
+    assert out.text.startswith(
+        "Error: StepLimitError: the code made more than 10,000 loop iterations and calls"
+    )
     assert "watch_start waits for changes" in out.text
     assert (await code_mode.run("x > 10_000")).text == "True"  # what it did before the stop is kept

@@ -104,10 +104,13 @@ async def test_fail_after_a_block_that_finishes_first_leaves_nothing_behind() ->
 @pytest.mark.anyio
 async def test_fail_after_passes_the_blocks_own_exception_through_unwrapped() -> None:
     # McpResourceSource catches MCPError & co. inside fail_after: an ExceptionGroup would slip past.
-    with pytest.raises(KeyError, match="boom"):
+    async def fails() -> None:
         async with fail_after(FakeClock(), 3):
             await anyio.lowlevel.checkpoint()
             raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"):
+        await fails()
 
 
 @pytest.mark.anyio

@@ -242,12 +242,14 @@ def test_assigned_names_persist_in_the_await_mode(names: list[str], values: list
         "s = 0\nfor i in range(10**9):\n    s += i",
         "xs = [i for i in range(10**9)]",
         "while True:\n    try:\n        pass\n    except Exception:\n        pass",
+        "def f(n):\n    return f(n - 1) + f(n - 1) if n else 1\nf(40)",  # recursion, no loop at all
+        "f = lambda n: f(n - 1) + f(n - 1) if n else 1\nf(40)",
     ],
 )
 async def test_a_runaway_loop_in_await_mode_is_stopped_by_the_step_budget(code: str) -> None:
     # run_code shares the agent's event loop; a loop that never awaits must end by itself.
     scope = new_scope(max_loop_steps=1000)
-    with pytest.raises(sandbox.StepLimitError, match=r"more than 1,000 iterations in one run"):
+    with pytest.raises(sandbox.StepLimitError, match=r"more than 1,000 loop iterations and calls in one run"):
         await run_async(compile_repl(code, allow_await=True), scope)
 
 
@@ -264,3 +266,11 @@ async def test_the_step_budget_is_per_run_and_leaves_normal_loops_alone() -> Non
     ]
     with pytest.raises(ValueError, match=r"max_loop_steps must be an int >= 1 or None, got 0"):
         new_scope(max_loop_steps=0)
+
+
+@pytest.mark.anyio
+async def test_unpacking_loops_count_one_step_per_item() -> None:
+    scope = new_scope(max_loop_steps=1000)
+    code = "pairs = [(i, (i, i)) for i in range(400)]\nt = 0\nfor a, (b, c) in pairs:\n    t += a + b + c\nt"
+    # 400 items built + 400 taken: within 1000, although each item unpacks into three elements.
+    assert (await run_async(compile_repl(code, allow_await=True), scope)).value == 3 * sum(range(400))

@@ -156,6 +156,7 @@ class WatchManager:
         )
         self._watches: dict[str, _Watch] = {}
         self._save_lock = anyio.Lock()
+        self._restore_sent: anyio.Event | None = None  # set once a restore's notice is queued
         self._send: MemoryObjectSendStream[Notice]
         self.notices: MemoryObjectReceiveStream[Notice]
         self._send, self.notices = anyio.create_memory_object_stream[Notice](notice_buffer)
@@ -175,7 +176,11 @@ class WatchManager:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._stack = stack
             if specs:
+                # Restored watches run at once, but their notices wait for the restore notice: a
+                # burst from them could otherwise fill the buffer before it, and this would never return.
+                self._restore_sent = anyio.Event()
                 await self._restore(specs)
+                self._restore_sent.set()
         except BaseException as exc:
             self._stack = None
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
@@ -687,6 +692,8 @@ class WatchManager:
                 await self._send_notice(w, text)
 
     async def _send_notice(self, w: _Watch, text: str, **extra: str) -> None:
+        if self._restore_sent is not None:
+            await self._restore_sent.wait()
         notice = Notice(SOURCE_WATCH, text, meta={"name": w.name, "uri": w.uri, **extra})
         w.notices += 1
         self._log("watch.notice", w, lines=text.count("\n") + 1, text=text, **extra)

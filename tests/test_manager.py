@@ -560,6 +560,16 @@ async def test_filter_non_str_value_is_compact_json_and_print_counts() -> None:
 
 
 @pytest.mark.anyio
+async def test_filter_can_use_common_codecs_in_its_locked_down_worker() -> None:
+    fake = memo_fake()
+    async with manager(fake) as m:
+        code = 'event["key"].encode("cp1252").decode("latin-1") + " " + "bücher.de".encode("idna").decode()'
+        await m.watch_start("notes", NOTES, on_event=code)
+        fake.update(NOTES, {"é": 1})
+        assert (await next_notice(m)).text == "é xn--bcher-kva.de"
+
+
+@pytest.mark.anyio
 async def test_filter_validation_fails_watch_start_and_subscribes_nothing() -> None:
     fake = memo_fake()
     async with manager(fake) as m:

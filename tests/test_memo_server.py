@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -253,3 +254,15 @@ async def test_also_http_ends_when_the_stdio_client_goes_away(tmp_path: Path) ->
             proc.kill()
         with anyio.CancelScope(shield=True):
             await proc.aclose()
+
+
+@pytest.mark.parametrize("flag", ["--http", "--also-http"])
+def test_a_taken_port_is_one_line_and_exit_2(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert memo_main([flag, f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"asyncai-mcp-simple: cannot serve HTTP on 127.0.0.1:{port}: ")
+    assert "Traceback" not in err

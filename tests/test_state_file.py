@@ -196,3 +196,47 @@ async def test_a_filter_worker_that_cannot_start_keeps_the_spec_saved(tmp_path: 
         (listed,) = m.watch_list()
         assert listed["restore_failed"] is True
     assert [s["name"] for s in saved(path)] == ["filtered"]
+
+
+@pytest.mark.anyio
+async def test_a_restored_watch_cannot_crowd_out_the_restore_notice(tmp_path: Path) -> None:
+    # With a one-notice buffer, a restored watch's notice sent before the restore notice used to
+    # fill it, and `async with WatchManager(...)` never returned.
+    path = tmp_path / "state.json"
+    specs = [
+        {"name": "a", "uri": NOTES, "on_event": None},
+        {"name": "b", "uri": "memo://readme", "on_event": None},
+    ]
+    path.write_text(json.dumps({"version": 1, "watches": specs}))
+    fake = memo_fake()
+    gate = fake.gate_reads("memo://readme")  # b's baseline read waits: a is already running
+    entered = anyio.Event()
+    notices: list[Notice] = []
+
+    async def run() -> None:
+        async with WatchManager(
+            [fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path, notice_buffer=1
+        ) as m:
+            entered.set()
+            for _ in range(2):
+                with anyio.fail_after(5):
+                    notices.append(await m.notices.receive())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        with anyio.fail_after(5):
+            await gate.wait_blocked()
+        fake.update(NOTES, {"k": 1})
+        await anyio.wait_all_tasks_blocked()  # a has turned the update into its notice
+        gate.open()
+        with anyio.fail_after(5):
+            await entered.wait()
+    assert [(n.source, n.text.splitlines()[0]) for n in notices] == [
+        (
+            SOURCE_RESTORE,
+            "Restored 2 of 2 watches from "
+            + str(path)
+            + " (baselines are fresh: changes made while the agent was down may be missing).",
+        ),
+        (SOURCE_WATCH, "ADDED k"),
+    ]

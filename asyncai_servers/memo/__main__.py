@@ -121,7 +121,17 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             _parser().error(str(exc).replace("--http", "--also-http"))
         token = args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
-        anyio.run(_serve_stdio_and_http, host, port, args.ready_file, token)
+        try:
+            anyio.run(_serve_stdio_and_http, host, port, args.ready_file, token)
+        except (OSError, BaseExceptionGroup) as exc:
+            error = bind_error(exc)
+            if error is None:
+                raise
+            print(
+                f"asyncai-mcp-simple: cannot serve HTTP on {args.also_http}: {error.strerror or error}",
+                file=sys.stderr,
+            )
+            return 2
         return 0
     if args.http is None:
         if args.bearer_token is not None:

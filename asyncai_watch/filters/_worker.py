@@ -16,6 +16,7 @@ in one long C call. The parent's watchdog and restart cover anything else.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import ctypes
 import errno
@@ -38,6 +39,12 @@ NOBODY: Final = 65534
 MAX_CALL_BYTES: Final = 1024 * 1024
 TICK: Final = 0.005
 """CPU seconds between SIGPROF checks while an event runs."""
+
+_PRELOADED_CODECS: Final = (
+    "ascii", "latin-1", "cp1252", "utf-16", "utf-32", "utf-8-sig", "idna", "punycode",
+    "unicode_escape", "raw_unicode_escape", "base64", "hex",
+)  # fmt: skip
+"""Codecs a filter may use (``s.encode("cp1252")``); the rest fail as unknown encodings."""
 
 _PR_SET_NO_NEW_PRIVS: Final = 38
 _PR_GET_NO_NEW_PRIVS: Final = 39
@@ -203,6 +210,8 @@ def _apply_seccomp(seccomp: ModuleType) -> list[str]:
 def _lock_down(config: dict[str, Any]) -> dict[str, Any]:
     """Apply the OS limits; return what was done (for the probe)."""
     notes: dict[str, Any] = {"inherited_fds": _open_fds(), "threads": _threads()}
+    for codec in _PRELOADED_CODECS:  # codecs load lazily, from files the lock-down then refuses
+        codecs.lookup(codec)
     seccomp = _load_seccomp()
     os.environ.clear()  # the parent passes env={}; Python itself may add LC_CTYPE
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -25,6 +25,8 @@ from asyncai_servers.switchboard.hub import Hub, HubStats, Subscriber
 from asyncai_servers.switchboard.ledger import Ledger, LedgerError
 from asyncai_servers.switchboard.ledger_pg import PostgresLedger
 from asyncai_watch.clock import FakeClock
+from asyncai_watch.eventlog import GAP_RESET, Sequencer
+from asyncai_watch.events import GAP
 
 WAIT = 10
 
@@ -317,6 +319,108 @@ async def test_listen_reconnects_on_the_clock_and_catches_up_missed_todos(pg_sto
                 assert clock.sleepers == 0
     finally:
         await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+        await admin.close()
+
+
+async def watch_until(sub: Subscriber, board_: Switchboard, seq: Sequencer, todo_id: str) -> list[Any]:
+    """Events a reader of B's ops event log gets (feeding each read on ``resources/updated``)
+    until one for ``todo_id`` arrives."""
+    got: list[Any] = []
+    with anyio.fail_after(WAIT):
+        while not any(e.fields.get("todo_id") == todo_id for e in got):
+            batch = await sub.next_batch()
+            assert batch is not None
+            if queue_uri("ops") in batch[1]:
+                result = seq.feed(board_.read_events(BOT, "ops"))
+                assert result.error is None
+                got += result.events
+    return got
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres
+async def test_listen_reconnect_reports_a_gap_to_event_log_readers(pg_store: Store) -> None:
+    # Claims and completes on A while B was not listening never reach B's ring: its readers must
+    # be told (a reset GAP), not left believing todo 1 is open forever.
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    dbname = str(conninfo_to_dict(pg_store.target)["dbname"])
+    admin_dsn = make_conninfo(pg_store.target, dbname="postgres")
+    clock = FakeClock()
+    ledger_b = PostgresLedger(pg_store.target, clock=clock)
+    admin = await psycopg.AsyncConnection.connect(admin_dsn, autocommit=True)
+    try:
+        async with board(pg_store) as a, Switchboard(ledger_b, CREDS) as b:
+            with b.hub.subscribe(BOT, frozenset({queue_uri("ops")})) as watcher:
+                reader = Sequencer()
+                first = (await a.create(ALICE, queue="ops", kind="k", summary="one"))[0]
+                seen = await watch_until(watcher, b, reader, first.id)
+                assert [(e.type, e.fields["transition"]) for e in seen] == [("ADDED", "create")]
+
+                pid = ledger_b.listener_pid
+                await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS false")
+                await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                with anyio.fail_after(WAIT):
+                    await clock.wait_for_sleepers(1)
+                claimed, _ = await a.claim(BOT, "ops")
+                assert claimed is not None
+                assert claimed.id == first.id
+                assert claimed.lease is not None
+                await a.complete(BOT, first.id, claimed.lease)
+                second = (await a.create(ALICE, queue="ops", kind="k", summary="two"))[0]
+                await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+                clock.advance(1.0)
+
+                seen = await watch_until(watcher, b, reader, second.id)
+                assert [e.type for e in seen] == [GAP, "ADDED"]
+                assert seen[0].fields["reason"] == GAP_RESET
+                assert seen[1].fields["todo_id"] == second.id
+                # The GAP's advice holds: re-reading the ledger shows todo 1 done.
+                assert [t.id for t in await b.list_todos(BOT, queue="ops", status="open")] == [second.id]
+    finally:
+        await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+        await admin.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres
+async def test_create_between_listen_and_catch_up_rings_once(pg_store: Store) -> None:
+    # A create committing after B's new LISTEN but before B reads MAX(id) is both caught up and
+    # NOTIFYed: it must ring, and enter B's event log, once.
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    admin = await psycopg.AsyncConnection.connect(
+        make_conninfo(pg_store.target, dbname="postgres"), autocommit=True
+    )
+    ledger_b = PostgresLedger(pg_store.target, clock=FakeClock())
+    try:
+        async with board(pg_store) as a, Switchboard(ledger_b, CREDS) as b:
+            real_top = ledger_b._listen_top
+            between: list[str] = []
+
+            async def top_after_a_create(conn: Any) -> int:
+                if not between:  # only on the reconnect (the first LISTEN ran before the patch)
+                    between.append((await a.create(ALICE, queue="ops", kind="k", summary="between"))[0].id)
+                return await real_top(conn)
+
+            with b.hub.subscribe(EVE) as eve:
+                before = (await a.create(ALICE, queue="ops", kind="k", summary="before"))[0]
+                assert await collect(eve, 1) == [before.id]
+                ledger_b._listen_top = top_after_a_create  # type: ignore[method-assign]
+                await admin.execute("SELECT pg_terminate_backend(%s)", (ledger_b.listener_pid,))
+                assert await collect(eve, 1) == between
+                # NOTIFYs arrive in commit order: a duplicate of "between" would ring before "after".
+                after = (await a.create(ALICE, queue="ops", kind="k", summary="after"))[0]
+                assert await collect(eve, 1) == [after.id]
+                assert eve.rung == 3
+                events = json.loads(b.read_events(BOT, "ops"))["events"]
+                assert [(e["transition"], e["todo_id"]) for e in events] == [
+                    ("create", between[0]),
+                    ("create", after.id),
+                ]
+    finally:
         await admin.close()
 
 

@@ -105,6 +105,18 @@ class Switchboard:
             ring = self.rings[queue] = EventRing()
         return ring
 
+    def _restart_rings(self) -> None:
+        """Start every queue's event log over, so its readers see a ``reset`` GAP.
+
+        Other replicas' transitions while the LISTEN connection was down never reached the
+        rings (the catch-up only re-rings open push creates). A new ``log_id`` tells each reader
+        that its log lost events and to re-read the ledger, instead of missing them silently.
+        ``start_seq`` keeps seqs monotonic for readers that compare them.
+        """
+        for queue, ring in list(self.rings.items()):
+            self.rings[queue] = EventRing(start_seq=ring.last_seq)
+            self.hub.updated(queue_uri(queue))
+
     def _apply(self, change: Change) -> None:
         todo = change.todo
         event: dict[str, Any] = {
@@ -134,6 +146,8 @@ class Switchboard:
         async with contextlib.aclosing(remote):  # type: ignore[type-var]
             async for rc in remote:
                 if rc.transition == "resync":
+                    if self.listening.is_set():  # listening restarted after a drop
+                        self._restart_rings()
                     self.listening.set()
                     self._lease_changed.set()
                     continue

@@ -6,12 +6,14 @@ committed transition sends ``pg_notify('switchboard', ...)`` inside its own
 transaction (delivered only on commit); each replica ``LISTEN``s and fans
 the other replicas' transitions out to its own attached sessions.
 
-NOTIFY is lossy across disconnects. That only costs doorbells (the ledger
-and the pull verbs are the truth), and a reconnect catches up the doorbells
-that matter most: it announces the push todos still open that were created
-while the replica was not listening, so an idle attached agent is not left
-waiting for a drain. The reconnect backoff (1, 2, 4 .. 16 s) sleeps on the
-injected clock, so tests drive it with a fake one.
+NOTIFY is lossy across disconnects. That only costs doorbells and event-log
+entries (the ledger and the pull verbs are the truth), and a reconnect catches
+up the doorbells that matter most: it announces the push todos still open that
+were created while the replica was not listening, so an idle attached agent is
+not left waiting for a drain. Other missed transitions (claims, completes ..)
+are not replayed: the switchboard restarts its event logs on a reconnect, so
+their readers get a GAP instead of a silent hole. The reconnect backoff (1, 2,
+4 .. 16 s) sleeps on the injected clock, so tests drive it with a fake one.
 """
 
 from __future__ import annotations
@@ -362,13 +364,22 @@ class PostgresLedger:
     def remote_changes(self) -> AsyncIterator[RemoteChange]:
         return self._listen()
 
+    async def _listen_top(self, conn: Conn) -> int:
+        """The highest todo id, read right after LISTEN: anything committed later is notified,
+        anything earlier is visible here (a create in between is both; ``_listen`` dedups it)."""
+        cur = await conn.execute("SELECT COALESCE(MAX(id), 0) FROM todos")
+        return int((await cur.fetchone() or (0,))[0])
+
     async def _listen(self) -> AsyncIterator[RemoteChange]:
         """Other replicas' transitions; reconnects with backoff when the LISTEN connection drops.
 
         Yields ``resync`` each time listening (re)starts. After a reconnect it also yields a
         ``create`` for each open push todo that committed while nothing was listening: every
         todo id up to ``known`` was either visible when a LISTEN started or announced on one,
-        so the missed ones are those above it.
+        so the missed ones are those above it. A create committing between ``LISTEN`` and the
+        ``MAX(id)`` read is both caught up and NOTIFYed; its NOTIFY is skipped. A ``resync``
+        after the first means other transitions may have been missed: the switchboard tells
+        its event-log readers so.
         """
         delay = LISTEN_BACKOFF_FIRST
         known: int | None = None  # highest todo id covered by a LISTEN; None before the first
@@ -377,9 +388,7 @@ class PostgresLedger:
             try:
                 conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                # Read after LISTEN: anything committed later is notified, anything earlier is here.
-                cur = await conn.execute("SELECT COALESCE(MAX(id), 0) FROM todos")
-                top = int((await cur.fetchone() or (0,))[0])
+                top = await self._listen_top(conn)
             except psycopg.Error as exc:
                 if conn is not None:
                     with anyio.CancelScope(shield=True):
@@ -391,6 +400,9 @@ class PostgresLedger:
                 continue
             delay = LISTEN_BACKOFF_FIRST
             self.listener_pid = conn.info.backend_pid
+            # Creates the catch-up announced: one that committed between LISTEN and the MAX(id)
+            # read is also NOTIFYed, and must not ring (or enter the event log) twice.
+            announced: set[str] = set()
             try:
                 yield RemoteChange(transition="resync", todo_id="", actor_pushes=False)
                 if known is not None and top > known:
@@ -403,6 +415,7 @@ class PostgresLedger:
                     missed = [str(i) for i in rows if i not in self._own_unheard]
                     if missed:
                         log.info("switchboard LISTEN reconnected; announcing %d missed todos", len(missed))
+                    announced = set(missed)
                     for todo_id in missed:
                         yield RemoteChange(transition="create", todo_id=todo_id, actor_pushes=True)
                 known = top if known is None else max(known, top)
@@ -416,6 +429,9 @@ class PostgresLedger:
                         known = max(known, int(change.todo_id))  # ours too: it was rung here already
                     if replica == self.replica_id:
                         self._own_unheard.discard(int(change.todo_id) if change.todo_id.isdigit() else -1)
+                        continue
+                    if change.transition == "create" and change.todo_id in announced:
+                        announced.discard(change.todo_id)
                         continue
                     yield change
             except psycopg.Error as exc:

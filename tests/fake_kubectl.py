@@ -14,7 +14,9 @@ It mimics what the server relies on from the real kubectl v1.33:
   ``metadata.resourceVersion``, or one object); ``PATH?watch=true`` streams
   the API server's watch events one compact JSON per line. kubectl sends a raw
   path relative to the host (it drops ``--server``'s path), so the workspace
-  comes from the path's ``/clusters/<workspace>`` prefix (none: ``root``);
+  comes from the path's ``/clusters/<workspace>`` prefix (none: ``root``); a
+  ``--server`` path before ``/clusters/`` is a proxy's: only raw paths under it
+  reach the cluster;
 - errors: kubectl's texts and exit code 1 (``error: the server doesn't have a
   resource type "foo"``, ``Error from server (NotFound): ...``).
 
@@ -279,7 +281,9 @@ class FakeCluster:
     def raw_event(
         self, event: dict[str, Any], *, workspace: str = "root:app", resource: str = "configmaps"
     ) -> None:
-        """Print ``event`` on every matching watch without changing the cluster (e.g. a duplicate ADDED)."""
+        """Print ``event`` on every matching watch without changing the cluster (e.g. a duplicate ADDED).
+
+        An ``ERROR`` ends each ``--raw`` watch it is printed on, as the API server closes the stream."""
         self.append({"workspace": workspace, "resource": resource, "event": event})
 
 
@@ -441,7 +445,7 @@ def _get(cluster: FakeCluster, positional: list[str], flags: dict[str, Any]) -> 
     if "--raw" in flags:
         if len(positional) > 1:
             raise KubectlExit("error: arguments may not be passed when --raw is specified")
-        _raw(cluster, flags["--raw"])
+        _raw(cluster, flags["--raw"], _server_prefix(flags))
         return
     flags["_resource"] = positional[1]
     resource = _resource(positional[1])
@@ -577,11 +581,24 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
 _NOT_FOUND = "Error from server (NotFound): the server could not find the requested resource"
 
 
-def _raw(cluster: FakeCluster, raw: str) -> None:
-    """``kubectl get --raw PATH``: a collection list, one object, or ``?watch=true``."""
+def _server_prefix(flags: dict[str, Any]) -> str:
+    """The path of ``--server`` before ``/clusters/``: where a proxy in front of kcp serves it."""
+    server = str(flags.get("--server", ""))
+    return urllib.parse.urlsplit(server).path.partition("/clusters/")[0].rstrip("/")
+
+
+def _raw(cluster: FakeCluster, raw: str, prefix: str = "") -> None:
+    """``kubectl get --raw PATH``: a collection list, one object, or ``?watch=true``.
+
+    kubectl sends PATH relative to the host; behind a proxy at ``--server https://HOST/PREFIX/...`` only
+    paths under PREFIX reach kcp (the proxy answers the rest 404)."""
     parts = urllib.parse.urlsplit(raw)
     query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
     path = parts.path
+    if prefix:
+        if not path.startswith(prefix + "/"):
+            raise KubectlExit(_NOT_FOUND)
+        path = path[len(prefix) :]
     ws = "root"  # the fake API server's workspace for a path without /clusters/
     if path.startswith("/clusters/"):
         ws, _, rest = path[len("/clusters/") :].partition("/")
@@ -671,6 +688,8 @@ def _raw_watch(
         event = _watch_event(line["event"], line.get("old"), sel, namespaced)
         if event is not None:
             _raw_json(event)
+            if event.get("type") == "ERROR":
+                raise KubectlExit("", 0)  # the API server closes a watch after an ERROR; kubectl exits 0
 
     if rv_text in ("", "0"):
         # No resourceVersion: the current state as ADDED events, then what happens from now on.

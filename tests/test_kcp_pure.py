@@ -11,9 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncai_servers.kcp.jsonstream import JsonStreamError, JsonStreamParser
-from asyncai_servers.kcp.kubectl import ApiResource, WatchPath, api_path, find_resource
-from asyncai_servers.kcp.state import WatchState, apply_events, reconcile, strip_managed_fields
+from asyncai_servers.kcp.kubectl import ApiResource, WatchPath, api_path, find_resource, server_base
+from asyncai_servers.kcp.state import (
+    WatchState,
+    apply_events,
+    is_too_large_resource_version,
+    reconcile,
+    strip_managed_fields,
+)
 from asyncai_servers.kcp.uri import UriError, parse_api_uri, parse_watch_uri, validate_tool_args
+from asyncai_servers.kcp.watcher import stderr_says_expired, stderr_says_too_large
 
 # --- URIs -------------------------------------------------------------------------------------------
 
@@ -361,3 +368,52 @@ def test_bookmark_carries_its_resource_version_and_no_event() -> None:
     )
     assert out.events == []
     assert out.resource_version == "77"
+
+
+def test_api_paths_carry_the_server_urls_path_prefix() -> None:
+    """kubectl sends ``--raw`` paths relative to the host: kcp behind ``https://proxy/kcp`` needs /kcp."""
+    cm = ApiResource(
+        name="configmaps", short_names=("cm",), api_version="v1", namespaced=True, kind="ConfigMap", verbs=()
+    )
+    assert (
+        api_path(cm, "root:app", "default", prefix="/kcp")
+        == "/kcp/clusters/root:app/api/v1/namespaces/default/configmaps"
+    )
+    assert api_path(cm, "root", None, prefix="/a/b/") == "/a/b/clusters/root/api/v1/configmaps"
+    assert server_base("https://proxy.test/kcp/") == "https://proxy.test/kcp"
+    assert server_base("https://proxy.test/kcp/clusters/root:app") == "https://proxy.test/kcp"
+    assert server_base("https://kcp.test:6443/clusters/root") == "https://kcp.test:6443"
+    assert server_base("https://kcp.test:6443") == "https://kcp.test:6443"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "expired"),
+    [
+        ("Error from server (Expired): too old resource version: 5 (7)", True),
+        ("Error from server (Gone): the resourceVersion is gone", True),
+        ("E0101 00:00:00.000000 1 x.go:1] noise\nError from server (Expired): too old", True),
+        ("error: dial tcp 10.0.4.10:6443: connect: connection refused", False),
+        ("Error from server (InternalError): object 410 Expired in cache", False),
+        ("error: token Expired", False),
+    ],
+)
+def test_expiry_is_read_from_kubectls_error_form_only(stderr: str, expired: bool) -> None:
+    assert stderr_says_expired(stderr) is expired
+
+
+def test_too_large_resource_version_status() -> None:
+    cause = {
+        "details": {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+        }
+    }
+    assert is_too_large_resource_version({"code": 504, "reason": "Timeout", **cause})
+    assert is_too_large_resource_version(
+        {"code": 504, "reason": "Timeout", "message": "Too large resource version: 9, current: 3"}
+    )
+    assert not is_too_large_resource_version(
+        {"code": 504, "reason": "Timeout", "message": "request timed out"}
+    )
+    assert not is_too_large_resource_version({"code": 500, "reason": "InternalError", "message": "boom"})
+    assert stderr_says_too_large("Error from server (Timeout): Too large resource version: 9, current: 3")
+    assert not stderr_says_too_large("Error from server (Timeout): the request timed out")

@@ -166,7 +166,14 @@ NS_URI = "kcp-events://watch/root:app/configmaps?namespace=default"
 class _Pool:
     """One watcher on ``uri`` in-process: the ring, its publishes as a stream, the fake kubectl's calls."""
 
-    def __init__(self, cluster: FakeCluster, starts: Any, tg: anyio.abc.TaskGroup, uri: str) -> None:
+    def __init__(
+        self,
+        cluster: FakeCluster,
+        starts: Any,
+        tg: anyio.abc.TaskGroup,
+        uri: str,
+        server: str = "https://kcp.test",
+    ) -> None:
         self.cluster = cluster
         self.clock = FakeClock()
         self.updates, self._recv = anyio.create_memory_object_stream[str](1000)
@@ -176,7 +183,7 @@ class _Pool:
             "FAKE_KUBECTL_PYTHON": sys.executable,
             "FAKE_KUBECTL_NOTIFY": starts.path,
         }
-        kubectl = Kubectl(FAKE_KUBECTL, {None: Endpoint(server="https://kcp.test")}, env=env)
+        kubectl = Kubectl(FAKE_KUBECTL, {None: Endpoint(server=server)}, env=env)
         self.pool = WatcherPool(
             tg, kubectl, self._publish, clock=self.clock, backoff=lambda: Backoff(0.8, 30.0)
         )
@@ -338,3 +345,129 @@ async def test_bookmarks_advance_the_resource_version_and_log_nothing(tmp_path: 
     assert events[0]["seq"] == 1
     assert p.watch_rvs() == [listed_rv, bookmark_rv]  # resumed at the bookmark: no 410, no re-list
     assert len(p.lists()) == 1
+
+
+# --- in-stream ERRORs other than 410 -----------------------------------------------------------------------
+
+
+def _status(code: int, reason: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+        **extra,
+    }
+
+
+@pytest.mark.anyio
+async def test_an_in_stream_500_grows_the_backoff_and_resumes_from_the_same_resource_version(
+    tmp_path: Path,
+) -> None:
+    """kubectl exits 0 after the API server's ERROR, but the watch failed: no reconnect every 0.8 s."""
+    cluster = FakeCluster(tmp_path / "cluster")
+    cluster.create("a")
+    boom = {"type": "ERROR", "object": _status(500, "InternalError", "etcdserver: leader changed")}
+    async with watch_starts() as starts, anyio.create_task_group() as tg:
+        p = _Pool(cluster, starts, tg, NS_URI)
+        await starts.next()
+        listed_rv = p.watcher.resource_version
+        deadline = 0.0
+        for attempt, delay in enumerate([0.8, 1.6, 3.2, 6.4], start=1):
+            cluster.raw_event(boom)  # the API server sends it and closes the stream
+            with anyio.fail_after(WAIT):
+                await p.clock.wait_for_sleepers(1)
+            deadline += delay
+            assert p.clock.deadlines() == [pytest.approx(deadline)], f"attempt {attempt}"
+            p.clock.advance(delay)
+            await starts.next()
+        cluster.create("b")
+        events = await p.until(lambda evs: ("ADDED", "b") in _names(evs))
+        tg.cancel_scope.cancel()
+    errors = [e for e in events if e["type"] == "ERROR"]
+    assert len(errors) == 4  # once per failed attempt
+    assert all(e["message"] == "etcdserver: leader changed (500 InternalError)" for e in errors)
+    assert len(p.lists()) == 1  # a 500 leaves the resourceVersion usable: resumed, not re-listed
+    assert p.watch_rvs() == [listed_rv] * 5
+
+
+@pytest.mark.anyio
+async def test_an_in_stream_too_large_resource_version_relists(tmp_path: Path) -> None:
+    """504 "Too large resource version" (the API server is behind the RV, e.g. after an etcd restore):
+    resuming from that RV can never work, so the watcher lists again and reports what differs."""
+    cluster = FakeCluster(tmp_path / "cluster")
+    cluster.create("a")
+    too_large = {
+        "type": "ERROR",
+        "object": _status(
+            504,
+            "Timeout",
+            "Too large resource version: 9999, current: 3",
+            details={
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+            },
+        ),
+    }
+    async with watch_starts() as starts, anyio.create_task_group() as tg:
+        p = _Pool(cluster, starts, tg, NS_URI)
+        await starts.next()
+        listed_rv = p.watcher.resource_version
+        with cluster.quiet():  # a change the API server's restored state has but no watch will replay
+            cluster.create("restored")
+        cluster.raw_event(too_large)
+        with anyio.fail_after(WAIT):
+            await p.clock.wait_for_sleepers(1)
+        assert p.clock.deadlines() == [pytest.approx(0.8)]
+        p.clock.advance(0.8)
+        events = await p.until(lambda evs: ("ADDED", "restored") in _names(evs))
+        await starts.next()  # the watch from the re-list's resourceVersion streams
+        tg.cancel_scope.cancel()
+    assert _names(events) == [("ERROR", None), ("ADDED", "restored")]
+    assert "Too large resource version" in events[0]["message"]
+    assert events[1]["synthetic"]
+    assert len(p.lists()) == 2
+    rvs = p.watch_rvs()
+    assert rvs[0] == listed_rv
+    assert rvs[1] != listed_rv
+
+
+@pytest.mark.anyio
+async def test_only_kubectls_expired_error_relists(tmp_path: Path) -> None:
+    """An HTTP-level 410 (``Error from server (Gone)``) re-lists; a "410" elsewhere in stderr is an error."""
+    cluster = FakeCluster(tmp_path / "cluster")
+    cluster.create("a")
+    async with watch_starts() as starts, anyio.create_task_group() as tg:
+        p = _Pool(cluster, starts, tg, NS_URI)
+        await starts.next()
+        cluster.drop_streams(
+            1, "error: dial tcp 10.0.4.10:6443: connect: connection refused (Expired token?)"
+        )
+        with anyio.fail_after(WAIT):
+            await p.clock.wait_for_sleepers(1)
+        assert len(p.lists()) == 1
+        assert "connection refused" in p.events()[-1]["message"]
+        p.clock.advance(0.8)
+        await starts.next()
+        cluster.drop_streams(1, "Error from server (Gone): too old resource version: 5 (7)")
+        await starts.next()  # re-listed at once and watching again: no backoff
+        tg.cancel_scope.cancel()
+    assert len(p.lists()) == 2
+    assert [e["type"] for e in p.events()] == ["ERROR"]  # the 410 is recovered, not reported
+
+
+@pytest.mark.anyio
+async def test_a_kcp_host_with_a_path_prefix_lists_and_watches_under_it(tmp_path: Path) -> None:
+    """kcp behind a proxy at ``https://proxy/kcp``: kubectl drops --server's path from ``--raw`` paths."""
+    cluster = FakeCluster(tmp_path / "cluster")
+    cluster.create("a")
+    async with watch_starts() as starts, anyio.create_task_group() as tg:
+        p = _Pool(cluster, starts, tg, NS_URI, server="https://proxy.test/kcp/")
+        await starts.next()
+        cluster.create("b")
+        events = await p.until(lambda evs: len(evs) >= 1)
+        tg.cancel_scope.cancel()
+    assert _names(events) == [("ADDED", "b")]
+    assert all(path.startswith("/kcp/clusters/root:app/api/v1/") for path in p.raw_calls())

@@ -10,7 +10,8 @@ the resource's API path gives the items and the List's resourceVersion, and a
 watch of the same path with ``?watch=true&resourceVersion=RV`` streams the
 API server's events from exactly after RV. kubectl sends a ``--raw`` path as it
 is, relative to the host only (it drops the ``--server`` URL's path; checked
-with the real kubectl v1.33.9), so these paths carry ``/clusters/<workspace>``.
+with the real kubectl v1.33.9), so these paths carry ``/clusters/<workspace>`` and any path prefix
+of the server URL (kcp behind a proxy at ``https://proxy/kcp``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "did_you_mean",
     "find_resource",
     "parse_api_resources_wide",
+    "server_base",
 ]
 
 _STDERR_LIMIT: Final = 8192
@@ -154,15 +156,27 @@ def find_resource(wanted: str, resources: Sequence[ApiResource]) -> ApiResource 
     return None
 
 
-def api_path(resource: ApiResource, workspace: str, namespace: str | None) -> str:
-    """The collection's URL path under the kcp host: ``/clusters/WS/api/v1[/namespaces/NS]/PLURAL``.
+def api_path(resource: ApiResource, workspace: str, namespace: str | None, *, prefix: str = "") -> str:
+    """The collection's URL path under the kcp host: ``PREFIX/clusters/WS/api/v1[/namespaces/NS]/PLURAL``.
 
     The core group lives under ``/api/v1``, the others under ``/apis/GROUP/VERSION``; ``namespace``
-    ``None`` (all namespaces, or a cluster-scoped resource) leaves out ``/namespaces/NS``.
+    ``None`` (all namespaces, or a cluster-scoped resource) leaves out ``/namespaces/NS``. ``prefix`` is
+    the server URL's own path (kcp behind a proxy at ``https://proxy/kcp``): kubectl sends a ``--raw``
+    path relative to the host only, so the path must carry it.
     """
     base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
     ns = f"/namespaces/{namespace}" if namespace is not None and resource.namespaced else ""
-    return f"/clusters/{workspace}{base}{ns}/{resource.name}"
+    return f"{prefix.rstrip('/')}/clusters/{workspace}{base}{ns}/{resource.name}"
+
+
+def server_base(server: str) -> str:
+    """``SCHEME://HOST[:PORT][/PREFIX]`` of a server URL, without any ``/clusters/<workspace>`` part
+    (a kubeconfig may point into a workspace; workspaces are addressed per watch)."""
+    parts = urllib.parse.urlsplit(server.strip())
+    prefix = parts.path.partition("/clusters/")[0]
+    if prefix.endswith("/clusters"):
+        prefix = prefix[: -len("/clusters")]
+    return f"{parts.scheme}://{parts.netloc}{prefix}".rstrip("/")
 
 
 @attrs.frozen(kw_only=True)
@@ -328,7 +342,7 @@ class Kubectl:
     async def _host(self, kcp: str | None) -> str:
         ep = self.endpoint(kcp)
         if ep.server:
-            return ep.server.rstrip("/")
+            return server_base(ep.server)
         cached = self._hosts.get(kcp)
         if cached is not None:
             return cached
@@ -340,8 +354,9 @@ class Kubectl:
             raise KubectlError(
                 f"the kubeconfig's current cluster has no usable server URL ({server!r}); pass --kcp-host"
             )
-        # The kubeconfig may already point into a workspace (.../clusters/root:x); we address workspaces ourselves.
-        host = f"{parts.scheme}://{parts.netloc}"
+        # The kubeconfig may already point into a workspace (.../clusters/root:x); we address workspaces
+        # ourselves, keeping a path prefix before it (kcp behind a proxy).
+        host = server_base(server)
         self._hosts[kcp] = host
         return host
 
@@ -461,8 +476,9 @@ class Kubectl:
         namespace: str | None = None
         if resource.namespaced and not target.all_namespaces:
             namespace = target.namespace or await self.default_namespace(target.kcp)
+        prefix = urllib.parse.urlsplit(await self._host(target.kcp)).path
         return WatchPath(
-            path=api_path(resource, target.workspace, namespace),
+            path=api_path(resource, target.workspace, namespace, prefix=prefix),
             resource=resource,
             namespace=namespace,
             label_selector=target.label_selector,

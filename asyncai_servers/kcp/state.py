@@ -7,7 +7,8 @@ as a watch without a resourceVersion sends for the current state, and attaching
 ``old`` to MODIFIED), and a re-list (after ``410 Gone``) into the synthetic
 ADDED / MODIFIED / DELETED events for whatever changed in the history the
 watch could not replay. Each outcome carries the event's resourceVersion
-(BOOKMARKs too), which the watcher resumes from. resourceVersions are compared
+(BOOKMARKs too), which the watcher resumes from, and whether an ``ERROR`` event
+failed the watch (and whether its resourceVersion is too large to resume from). resourceVersions are compared
 only for equality (they are opaque, per the Kubernetes API contract).
 """
 
@@ -23,6 +24,7 @@ __all__ = [
     "WatchOutcome",
     "WatchState",
     "apply_events",
+    "is_too_large_resource_version",
     "object_key",
     "reconcile",
     "resource_version",
@@ -103,6 +105,27 @@ class WatchOutcome:
     """The API server answered 410 Gone: the watch's resourceVersion is too old; re-list from scratch."""
     resource_version: str | None = None
     """The event's ``object.metadata.resourceVersion`` (also a BOOKMARK's): where a re-watch resumes."""
+    failed: bool = False
+    """Another in-stream ``ERROR`` Status (500, 504, ...): the API server ends the stream after it, so
+    this watch attempt failed (the backoff grows) even though kubectl exits 0."""
+    too_large: bool = False
+    """The ERROR is ``Too large resource version`` (the API server is behind the RV, e.g. after an
+    etcd restore): no resume from that RV can succeed; re-list."""
+
+
+def is_too_large_resource_version(status: Any) -> bool:
+    """client-go's ``isTooLargeResourceVersionError``: the ``ResourceVersionTooLarge`` cause, or (older
+    API servers) a 504 / ``Timeout`` whose message says ``Too large resource version``."""
+    if not isinstance(status, dict):
+        return False
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if isinstance(causes, list) and any(
+        isinstance(c, dict) and c.get("reason") == "ResourceVersionTooLarge" for c in causes
+    ):
+        return True
+    timeout = status.get("code") == 504 or status.get("reason") == "Timeout"
+    return timeout and "Too large resource version" in str(status.get("message", ""))
 
 
 def _status_message(status: Any) -> str:
@@ -150,7 +173,11 @@ class WatchState:
         if kind == "ERROR":
             if isinstance(raw, dict) and (raw.get("code") == 410 or raw.get("reason") in ("Gone", "Expired")):
                 return WatchOutcome([], expired=True)
-            return WatchOutcome([{"type": "ERROR", "message": _status_message(raw)}])
+            return WatchOutcome(
+                [{"type": "ERROR", "message": _status_message(raw)}],
+                failed=True,
+                too_large=is_too_large_resource_version(raw),
+            )
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             return WatchOutcome([{"type": "ERROR", "message": f"unknown watch event type {kind!r}"}])
         obj = strip_managed_fields(raw)

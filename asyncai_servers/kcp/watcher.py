@@ -6,15 +6,18 @@ kubectl: API discovery maps the URI's resource to its API path; ``kubectl get
 ``kubectl get --raw 'PATH?watch=true&resourceVersion=RV'`` streams every change
 after RV through :class:`WatchState`. The watcher keeps the resourceVersion of
 every event (BOOKMARKs too); when a stream ends it waits (exponential backoff on
-the injected clock) and watches again from there, with no re-list. Only ``410
-Gone`` (that resourceVersion left the API server's history) re-lists, appending
-the synthetic events for what changed. :class:`WatcherPool` shares one watcher
+the injected clock) and watches again from there, with no re-list. An in-stream
+``ERROR`` (kubectl still exits 0) is a failed attempt: the backoff grows. Only
+``410 Gone`` (that resourceVersion left the API server's history) and ``504 Too
+large resource version`` (the API server is behind it) re-list, appending the
+synthetic events for what changed. :class:`WatcherPool` shares one watcher
 between every listener of a URI and stops it after the last one leaves.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -25,11 +28,11 @@ import attrs
 from asyncai_servers._eventlog import DEFAULT_RING_CAPACITY, EventRing
 from asyncai_servers.kcp.jsonstream import JsonStreamError
 from asyncai_servers.kcp.kubectl import Kubectl, KubectlError, WatchPath
-from asyncai_servers.kcp.state import WatchState
+from asyncai_servers.kcp.state import WatchOutcome, WatchState
 from asyncai_servers.kcp.uri import WatchTarget, parse_watch_uri
 from asyncai_watch.clock import Clock, SystemClock
 
-__all__ = ["Backoff", "SeedError", "Watcher", "WatcherPool"]
+__all__ = ["Backoff", "SeedError", "Watcher", "WatcherPool", "stderr_says_expired", "stderr_says_too_large"]
 
 log = logging.getLogger("asyncai_servers.kcp")
 
@@ -54,6 +57,36 @@ class Backoff:
 
     def reset(self) -> None:
         self._next = None
+
+
+# How kubectl prints an HTTP-level error Status: ``Error from server (REASON): MESSAGE``. 410 is reason
+# Expired (the watch cache, etcd compaction) or Gone; a bare "410" elsewhere (an address, a name) is not.
+_EXPIRED_STDERR: Final = re.compile(r"^Error from server \((?:Expired|Gone)\):", re.MULTILINE)
+_TOO_LARGE_STDERR: Final = re.compile(
+    r"^Error from server \(Timeout\):.*Too large resource version", re.MULTILINE
+)
+
+
+def stderr_says_expired(stderr: str) -> bool:
+    """kubectl's stderr reports a 410 (the watch's resourceVersion left the API server's history)."""
+    return _EXPIRED_STDERR.search(stderr) is not None
+
+
+def stderr_says_too_large(stderr: str) -> bool:
+    """kubectl's stderr reports a 504 ``Too large resource version`` (the API server is behind it)."""
+    return _TOO_LARGE_STDERR.search(stderr) is not None
+
+
+@attrs.frozen(kw_only=True)
+class _WatchEnd:
+    """How one watch attempt ended."""
+
+    healthy: bool
+    """Resets the backoff: a clean end (server timeout), a 410, or a failure after a long stream."""
+    relist: bool = False
+    """The resourceVersion cannot be resumed from (410, too large): list again."""
+    permanent: bool = False
+    """No retry of this API path can work (e.g. 404): discover the resource again."""
 
 
 class SeedError(Exception):
@@ -140,24 +173,25 @@ class Watcher:
                 self.caught_up.set()
                 self.caught_up = anyio.Event()
             self.connects += 1
-            healthy, expired, permanent = await self._watch_once(path, conn)
-            if permanent:
+            end = await self._watch_once(path, conn)
+            if end.permanent:
                 path = None  # e.g. 404: the resource is gone from discovery; find it again and re-list
                 self.resource_version = None
-            if expired:
+            if end.relist:
                 self.resource_version = None
-                if not fresh:
-                    continue  # a resumed watch fell out of history: re-list at once
-            if healthy:
+                if end.healthy and not fresh:
+                    continue  # a resumed watch fell out of history (410): re-list at once
+            if end.healthy:
                 self.backoff.reset()
             await self._sleep(self.backoff.delay())
 
     async def _sleep(self, seconds: float) -> None:
         await self.clock.sleep_until(self.clock.now() + seconds)
 
-    async def _watch_once(self, path: WatchPath, conn: list[str]) -> tuple[bool, bool, bool]:
-        """Stream one watch from ``resource_version``: (healthy, expired, permanent failure)."""
+    async def _watch_once(self, path: WatchPath, conn: list[str]) -> _WatchEnd:
+        """Stream one watch from ``resource_version`` and say how it ended."""
         expired = False
+        failed: WatchOutcome | None = None
         began = self.clock.now()
         try:
             async with self.kubectl.watch(path, conn, self.resource_version) as stream:
@@ -175,31 +209,46 @@ class Watcher:
                             if outcome.expired:
                                 expired = True
                                 break
+                            if outcome.failed:
+                                # The API server closes the stream after an ERROR; nothing after it counts.
+                                failed = outcome
+                                break
                         await self._append(batch)
-                        if expired:
+                        if expired or failed is not None:
                             break
                 except JsonStreamError as exc:
                     await self._error(f"kubectl watch output could not be parsed: {exc}")
-                    return False, False, False
+                    return _WatchEnd(healthy=False)
         except KubectlError as exc:
             await self._error(exc.message)
-            return False, False, exc.permanent
+            return _WatchEnd(healthy=False, permanent=exc.permanent)
         if expired:
             # 410 Gone: the resourceVersion was compacted out of the API server's history; re-list.
             log.info("%s: watch expired (410 Gone); re-listing", self.uri)
-            return True, True, False
+            return _WatchEnd(healthy=True, relist=True)
+        if failed is not None:
+            # kubectl exits 0 after an in-stream ERROR, but the watch failed: as client-go's reflector,
+            # the backoff grows (a persistent 500 must not respawn kubectl every 0.8 s), and a too-large
+            # resourceVersion (the API server is behind it, e.g. after an etcd restore) is re-listed.
+            log.warning("%s: the API server ended the watch with an error", self.uri)
+            return _WatchEnd(healthy=False, relist=failed.too_large)
         if stream.returncode not in (0, None):
             stderr = stream.stderr
-            if "410" in stderr or "too old resource version" in stderr or "Expired" in stderr:
+            if stderr_says_expired(stderr):
                 log.info("%s: kubectl reported an expired resourceVersion; re-listing", self.uri)
-                return True, True, False
+                return _WatchEnd(healthy=True, relist=True)
             await self._error(
                 f"kubectl watch exited with status {stream.returncode}: {stderr or 'no stderr'}"
             )
-            failed = KubectlError(stderr, stderr=stderr, returncode=stream.returncode)
+            if stderr_says_too_large(stderr):
+                return _WatchEnd(healthy=False, relist=True)
+            failed_exit = KubectlError(stderr, stderr=stderr, returncode=stream.returncode)
             # A stream that failed at once and one that lived long are told apart by time, as client-go does.
-            return self.clock.now() - began >= self.backoff.reset_after, False, failed.permanent
-        return True, False, False
+            return _WatchEnd(
+                healthy=self.clock.now() - began >= self.backoff.reset_after,
+                permanent=failed_exit.permanent,
+            )
+        return _WatchEnd(healthy=True)
 
 
 @attrs.define

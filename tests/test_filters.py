@@ -197,14 +197,17 @@ async def test_a_long_c_call_is_killed_by_the_cpu_limit(engine: RestrictedPython
     assert outcomes[2].line == "1"  # a new worker, a new scope
 
 
-async def test_memory_bombs_are_stopped(engine: RestrictedPythonEngine) -> None:
+async def test_memory_bombs_are_stopped() -> None:
+    # The growing loop must reach the memory limit before the filter timeout, also on a loaded
+    # CI machine: a generous timeout and 10 MB steps (about 16 allocations to 160 MiB).
+    engine = RestrictedPythonEngine(limits=Limits(filter_timeout=10.0), memory_limit=160 * 2**20)
     source = """\
 if event["k"] == "big":
     x = "a" * (10**10)
 elif event["k"] == "grow":
     hog = []
     while True:
-        hog.append("y" * 10**6)
+        hog.append("y" * 10**7)
 "ok"
 """
     async with await open_(engine, source) as session:

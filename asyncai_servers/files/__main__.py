@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -49,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def serve_stdio(server: FilesServer) -> None:
-    from mcp.server.stdio import stdio_server
+    from asyncai_servers._stdio import stdio_server
 
     async with server.running(), stdio_server() as (read, write):
         await server.server.run(read, write, server.server.create_initialization_options())
@@ -96,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     server = FilesServer(roots, timing=timing, max_bytes=args.max_bytes)
     if http is None:
-        anyio.run(serve_stdio, server)
+        with contextlib.suppress(KeyboardInterrupt):
+            anyio.run(serve_stdio, server)
         return
     try:
         anyio.run(serve_http, server, *http)

@@ -8,15 +8,16 @@ for the read-only one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shlex
 import sys
 
 import anyio
-from mcp.server.stdio import stdio_server
 
 from asyncai_servers._http import parse_host_port, serve_http
+from asyncai_servers._stdio import stdio_server
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.server import KcpServer
 from asyncai_servers.kcp.watcher import Backoff, WatcherPool
@@ -121,7 +122,8 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
                     await kcp.server.run(read, write, kcp.server.create_initialization_options())
             tg.cancel_scope.cancel()  # stdin closed: stop every watcher (and its kubectl)
 
-    anyio.run(serve)
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(serve)
     return 0
 
 

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hmac
 import os
 import sys
 
 import anyio
-from mcp.server.stdio import stdio_server
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from asyncai_servers._http import bind_error, parse_host_port, serve_http
+from asyncai_servers._stdio import stdio_server
 from asyncai_servers.memo.server import MemoState, build_server
 
 
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         token = args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
         try:
             anyio.run(_serve_stdio_and_http, host, port, args.ready_file, token)
+        except KeyboardInterrupt:
+            return 0
         except (OSError, BaseExceptionGroup) as exc:
             error = bind_error(exc)
             if error is None:
@@ -136,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.http is None:
         if args.bearer_token is not None:
             _parser().error("--bearer-token needs --http or --also-http (stdio has no auth)")
-        anyio.run(_serve_stdio)
+        with contextlib.suppress(KeyboardInterrupt):
+            anyio.run(_serve_stdio)
         return 0
     try:
         host, port = parse_host_port(args.http)

@@ -97,7 +97,7 @@ async def _run(args: argparse.Namespace) -> None:
             app = BearerAuth(server.streamable_http_app(host=host), creds)
             await serve_http(app, host, port, on_shutdown=board.hub.close)
         else:
-            from mcp.server.stdio import stdio_server
+            from asyncai_servers._stdio import stdio_server
 
             async with stdio_server() as (read, write), anyio.create_task_group() as tg:
                 assert stdio_cred is not None

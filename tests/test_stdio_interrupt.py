@@ -1,0 +1,46 @@
+"""Ctrl-C ends every reference server's stdio mode at once, while its client still holds stdin."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from fake_kubectl import FakeCluster
+from interrupt import assert_ctrl_c_ends
+from kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_memo(tmp_path: Path) -> None:
+    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.memo"])
+
+
+async def test_memo_on_a_terminal(tmp_path: Path) -> None:
+    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.memo"], terminal=True)
+
+
+async def test_memo_also_http(tmp_path: Path) -> None:
+    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.memo", "--also-http", "127.0.0.1:0"])
+
+
+async def test_files(tmp_path: Path) -> None:
+    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.files", str(tmp_path)])
+
+
+async def test_kcp(tmp_path: Path) -> None:
+    cluster = FakeCluster(tmp_path / "cluster")
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig.json", "https://kcp.test:6443/clusters/root")
+    await assert_ctrl_c_ends([sys.executable, *kcp_argv(kubeconfig)], env=kcp_env(cluster, tmp_path))
+
+
+async def test_switchboard(tmp_path: Path) -> None:
+    config = tmp_path / "switchboard.json"
+    credential = {"name": "alice", "token": "alice-token", "queues": ["ops"], "attribution": "human"}
+    config.write_text(json.dumps({"credentials": [credential]}))
+    argv = [sys.executable, "-m", "asyncai_servers.switchboard", "--config", str(config)]
+    argv += ["--sqlite", str(tmp_path / "switchboard.db")]
+    await assert_ctrl_c_ends(argv, env={**os.environ, "SWITCHBOARD_TOKEN": "alice-token"})

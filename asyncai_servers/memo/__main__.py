@@ -8,6 +8,7 @@ import functools
 import hmac
 import os
 import sys
+from collections.abc import Awaitable, Callable
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -122,20 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             _parser().error(str(exc).replace("--http", "--also-http"))
         token = args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
-        try:
-            anyio.run(_serve_stdio_and_http, host, port, args.ready_file, token)
-        except KeyboardInterrupt:
-            return 0
-        except (OSError, BaseExceptionGroup) as exc:
-            error = bind_error(exc)
-            if error is None:
-                raise
-            print(
-                f"asyncai-mcp-simple: cannot serve HTTP on {args.also_http}: {error.strerror or error}",
-                file=sys.stderr,
-            )
-            return 2
-        return 0
+        return _run_http(args.also_http, _serve_stdio_and_http, host, port, args.ready_file, token)
     if args.http is None:
         if args.bearer_token is not None:
             _parser().error("--bearer-token needs --http or --also-http (stdio has no auth)")
@@ -146,18 +134,23 @@ def main(argv: list[str] | None = None) -> int:
         host, port = parse_host_port(args.http)
     except ValueError as exc:
         _parser().error(str(exc))
+    return _run_http(
+        args.http, _serve_http, host, port, args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
+    )
+
+
+def _run_http(address: str, serve: Callable[..., Awaitable[None]], *args: object) -> int:
+    """Run ``serve``; Ctrl-C is a clean exit, and a bind failure (the port is taken) one line, exit 2."""
     try:
-        anyio.run(_serve_http, host, port, args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN"))
+        anyio.run(serve, *args)
     except KeyboardInterrupt:
         return 0
     except (OSError, BaseExceptionGroup) as exc:
         error = bind_error(exc)
         if error is None:
             raise
-        # e.g. the port is taken: say so instead of a traceback
         print(
-            f"asyncai-mcp-simple: cannot serve HTTP on {args.http}: {error.strerror or error}",
-            file=sys.stderr,
+            f"asyncai-mcp-simple: cannot serve HTTP on {address}: {error.strerror or error}", file=sys.stderr
         )
         return 2
     return 0

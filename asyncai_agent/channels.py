@@ -48,7 +48,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict
 
 from asyncai_watch import log
-from asyncai_watch.notice import SOURCE_CHANNEL, Notice
+from asyncai_watch.core.notice import SOURCE_CHANNEL, Notice
 
 __all__ = [
     "CHANNEL_CAPABILITY",

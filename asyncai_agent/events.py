@@ -8,7 +8,7 @@ import attrs
 
 from asyncai_agent.messages import RenderedNotice
 from asyncai_agent.thread import Message
-from asyncai_watch.notice import Notice
+from asyncai_watch.core.notice import Notice
 
 __all__ = [
     "AgentEvent",

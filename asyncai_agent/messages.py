@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape as _xml_escape
 
 import attrs
 
-from asyncai_watch.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
+from asyncai_watch.core.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
 
 __all__ = [
     "CHANNEL_INSTRUCTION",

@@ -41,8 +41,8 @@ from asyncai_agent.events import (
 from asyncai_agent.messages import is_no_reply, render_notice
 from asyncai_agent.runtime import AgentRuntime, Run
 from asyncai_agent.thread import Message
+from asyncai_watch.core.notice import Notice
 from asyncai_watch.log import emit, logger
-from asyncai_watch.notice import Notice
 
 __all__ = ["Executor", "Input", "NoticeSender", "Orchestrator"]
 
@@ -146,7 +146,7 @@ class NoticeSender(ObjectSendStream[Notice]):
 class Orchestrator:
     """Use as ``async with Orchestrator(executor, default_channel=...) as orch:``.
 
-    ``notice_tx`` accepts :class:`~asyncai_watch.notice.Notice` from any
+    ``notice_tx`` accepts :class:`~asyncai_watch.core.notice.Notice` from any
     background source; :meth:`submit` / :meth:`add_input` take input;
     :meth:`subscribe` yields every :class:`~asyncai_agent.events.AgentEvent`.
     """

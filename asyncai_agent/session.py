@@ -18,10 +18,11 @@ from asyncai_agent.events import AgentEvent, ReplyChannel
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.prompt import build_system_prompt
 from asyncai_agent.transcript import Transcript
-from asyncai_watch.codemode import builtins, tool_functions
-from asyncai_watch.limits import Limits
+from asyncai_watch.codemode import builtins
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.tools import tool_functions
 
 __all__ = ["AgentSession", "SessionConfig", "open_session"]
 

@@ -1,15 +1,11 @@
 """The injectable clock: everything time-based (debounce, backoff) waits through it.
 
-:class:`SystemClock` is anyio's monotonic clock. :class:`FakeClock` only moves
-when a test calls :meth:`FakeClock.advance`, and lets the test wait until a
-task is parked on it (:meth:`FakeClock.wait_for_sleepers`), so debounce and
-backoff are tested without real waits and without polling.
+:class:`SystemClock` is anyio's monotonic clock; :class:`asyncai_watch.testing.FakeClock`
+only moves when a test says so.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol, runtime_checkable
@@ -17,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "FakeClock", "SystemClock", "fail_after"]
+__all__ = ["Clock", "SystemClock", "fail_after", "move_on_at"]
 
 
 @runtime_checkable
@@ -42,98 +38,6 @@ class SystemClock:
 
     def __repr__(self) -> str:
         return "SystemClock()"
-
-
-class FakeClock:
-    """A clock that moves only on :meth:`advance`.
-
-    Sleepers park on an :class:`anyio.Event`; ``advance`` sets the events of
-    every sleeper whose deadline has been reached. A cancelled sleeper removes
-    itself. Tests call ``await clock.wait_for_sleepers(n)`` to know that ``n``
-    tasks are parked before advancing.
-    """
-
-    def __init__(self, start: float = 0.0) -> None:
-        self._now = float(start)
-        # heap of (deadline, tiebreak, event); cancelled entries are removed lazily by identity.
-        self._sleepers: list[tuple[float, int, anyio.Event]] = []
-        self._counter = itertools.count()
-        self._changed: anyio.Event | None = None
-
-    def now(self) -> float:
-        return self._now
-
-    @property
-    def sleepers(self) -> int:
-        """How many tasks are parked in :meth:`sleep_until` right now."""
-        return len(self._sleepers)
-
-    @property
-    def next_deadline(self) -> float | None:
-        """The earliest deadline a parked task waits for, or None."""
-        return self._sleepers[0][0] if self._sleepers else None
-
-    def deadlines(self) -> list[float]:
-        """Every parked task's deadline, earliest first."""
-        return sorted(d for d, _, _ in self._sleepers)
-
-    async def sleep_until(self, deadline: float) -> None:
-        if deadline <= self._now:
-            await anyio.lowlevel.checkpoint()
-            return
-        event = anyio.Event()
-        entry = (float(deadline), next(self._counter), event)
-        heapq.heappush(self._sleepers, entry)
-        self._notify()
-        try:
-            await event.wait()
-        finally:
-            if not event.is_set():
-                # Cancelled while parked: drop our entry so the count stays true.
-                self._sleepers.remove(entry)
-                heapq.heapify(self._sleepers)
-                self._notify()
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward and wake every sleeper whose deadline has passed."""
-        if seconds < 0:
-            raise ValueError(f"FakeClock.advance expects seconds >= 0, got {seconds!r}")
-        self.set_time(self._now + seconds)
-
-    def set_time(self, now: float) -> None:
-        """Jump to ``now`` (not backwards) and wake the sleepers that are due."""
-        if now < self._now:
-            raise ValueError(f"FakeClock cannot go backwards: {now!r} < {self._now!r}")
-        self._now = float(now)
-        woke = False
-        while self._sleepers and self._sleepers[0][0] <= self._now:
-            _, _, event = heapq.heappop(self._sleepers)
-            event.set()
-            woke = True
-        if woke:
-            self._notify()
-
-    async def wait_for_sleepers(self, n: int = 1) -> None:
-        """Return once at least ``n`` tasks are parked in :meth:`sleep_until`."""
-        while len(self._sleepers) < n:
-            if self._changed is None:
-                self._changed = anyio.Event()
-            await self._changed.wait()
-
-    async def wait_for_deadline(self, deadline: float) -> None:
-        """Return once some task is parked until exactly ``deadline``."""
-        while not any(d == deadline for d, _, _ in self._sleepers):
-            if self._changed is None:
-                self._changed = anyio.Event()
-            await self._changed.wait()
-
-    def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
-
-    def __repr__(self) -> str:
-        return f"FakeClock(now={self._now!r}, sleepers={len(self._sleepers)})"
 
 
 @asynccontextmanager
@@ -184,3 +88,42 @@ async def fail_after(clock: Clock, seconds: float | None) -> AsyncIterator[None]
         raise raised
     if expired:
         raise TimeoutError
+
+
+@asynccontextmanager
+async def move_on_at(clock: Clock, deadline: float | None) -> AsyncIterator[anyio.CancelScope]:
+    """:func:`anyio.move_on_at` on ``clock``: the block is cancelled quietly at ``deadline``.
+
+    ``None`` means no deadline. On :class:`SystemClock` this is anyio's own scope; on any other
+    clock a helper task sleeps on the clock and cancels the block, so a :class:`FakeClock`
+    test reaches the deadline with ``advance``. The yielded scope's ``cancelled_caught`` says
+    whether the deadline ended the block.
+    """
+    if deadline is None:
+        with anyio.CancelScope() as scope:
+            yield scope
+        return
+    if isinstance(clock, SystemClock):
+        with anyio.move_on_at(deadline) as scope:
+            yield scope
+        return
+    raised: BaseException | None = None
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+
+            async def expire() -> None:
+                await clock.sleep_until(deadline)
+                scope.cancel()
+
+            tg.start_soon(expire)
+            try:
+                yield scope
+            except anyio.get_cancelled_exc_class():
+                raise  # the deadline's (caught by ``scope``) or an outer one (passed on)
+            except BaseException as exc:
+                # Raised out of the task group it would arrive wrapped in an exception group.
+                raised = exc
+            finally:
+                tg.cancel_scope.cancel()
+    if raised is not None:
+        raise raised

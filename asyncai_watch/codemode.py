@@ -1,36 +1,36 @@
-"""The code-mode built-ins (ADR "Code-mode built-ins") and the MCP tools as functions.
+"""The code-mode built-ins: the watch API as keyword-argument functions for model-written code.
 
-Model-written code calls these with keyword arguments, e.g.
-``await watch_start(name="notes", uri="memo://notes")``. Bad calls (positional
-arguments, unknown or missing keywords, wrong types) raise :class:`TypeError`
-naming the accepted call, so the model can fix its next attempt.
+``await watch_start(name="notes", uri="memo://notes")`` and friends return the design's dict
+shapes (:mod:`asyncai_watch.shapes`). Bad calls (positional arguments, unknown or missing
+keywords, wrong types) raise :class:`TypeError` naming the accepted call, so the model can
+fix its next attempt.
 """
 
 from __future__ import annotations
 
-import json
-import keyword
-import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
 
-from asyncai_watch.errors import WatchError
-from asyncai_watch.source import ResourceSource, ToolInfo
+from asyncai_watch.info import ResourceInfo, WatchInfo
+from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
+from asyncai_watch.tools import AsyncFn
 
-if TYPE_CHECKING:
-    from asyncai_watch.manager import WatchManager
+__all__ = ["BUILTIN_NAMES", "WatchApi", "builtins"]
 
-__all__ = [
-    "ToolCallError",
-    "builtins",
-    "call_tool",
-    "list_tools",
-    "python_name",
-    "tool_functions",
-    "tool_names",
-]
 
-AsyncFn = Callable[..., Awaitable[Any]]
+class WatchApi(Protocol):
+    """What the built-ins call: a :class:`~asyncai_watch.WatchManager` (or anything alike)."""
+
+    async def list_resources(self) -> list[ResourceInfo]: ...
+
+    async def read_resource(self, uri: str) -> Any: ...
+
+    async def watch_start(self, name: str, uri: str, on_event: str | None = None) -> WatchInfo: ...
+
+    async def watch_stop(self, name: str) -> bool: ...
+
+    def watch_list(self) -> list[WatchInfo]: ...
+
 
 _SIGNATURES: Final = {
     "list_resources": ((), ()),
@@ -39,23 +39,21 @@ _SIGNATURES: Final = {
     "watch_stop": (("name",), ()),
     "watch_list": ((), ()),
 }
-_EXAMPLES: Final = {
+EXAMPLES: Final = {
     "list_resources": "await list_resources()",
     "read_resource": 'await read_resource(uri="memo://notes")',
     "watch_start": 'await watch_start(name="notes", uri="memo://notes", on_event=None)',
     "watch_stop": 'await watch_stop(name="notes")',
     "watch_list": "await watch_list()",
 }
+BUILTIN_NAMES: Final = tuple(_SIGNATURES)
 
 
-class ToolCallError(WatchError):
-    """An MCP tool answered with ``isError: true``; the message is the tool's text."""
-
-
-def _check_call(fn: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+def check_call(fn: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """Raise :class:`TypeError` naming the accepted call unless ``fn(*args, **kwargs)`` fits."""
     required, optional = _SIGNATURES[fn]
     accepted = (*required, *optional)
-    hint = f"call it as {_EXAMPLES[fn]}"
+    hint = f"call it as {EXAMPLES[fn]}"
     if args:
         raise TypeError(
             f"{fn}() takes keyword arguments only ({', '.join(a + '=' for a in accepted) or 'none'}), "
@@ -77,28 +75,28 @@ def _check_call(fn: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> No
             )
 
 
-def builtins(manager: WatchManager) -> dict[str, AsyncFn]:
+def builtins(manager: WatchApi) -> dict[str, AsyncFn]:
     """``list_resources``, ``read_resource``, ``watch_start``, ``watch_stop``, ``watch_list``."""
 
     async def list_resources(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        _check_call("list_resources", args, kwargs)
-        return await manager.list_resources()
+        check_call("list_resources", args, kwargs)
+        return resource_dicts(await manager.list_resources())
 
     async def read_resource(*args: Any, **kwargs: Any) -> Any:
-        _check_call("read_resource", args, kwargs)
+        check_call("read_resource", args, kwargs)
         return await manager.read_resource(kwargs["uri"])
 
     async def watch_start(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        _check_call("watch_start", args, kwargs)
-        return await manager.watch_start(kwargs["name"], kwargs["uri"], kwargs.get("on_event"))
+        check_call("watch_start", args, kwargs)
+        return started_dict(await manager.watch_start(kwargs["name"], kwargs["uri"], kwargs.get("on_event")))
 
     async def watch_stop(*args: Any, **kwargs: Any) -> bool:
-        _check_call("watch_stop", args, kwargs)
+        check_call("watch_stop", args, kwargs)
         return await manager.watch_stop(kwargs["name"])
 
     async def watch_list(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        _check_call("watch_list", args, kwargs)
-        return manager.watch_list()
+        check_call("watch_list", args, kwargs)
+        return watch_dicts(manager.watch_list())
 
     fns: dict[str, AsyncFn] = {
         "list_resources": list_resources,
@@ -109,101 +107,5 @@ def builtins(manager: WatchManager) -> dict[str, AsyncFn]:
     }
     for name, fn in fns.items():
         fn.__name__ = fn.__qualname__ = name
-        fn.__doc__ = f"{_EXAMPLES[name]}"
+        fn.__doc__ = EXAMPLES[name]
     return fns
-
-
-_RESERVED_NAMES: Final = frozenset({"print", "printed"})  # the sandbox's own print machinery
-
-
-def python_name(text: str) -> str:
-    """``text`` as a name the sandbox accepts: ASCII ``[A-Za-z][A-Za-z0-9_]*``, not a keyword.
-
-    Other characters become ``_``; a name that does not start with a letter gets a ``t_``
-    prefix (``3d-render`` -> ``t_3d_render``): a leading underscore would be refused.
-    """
-    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
-    if not name[:1].isalpha():
-        name = "t_" + name
-    if keyword.iskeyword(name) or name in _RESERVED_NAMES:
-        name += "_"
-    return name
-
-
-async def list_tools(sources: Sequence[ResourceSource]) -> list[tuple[ResourceSource, ToolInfo]]:
-    """Every server's tools, in server order."""
-    found: list[tuple[ResourceSource, ToolInfo]] = []
-    for source in sources:
-        found.extend((source, t) for t in await source.list_tools())
-    return found
-
-
-def tool_names(
-    found: Sequence[tuple[ResourceSource, ToolInfo]],
-) -> dict[str, tuple[ResourceSource, ToolInfo]]:
-    """The code-mode function name of each tool: the tool's name as an identifier, or
-    ``<server>_<tool>`` for every tool whose name more than one server offers."""
-    counts: dict[str, int] = {}
-    for _, t in found:
-        counts[python_name(t.name)] = counts.get(python_name(t.name), 0) + 1
-    out: dict[str, tuple[ResourceSource, ToolInfo]] = {}
-    for source, tool in found:
-        base = python_name(tool.name)
-        out[python_name(f"{source.name}_{tool.name}") if counts[base] > 1 else base] = (source, tool)
-    return out
-
-
-async def tool_functions(sources: Sequence[ResourceSource], *, read_only: bool = False) -> dict[str, AsyncFn]:
-    """Every MCP tool as an async keyword-argument function, named by the tool's name.
-
-    When two servers offer the same tool name, both are prefixed with their
-    server name (``memo_memo_get`` and ``other_memo_get``). Names that are not
-    Python identifiers are made so (``-``/``.`` become ``_``). A tool error
-    raises :class:`ToolCallError`; a result is the structured content, else the
-    text parsed as JSON, else the text. With ``read_only`` only tools annotated
-    ``readOnlyHint: true`` are included.
-    """
-    named = tool_names(await list_tools(sources))
-    return {
-        name: _tool_function(source, tool, name)
-        for name, (source, tool) in named.items()
-        if tool.read_only or not read_only
-    }
-
-
-async def call_tool(source: ResourceSource, tool: ToolInfo, arguments: Mapping[str, Any]) -> Any:
-    """Call ``tool``: structured content, else the text parsed as JSON, else the text."""
-    result = await source.call_tool(tool.name, arguments)
-    if result.is_error:
-        raise ToolCallError(f"tool {tool.name!r} (server {source.name!r}) failed: {result.text}")
-    if result.structured is not None:
-        return result.structured
-    try:
-        return json.loads(result.text)
-    except ValueError:
-        return result.text
-
-
-def _tool_function(source: ResourceSource, tool: ToolInfo, fn_name: str) -> AsyncFn:
-    props = tool.input_schema.get("properties") if isinstance(tool.input_schema, Mapping) else None
-    params = sorted(props) if isinstance(props, Mapping) else []
-    required_raw = tool.input_schema.get("required", []) if isinstance(tool.input_schema, Mapping) else []
-    required = [r for r in required_raw if isinstance(r, str)]
-    call = f"await {fn_name}({', '.join(f'{p}=...' for p in params)})"
-
-    async def fn(*args: Any, **kwargs: Any) -> Any:
-        if args:
-            raise TypeError(
-                f"{fn_name}() takes keyword arguments only ({', '.join(p + '=' for p in params) or 'none'}), "
-                f"got {len(args)} positional; call it as {call}"
-            )
-        missing = [r for r in required if r not in kwargs]
-        if missing:
-            raise TypeError(
-                f"{fn_name}() is missing {', '.join(m + '=' for m in missing)}; call it as {call}"
-            )
-        return await call_tool(source, tool, kwargs)
-
-    fn.__name__ = fn.__qualname__ = fn_name
-    fn.__doc__ = f"{call}\n\n{tool.description}".strip()
-    return fn

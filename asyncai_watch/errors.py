@@ -5,9 +5,14 @@ from __future__ import annotations
 __all__ = [
     "FilterEngineError",
     "FilterError",
+    "InvalidWatchNameError",
     "LimitError",
+    "NotWatchableError",
     "ProtocolVersionError",
     "RoutingError",
+    "ServerConnectionError",
+    "ServerError",
+    "ServerTimeoutError",
     "StateFileError",
     "SubscriptionLostError",
     "WatchError",
@@ -22,8 +27,19 @@ class RoutingError(WatchError):
     """No connected server can serve a URI."""
 
 
-class ProtocolVersionError(WatchError):
+class NotWatchableError(WatchError):
+    """The server cannot carry a watch: no ``resources.subscribe`` or no ``subscriptions/listen``.
+
+    Its tools and reads still work. docs/server-contract.md says what makes a server watchable.
+    """
+
+
+class ProtocolVersionError(NotWatchableError):
     """A server's negotiated MCP version cannot carry watches (needs 2026-07-28)."""
+
+
+class InvalidWatchNameError(WatchError):
+    """A watch name is empty, too long, or has characters outside ``[A-Za-z0-9_.-]``."""
 
 
 class FilterError(WatchError):
@@ -37,8 +53,9 @@ class FilterEngineError(FilterError):
     """
 
 
-class LimitError(WatchError):
-    """A configured limit (see :class:`asyncai_watch.Limits`) would be exceeded."""
+class LimitError(WatchError, ValueError):
+    """A configured limit (see :class:`asyncai_watch.Limits`) would be exceeded, or a
+    :class:`~asyncai_watch.Limits` value itself is out of range."""
 
 
 class StateFileError(WatchError):
@@ -47,3 +64,22 @@ class StateFileError(WatchError):
 
 class SubscriptionLostError(WatchError):
     """A ``subscriptions/listen`` stream ended abruptly; the caller should re-listen and re-read."""
+
+
+class ServerError(WatchError):
+    """The server answered a request with an error; ``server_message`` is its own text."""
+
+    def __init__(self, server: str, what: str, code: int | None, server_message: str) -> None:
+        self.server = server
+        self.code = code
+        self.server_message = server_message
+        shown_code = f" ({code})" if code is not None else ""
+        super().__init__(f"server {server!r}: {what} failed{shown_code}: {server_message}")
+
+
+class ServerConnectionError(WatchError):
+    """The connection to a server could not be made, or was lost."""
+
+
+class ServerTimeoutError(ServerConnectionError):
+    """A request got no answer within ``request_timeout``; the connection was dropped and is remade."""

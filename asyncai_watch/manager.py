@@ -1,14 +1,12 @@
-"""WatchManager: the async shell around the pure core.
+"""WatchManager: the async shell around the pure watch core.
 
-One anyio task group per manager; one child task per watch, each with its own
-cancel scope. A watch task subscribes (``ResourceSource.listen``), does the
-baseline read, and then, per update signal, re-reads, extracts events
-(event-log seq or state diff), annotates, filters, dedupes and debounces them
-into :class:`~asyncai_watch.notice.Notice` values on one memory stream. A
-second child task per watch waits for the debounce deadline on the injectable
-:class:`~asyncai_watch.clock.Clock`. Nothing runs while a subscription is
-healthy and quiet: the only waits are the subscription, the debounce timer
-after a line, and the backoff after a failure.
+The manager owns one task group. In it run the shared subscriptions
+(:class:`~asyncai_watch.subscriptions.Feed`, one per server and URI) and one loop per watch.
+A watch's loop waits for whichever comes first, the next thing its feed hands it or its
+debounce deadline (on the injectable :class:`~asyncai_watch.clock.Clock`), and feeds the pure
+:class:`~asyncai_watch.core.watch.Watch`, which says what to send. A read's events go
+through the watch's filter in a job of the loop's own, so a slow filter never holds back a
+notice that is due. Nothing runs while the subscriptions are quiet.
 
 The manager never calls a model: the agent consumes :attr:`WatchManager.notices`.
 """
@@ -17,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -29,103 +27,149 @@ import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from asyncai_watch import log
-from asyncai_watch.changes import annotate
-from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.codemode import call_tool, list_tools, tool_names
-from asyncai_watch.debounce import Debouncer
-from asyncai_watch.dedupe import Deduper
-from asyncai_watch.diff import diff_state, parse_state
+from asyncai_watch.catalog import Catalogs
+from asyncai_watch.clock import Clock, SystemClock, move_on_at
+from asyncai_watch.core.events import shape_for_mime_type
+from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.notice import SOURCE_RESTORE, Notice
+from asyncai_watch.core.watch import Body, EventRecord, Line, Pending, Retry, Watch
 from asyncai_watch.errors import (
     FilterEngineError,
     FilterError,
+    InvalidWatchNameError,
     LimitError,
+    NotWatchableError,
     ProtocolVersionError,
-    RoutingError,
     StateFileError,
-    SubscriptionLostError,
     WatchError,
 )
-from asyncai_watch.eventlog import Sequencer
-from asyncai_watch.events import Event, Shape, shape_for_mime_type
-from asyncai_watch.filters import (
-    FilterEngine,
-    FilterOutcome,
-    FilterSession,
-    default_engine,
-    sample_event,
-    validate_on_event,
-)
-from asyncai_watch.limits import Limits
-from asyncai_watch.lines import default_line
-from asyncai_watch.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice
-from asyncai_watch.routing import ServerCatalog, route
-from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ReadResult, ResourceSource, ToolInfo
+from asyncai_watch.filters import FilterEngine, FilterSession, default_engine, sample_event, validate_on_event
+from asyncai_watch.info import ResourceInfo, WatchInfo
+from asyncai_watch.shapes import resource_dicts
+from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ResourceSource
 from asyncai_watch.state_file import StateFile, WatchSpec
+from asyncai_watch.subscriptions import LARGE_BODY, Feed, describe
+from asyncai_watch.tools import ReadOnlyCatalog, list_tools, tool_names
 
-__all__ = ["InvalidWatchNameError", "WatchManager", "resource_example"]
+__all__ = ["WatchManager"]
 
 _NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
-_EXAMPLE_RE: Final = re.compile(r"Example:\s*(.+?)\s*$", re.MULTILINE)
 
 _Status = Literal["starting", "running", "failed", "restore_failed"]
 
 
-class InvalidWatchNameError(WatchError):
-    """A watch name is empty, too long, or has characters outside ``[A-Za-z0-9_.-]``."""
+@attrs.frozen
+class _Up:
+    attempt: int
 
 
-def resource_example(description: str) -> str | None:
-    """The text of a description's last ``Example:`` line (the code-mode call), or None."""
-    found = _EXAMPLE_RE.findall(description or "")
-    return found[-1] if found else None
+@attrs.frozen
+class _Down:
+    retry: Retry
+    reason: str
+
+
+@attrs.frozen
+class _GaveUp:
+    attempts: int
+    reason: str
 
 
 @attrs.define(eq=False)
-class _StartFailed:
-    error: BaseException
+class _Run:
+    """One watch's I/O side: the pure core, its feed, its filter, and its mailbox.
 
-
-@attrs.define(eq=False)
-class _Watch:
-    """A watch's mutable state; owned by its task (the manager only reads counters)."""
+    The feed puts into the mailbox (it is the feed's :class:`~asyncai_watch.subscriptions.Subscriber`);
+    only the watch's loop takes out. A newer body replaces one not yet taken: a state diff
+    against the newest read is the net change, and an event log's newest read holds the
+    newer events (or reports the GAP).
+    """
 
     spec: WatchSpec
     status: _Status = "starting"
-    source: ResourceSource | None = None
-    shape: Shape | None = None
-    events: int = 0
-    notices: int = 0
+    core: Watch | None = None
+    server: str | None = None
     error: str | None = None
+    feed: Feed | None = None
+    session: FilterSession | None = None
     scope: anyio.CancelScope | None = None
     done: anyio.Event = attrs.field(factory=anyio.Event)
-    start_settled: anyio.Event = attrs.field(factory=anyio.Event)
-    sequencer: Sequencer = attrs.field(factory=Sequencer)
-    previous: Any = None
-    deduper: Deduper = attrs.field(factory=Deduper)
-    debouncer: Debouncer | None = None
-    wake: anyio.Event = attrs.field(factory=anyio.Event)
-    sleep_scope: anyio.CancelScope | None = None
-    sleeping_until: float | None = None
-    session: FilterSession | None = None
-    mime_hint: str | None = None
+    settled: anyio.Event = attrs.field(factory=anyio.Event)
+    _body: Body | None = None
+    _read_error: str | None = None
+    _lifecycle: list[_Up | _Down | _GaveUp] = attrs.field(factory=list)
+    _result: tuple[list[Line], list[EventRecord]] | None = None
+    _wake: anyio.Event = attrs.field(factory=anyio.Event)
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
+    # Subscriber (called by the feed)
+    def body(self, body: Body) -> None:
+        self._body = body
+        self._wake.set()
 
-    @property
-    def uri(self) -> str:
-        return self.spec.uri
+    def read_failed(self, error: str) -> None:
+        self._read_error = error
+        self._wake.set()
+
+    def up(self, attempt: int) -> None:
+        self._lifecycle.append(_Up(attempt))
+        self._wake.set()
+
+    def down(self, retry: Retry, reason: str) -> None:
+        self._lifecycle.append(_Down(retry, reason))
+        self._wake.set()
+
+    def gave_up(self, attempts: int, reason: str) -> None:
+        self._lifecycle.append(_GaveUp(attempts, reason))
+        self._wake.set()
+
+    # the loop's side
+    def job_done(self, result: tuple[list[Line], list[EventRecord]]) -> None:
+        self._result = result
+        self._wake.set()
+
+    async def wait(self) -> None:
+        await self._wake.wait()
+        self._wake = anyio.Event()
+
+    def take_lifecycle(self) -> list[_Up | _Down | _GaveUp]:
+        items, self._lifecycle = self._lifecycle, []
+        return items
+
+    def take_result(self) -> tuple[list[Line], list[EventRecord]] | None:
+        result, self._result = self._result, None
+        return result
+
+    def take_update(self) -> Body | str | None:
+        """The next read to process: a failed read's error first, then the newest body."""
+        if self._read_error is not None:
+            error, self._read_error = self._read_error, None
+            return error
+        body, self._body = self._body, None
+        return body
+
+    def info(self) -> WatchInfo:
+        core = self.core
+        return WatchInfo(
+            name=self.spec.name,
+            uri=self.spec.uri,
+            status="running" if self.status == "starting" else self.status,
+            shape=core.shape if core is not None else None,
+            server=self.server,
+            on_event=self.spec.on_event,
+            events=core.events if core is not None else 0,
+            notices=core.notices if core is not None else 0,
+            error=self.error,
+        )
 
 
 class WatchManager:
     """Owns every watch of one agent; use as ``async with WatchManager(sources) as m:``.
 
     ``sources`` are connected servers (:class:`~asyncai_watch.source.ResourceSource`).
-    ``watch_state`` is the ``--watch-state`` file: specs are saved on every
-    start and stop and restored on entry. ``filter_engine`` runs ``on_event``
-    filters (default: the RestrictedPython worker engine). Leaving the
-    ``async with`` block cancels every watch and closes :attr:`notices`.
+    ``watch_state`` is the ``--watch-state`` file: specs are saved on every start and stop
+    and restored on entry. ``filter_engine`` runs ``on_event`` filters (default: the
+    RestrictedPython worker engine). Leaving the ``async with`` block cancels every watch
+    and closes :attr:`notices`.
     """
 
     def __init__(
@@ -141,11 +185,16 @@ class WatchManager:
     ) -> None:
         if isinstance(notice_buffer, bool) or not isinstance(notice_buffer, int) or notice_buffer < 1:
             # 0 would make the restore notice, sent before ``async with`` returns, wait for a reader forever.
-            raise ValueError(f"WatchManager: notice_buffer must be an int >= 1, got {notice_buffer!r}")
+            raise LimitError(f"WatchManager: notice_buffer must be an int >= 1, got {notice_buffer!r}")
         names = [s.name for s in sources]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"WatchManager: server names must be unique, got {', '.join(dupes)} twice")
+            raise WatchError(
+                f"WatchManager: server names must be unique, got {', '.join(dupes)} twice; "
+                "pass name=... when connecting"
+            )
+        if limits is not None and not isinstance(limits, Limits):
+            raise LimitError(f"WatchManager: limits must be a Limits value, got {type(limits).__name__}")
         self.sources: tuple[ResourceSource, ...] = tuple(sources)
         self.limits = limits if limits is not None else Limits()
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -154,27 +203,34 @@ class WatchManager:
         self._engine: FilterEngine = (
             filter_engine if filter_engine is not None else default_engine(self.limits)
         )
-        self._watches: dict[str, _Watch] = {}
+        self._catalogs = Catalogs(
+            self.sources, describe=describe, on_list_failed=self._list_failed, clock=self.clock
+        )
+        self._runs: dict[str, _Run] = {}
+        self._feeds: dict[tuple[str, str], Feed] = {}
         self._save_lock = anyio.Lock()
         self._restore_sent: anyio.Event | None = None  # set once a restore's notice is queued
         self._send: MemoryObjectSendStream[Notice]
         self.notices: MemoryObjectReceiveStream[Notice]
+        """Every notice, in order; iterate it (``async for notice in m.notices``)."""
         self._send, self.notices = anyio.create_memory_object_stream[Notice](notice_buffer)
-        self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
 
-    # -- lifecycle -------------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------------------
+
     async def __aenter__(self) -> Self:
-        if self._stack is not None or self._closed:
+        if self._tg is not None or self._closed:
             raise RuntimeError("WatchManager can be entered once")
         # Load first: a corrupt state file stops us before anything runs or is written.
         specs = self._state.load() if self._state is not None else []
-        stack = AsyncExitStack()
-        await stack.__aenter__()
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
         try:
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._stack = stack
+            for source in self.sources:
+                if source.protocol_version == MODERN_PROTOCOL_VERSION:
+                    tg.start_soon(self._catalogs.follow_list_changes, source)
             if specs:
                 # Restored watches run at once, but their notices wait for the restore notice: a
                 # burst from them could otherwise fill the buffer before it, and this would never return.
@@ -182,212 +238,167 @@ class WatchManager:
                 await self._restore(specs)
                 self._restore_sent.set()
         except BaseException as exc:
-            self._stack = None
-            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         return self
 
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        stack, self._stack = self._stack, None
+        tg, self._tg = self._tg, None
         self._closed = True
         try:
             # Watches first, so their filter sessions close before the engine they run on.
             with anyio.CancelScope(shield=True):
-                for w in list(self._watches.values()):
-                    if w.scope is not None:
-                        w.scope.cancel()
-                for w in list(self._watches.values()):
-                    if w.scope is not None:
-                        await w.done.wait()
-            if self._tg is not None:
-                self._tg.cancel_scope.cancel()
-            if stack is not None:
-                try:
-                    return await stack.__aexit__(exc_type, exc, tb)
-                except BaseExceptionGroup as group:
-                    # The task group wraps the body's own exception; hand it back unwrapped.
-                    if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
-                        raise exc from exc.__cause__
-                    raise
-            return None
+                runs = list(self._runs.values())
+                for run in runs:
+                    if run.scope is not None:
+                        run.scope.cancel()
+                for run in runs:
+                    if run.scope is not None:
+                        await run.done.wait()
+            if tg is None:
+                return None
+            tg.cancel_scope.cancel()
+            try:
+                return await tg.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                # The task group wraps the body's own exception; hand it back unwrapped.
+                if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                    raise exc from exc.__cause__
+                raise
         finally:
-            for w in self._watches.values():
-                if w.status in ("running", "starting"):
-                    self._log("watch.stopped", w, reason="manager closed")
+            for run in self._runs.values():
+                if run.status in ("running", "starting"):
+                    self._log("watch.stopped", run, reason="manager closed")
             self._send.close()
 
-    # -- public API ------------------------------------------------------------------
-    async def watch_start(self, name: str, uri: str, on_event: str | None = None) -> dict[str, Any]:
-        """Start a watch; returns ``{"name", "uri", "shape"}``.
+    # -- public API ------------------------------------------------------------------------------
 
-        The baseline read happens inside the call, so a server that rejects the
-        URI fails it. Raises :class:`InvalidWatchNameError`, :class:`WatchError`
-        (duplicate name, read/subscribe failure), :class:`FilterError`,
-        :class:`LimitError`, :class:`RoutingError` or :class:`ProtocolVersionError`.
+    async def watch_start(self, name: str, uri: str, on_event: str | None = None) -> WatchInfo:
+        """Start a watch and return it. The baseline read happens inside the call, so a server
+        that rejects the URI fails it, and a bad filter fails it before anything is subscribed.
+
+        Raises :class:`~asyncai_watch.InvalidWatchNameError`, :class:`~asyncai_watch.WatchError`
+        (duplicate name, read/subscribe failure), :class:`~asyncai_watch.FilterError`,
+        :class:`~asyncai_watch.LimitError`, :class:`~asyncai_watch.RoutingError` or
+        :class:`~asyncai_watch.NotWatchableError`.
         """
-        result = await self._start(name, uri, on_event, restoring=False)
-        return result
+        return await self._start(name, uri, on_event, restoring=False)
 
     async def watch_stop(self, name: str) -> bool:
-        """Stop and forget watch ``name``; False when there is none by that name."""
+        """Stop and forget watch ``name``; ``False`` when there is none by that name.
+
+        With a ``watch_state`` file the file is written first: if that fails, the watch keeps
+        running and :class:`~asyncai_watch.StateFileError` says why (memory and file agree).
+        """
         self._check_open()
-        w = self._watches.get(name)
-        if w is None:
+        run = self._runs.get(name)
+        if run is None:
             return False
-        if w.status == "starting":
-            await w.start_settled.wait()
-            if self._watches.get(name) is not w:
+        if run.status == "starting":
+            await run.settled.wait()
+            if self._runs.get(name) is not run:
                 return False
-        self._watches.pop(name, None)
-        if w.scope is not None:
-            w.scope.cancel()
-            await w.done.wait()
-        self._log("watch.stopped", w, reason="watch_stop")
-        await self._save()
+        await self._save(without=name)
+        del self._runs[name]
+        await self._end(run)
+        self._log("watch.stopped", run, reason="watch_stop")
         return True
 
-    def watch_list(self) -> list[dict[str, Any]]:
-        """``[{"name", "uri", "shape", "events", "notices"}]``, plus ``failed`` / ``restore_failed``."""
-        out: list[dict[str, Any]] = []
-        for w in self._watches.values():
-            if w.status == "starting":
-                continue
-            item: dict[str, Any] = {
-                "name": w.name,
-                "uri": w.uri,
-                "shape": w.shape,
-                "events": w.events,
-                "notices": w.notices,
-            }
-            if w.status == "failed":
-                item["failed"] = True
-                item["error"] = w.error
-            elif w.status == "restore_failed":
-                item["restore_failed"] = True
-                item["error"] = w.error
-            out.append(item)
-        return out
+    def watch_list(self) -> list[WatchInfo]:
+        """Every watch, started ones in start order (``failed`` / ``restore_failed`` included)."""
+        return [run.info() for run in self._runs.values() if run.status != "starting"]
 
-    async def list_resources(self) -> list[dict[str, Any]]:
-        """Every server's resources and templates, ADR code-mode shape."""
-        out: list[dict[str, Any]] = []
-        for source in self.sources:
-            try:
-                resources = await source.list_resources()
-                templates = await source.list_templates()
-            except Exception as exc:
-                # One unreachable server must not hide the others; the log says why it is missing.
-                log.emit("watch.list_failed", verbose=self.verbose, server=source.name, error=_describe(exc))
-                continue
-            for r in resources:
-                out.append(
-                    {
-                        "uri": r.uri,
-                        "template": False,
-                        "name": r.name,
-                        "description": r.description,
-                        "example": resource_example(r.description),
-                        "mime_type": r.mime_type,
-                        "server": source.name,
-                        "subscribable": source.subscribable,
-                    }
+    async def list_resources(self) -> list[ResourceInfo]:
+        """Every server's resources and templates (listed afresh, concurrently)."""
+        out: list[ResourceInfo] = []
+        for listing in await self._catalogs.listings(refresh=True):
+            catalog = listing.catalog
+            if catalog is None:
+                continue  # unreachable: logged by the catalog
+            out += [
+                ResourceInfo(
+                    uri=r.uri,
+                    template=False,
+                    server=catalog.name,
+                    name=r.name,
+                    description=r.description,
+                    mime_type=r.mime_type,
+                    watchable=catalog.subscribable,
                 )
-            for t in templates:
-                out.append(
-                    {
-                        "uri": t.uri_template,
-                        "template": True,
-                        "name": t.name,
-                        "description": t.description,
-                        "example": resource_example(t.description),
-                        "mime_type": t.mime_type,
-                        "server": source.name,
-                        "subscribable": source.subscribable,
-                    }
+                for r in catalog.resources
+            ]
+            out += [
+                ResourceInfo(
+                    uri=t.uri_template,
+                    template=True,
+                    server=catalog.name,
+                    name=t.name,
+                    description=t.description,
+                    mime_type=t.mime_type,
+                    watchable=catalog.subscribable,
                 )
+                for t in catalog.templates
+            ]
         return out
 
     async def read_resource(self, uri: str) -> Any:
         """Read ``uri`` from the server that serves it: parsed JSON, else the text."""
         if not isinstance(uri, str) or not uri:
             raise WatchError(f"read_resource: uri must be a non-empty string, got {uri!r}")
-        source = await self._route(uri)
+        source, _ = await self._catalogs.route(uri, what="read_resource")
         result = await source.read(uri)
-        return parse_state(result.text)
+        if len(result.text) > LARGE_BODY:
+            return (await anyio.to_thread.run_sync(Body.parse, result.text)).value
+        return Body.parse(result.text).value
 
-    # -- starting ----------------------------------------------------------------------
-    async def _start(self, name: str, uri: str, on_event: str | None, *, restoring: bool) -> dict[str, Any]:
+    # -- starting --------------------------------------------------------------------------------
+
+    async def _start(self, name: str, uri: str, on_event: str | None, *, restoring: bool) -> WatchInfo:
         self._check_open()
         _check_name(name)
         if not isinstance(uri, str) or not uri.strip():
             raise WatchError(f"watch_start: uri must be a non-empty string, got {uri!r}")
-        if on_event is not None and not isinstance(on_event, str):
-            raise FilterError(
-                "watch_start: on_event must be Python source text (a str) or None, got "
-                f"{_kind(on_event)}. A function object cannot cross into the filter sandbox: "
-                "pass the code as a string, e.g. "
-                """on_event='event["type"] + " " + str(event["key"])'"""
-            )
-        if on_event is not None and not on_event.strip():
-            raise FilterError(
-                "watch_start: on_event is empty; pass None for the default line or Python source"
-            )
-        previous = self._watches.get(name)
+        _check_on_event(on_event)
+        previous = self._runs.get(name)
         if previous is not None and previous.status in ("starting", "running"):
             raise WatchError(
-                f"watch_start: a watch named {name!r} already exists (uri {previous.uri}); "
+                f"watch_start: a watch named {name!r} already exists (uri {previous.spec.uri}); "
                 f"pick another name, or watch_stop(name={name!r}) first"
             )
-        others = [w for n, w in self._watches.items() if n != name]
+        others = [run for n, run in self._runs.items() if n != name]
         if len(others) >= self.limits.max_watches:
             listed = ", ".join(
-                f"{w.name}" + ("" if w.status == "running" else f" ({w.status})") for w in others
+                r.spec.name + ("" if r.status == "running" else f" ({r.status})") for r in others
             )
             raise LimitError(
                 f"watch_start: at most {self.limits.max_watches} watches "
                 f"(Limits.max_watches={self.limits.max_watches}); already: {listed}. "
                 "Stop one with watch_stop(name=...) first"
             )
-        spec = WatchSpec(name=name, uri=uri, on_event=on_event)
-        w = _Watch(spec=spec)
+        run = _Run(WatchSpec(name=name, uri=uri, on_event=on_event))
         # Reserve the name now: two concurrent starts of one name must not both win.
-        self._watches[name] = w
+        self._runs[name] = run
         try:
-            source, w.mime_hint = await self._route_hint(uri, for_watch=True)
-            if source.protocol_version != MODERN_PROTOCOL_VERSION:
-                raise ProtocolVersionError(
-                    f"watch_start: server {source.name!r} speaks MCP {source.protocol_version}; "
-                    f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen). "
-                    "Its tools still work; read_resource works too."
-                )
-            w.source = source
-            if on_event is not None:
-                # A SyntaxError (or a function's repr) fails here, before anything is subscribed.
-                validate_on_event(on_event, engine=self._engine)
-            assert self._tg is not None
-            started = await self._tg.start(self._run_watch, w)
-            if isinstance(started, _StartFailed):
-                raise started.error
+            await self._launch(run)
         except BaseException:
-            if self._watches.get(name) is w:
+            if self._runs.get(name) is run:
                 if previous is not None:
-                    self._watches[name] = previous  # a failed restart keeps the saved failed spec
+                    self._runs[name] = previous  # a failed restart keeps the saved failed spec
                 else:
-                    del self._watches[name]
-            w.start_settled.set()
+                    del self._runs[name]
+            run.settled.set()
             raise
-        w.status = "running"
-        w.start_settled.set()
+        run.status = "running"
+        run.settled.set()
+        assert run.core is not None
+        self._log("watch.subscribed", run, server=run.server, attempt=0)
         self._log(
             "watch.started",
-            w,
-            shape=w.shape,
-            server=source.name,
+            run,
+            shape=run.core.shape,
+            server=run.server,
             filtered=on_event is not None,
             restored=restoring,
         )
@@ -395,355 +406,190 @@ class WatchManager:
             try:
                 await self._save()
             except StateFileError:
-                await self._cancel_and_forget(w)
+                if self._runs.get(name) is run:
+                    del self._runs[name]
+                await self._end(run)
                 raise
-        return {"name": name, "uri": uri, "shape": w.shape}
+        return run.info()
 
-    async def _route(self, uri: str, *, for_watch: bool = False) -> ResourceSource:
-        source, _ = await self._route_hint(uri, for_watch=for_watch)
-        return source
-
-    async def _route_hint(self, uri: str, *, for_watch: bool) -> tuple[ResourceSource, str | None]:
-        """The server for ``uri`` and the mimeType its listing declares for it (a shape hint)."""
-        catalogs: list[ServerCatalog] = []
-        unreachable: list[str] = []
-        for source in self.sources:
-            try:
-                catalogs.append(
-                    ServerCatalog(
-                        name=source.name,
-                        resources=await source.list_resources(),
-                        templates=await source.list_templates(),
-                        subscribable=source.subscribable,
+    async def _launch(self, run: _Run) -> None:
+        """Route, check the filter, subscribe (or join a subscription), take the baseline, and
+        start the watch's loop; any failure leaves nothing running."""
+        spec = run.spec
+        source, found = await self._catalogs.route(spec.uri, what="watch_start")
+        if not source.watchable:
+            raise _not_watchable(source)
+        run.server = source.name
+        async with AsyncExitStack() as stack:
+            if spec.on_event is not None:
+                # A SyntaxError (or a function's repr) fails here, before anything is subscribed.
+                validate_on_event(spec.on_event, engine=self._engine)
+                tools = tool_names(await list_tools(self.sources, on_error=self._tools_failed))
+                catalog = ReadOnlyCatalog(
+                    tools, read_resource=self.read_resource, list_resources=self._code_mode_resources
+                )
+                session = await self._engine.open(spec.on_event, catalog=catalog, limits=self.limits)
+                stack.push_async_callback(session.aclose)
+                # A dry run: NameError and the like fail watch_start; a KeyError on the sample is fine.
+                await session.dry_run(
+                    sample_event(
+                        watch=spec.name,
+                        uri=spec.uri,
+                        event_log=shape_for_mime_type(found.mime_type) == "event-log",
                     )
                 )
-            except Exception as exc:
-                unreachable.append(f"{source.name} ({_describe(exc)})")
-        what = "watch_start" if for_watch else "read_resource"
-        if not catalogs:
-            raise RoutingError(
-                f"{what}: no connected server can serve {uri!r}"
-                + (
-                    f"; unreachable: {', '.join(unreachable)}"
-                    if unreachable
-                    else "; no servers are connected"
-                )
+                run.session = session
+            core = Watch(spec.name, spec.uri, self.limits)
+            body = await self._subscribe(run, source)
+            try:
+                core.baseline(body)
+            except BaseException:
+                self._leave(run)
+                raise
+            run.core = core
+            assert self._tg is not None
+            await self._tg.start(self._loop, run, stack.pop_all())
+
+    async def _subscribe(self, run: _Run, source: ResourceSource) -> Body:
+        """The baseline read of ``run``'s URI, on the feed that carries it (made if need be)."""
+        key = (source.name, run.spec.uri)
+        feed = self._feeds.get(key)
+        if feed is None:
+            feed = self._feeds[key] = Feed(
+                source, run.spec.uri, limits=self.limits, clock=self.clock, on_end=self._feed_ended
             )
+            run.feed = feed
+            assert self._tg is not None
+            body: Body = await self._tg.start(feed.run, run)
+            return body
+        run.feed = feed
+        return await feed.join(run)
+
+    def _feed_ended(self, feed: Feed) -> None:
+        key = (feed.source.name, feed.uri)
+        if self._feeds.get(key) is feed:
+            del self._feeds[key]
+
+    def _leave(self, run: _Run) -> None:
+        feed, run.feed = run.feed, None
+        if feed is not None:
+            feed.leave(run)
+
+    # -- the watch's loop ------------------------------------------------------------------------
+
+    async def _loop(
+        self, run: _Run, stack: AsyncExitStack, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        """The watch's task: serve it until it is stopped or its subscription gives up."""
         try:
-            found = route(uri, catalogs)
-        except RoutingError as exc:
-            if unreachable:
-                raise RoutingError(f"{exc} (unreachable servers: {', '.join(unreachable)})") from exc
-            raise
-        by_name = {c.name: c for c in catalogs}
-        for source in self.sources:
-            if source.name == found.server and source.name in by_name:
-                catalog = by_name[source.name]
-                hint: str | None = None
-                if found.template is None:
-                    hint = next((r.mime_type for r in catalog.resources if r.uri == uri), None)
-                else:
-                    hint = next(
-                        (t.mime_type for t in catalog.templates if t.uri_template == found.template), None
-                    )
-                return source, hint
-        raise RoutingError(f"{what}: routing chose unknown server {found.server!r}")  # pragma: no cover
-
-    # -- the watch task --------------------------------------------------------------
-    async def _run_watch(self, w: _Watch, *, task_status: anyio.abc.TaskStatus[Any]) -> None:
-        settled = False
-
-        def settle(value: Any) -> None:
-            nonlocal settled
-            if not settled:
-                settled = True
-                task_status.started(value)
-
-        try:
-            with anyio.CancelScope() as scope:
-                w.scope = scope
-                w.debouncer = Debouncer(
-                    quiet=self.limits.debounce_quiet,
-                    max_wait=self.limits.debounce_max_wait,
-                    max_lines=self.limits.lines_per_notice,
-                )
-                async with AsyncExitStack() as stack:
-                    if w.spec.on_event is not None:
-                        catalog = _FilterCatalog(self, tool_names(await self._tools_for_filters()))
-                        w.session = await self._engine.open(
-                            w.spec.on_event, catalog=catalog, limits=self.limits
-                        )
-                        stack.push_async_callback(w.session.aclose)
-                        # Dry run before subscribing: NameError and the like fail watch_start, and no
-                        # subscription is made; a KeyError on the sample is fine.
-                        await w.session.dry_run(
-                            sample_event(
-                                watch=w.name,
-                                uri=w.uri,
-                                event_log=shape_for_mime_type(w.mime_hint) == "event-log",
-                            )
-                        )
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._flusher, w)
-                        await self._supervise(w, settle)
-                        tg.cancel_scope.cancel()
-        except Exception as exc:
-            if not settled:
-                settle(_StartFailed(exc))
-                return
-            # A bug in the shell after start: tell the agent instead of crashing the manager.
-            await self._give_up(w, f"internal error: {_describe(exc)}", attempts=0)
+            with anyio.CancelScope() as run.scope:
+                task_status.started()
+                async with stack:  # the filter session, closed after the last job
+                    async with anyio.create_task_group() as jobs:
+                        gave_up = await self._serve(run, jobs)
+                        jobs.cancel_scope.cancel()
+                    await self._give_up(run, gave_up)
         finally:
-            w.done.set()
+            self._leave(run)
+            run.done.set()
 
-    async def _supervise(self, w: _Watch, settle: Any) -> None:
-        """Subscribe, read, deliver; resubscribe with backoff when the listen ends."""
-        assert w.source is not None
-        source = w.source
-        delays = self.limits.backoff_delays()
-        failures = 0
-        started = False
-        reason = ""
+    async def _serve(self, run: _Run, jobs: anyio.abc.TaskGroup) -> _GaveUp:
+        """Wait for the feed or the debounce deadline, whichever is first; feed the core."""
+        core = run.core
+        assert core is not None
+        busy = False  # a read is being processed: newer ones wait in the mailbox (newest wins)
         while True:
-            # Every attempt after the first subscription is a resubscribe: it counts as a failure
-            # unless it becomes healthy, whatever it raised (refused, lost before the ack, ...).
-            resubscribing = started
-            if started:
-                if failures >= len(delays):
-                    await self._give_up(w, reason, attempts=failures)
-                    return
-                delay = delays[failures]
-                self._log("watch.resubscribing", w, attempt=failures + 1, delay=delay, reason=reason)
-                await self.clock.sleep_until(self.clock.now() + delay)
-            healthy = False
-            opened: float | None = None
-            start_error: BaseException | None = None
-            try:
-                async with source.listen(w.uri) as sub:
-                    try:
-                        result = await source.read(w.uri)
-                    except Exception as exc:
-                        raise _ReadFailed(exc) from exc
-                    if not started:
-                        self._baseline(w, result)
-                        settle(w.shape)
-                        started = True
-                        attempt = 0
-                    else:
-                        # Changes made while we were not subscribed: deliver them now.
-                        await self._deliver(w, result)
-                        attempt = failures + 1
-                    self._log("watch.subscribed", w, server=source.name, attempt=attempt)
-                    opened = self.clock.now()
-                    async for _ in sub:
-                        if not healthy:
-                            healthy = True
-                            failures = 0
-                        await self._on_update(w)
-                    reason = "the server ended the subscription"
-            except SubscriptionLostError as exc:
-                reason = str(exc) or "subscription lost"
-            except _ReadFailed as exc:
-                reason = f"re-read failed: {_describe(exc.cause)}"
-                start_error = WatchError(
-                    f"watch_start: reading {w.uri} from server {source.name!r} failed: {_describe(exc.cause)}"
-                )
-                start_error.__cause__ = exc.cause
-            except WatchError as exc:  # ProtocolVersionError, a server error, a bad event-log body
-                reason = f"resubscribe failed: {_describe(exc)}"
-                start_error = exc
-            except Exception as exc:
-                reason = f"resubscribe failed: {_describe(exc)}"
-                start_error = WatchError(
-                    f"watch_start: subscribing to {w.uri} on server {source.name!r} failed: {_describe(exc)}"
-                )
-                start_error.__cause__ = exc
-            if opened is not None and self.clock.now() - opened >= self.limits.resubscribe_max:
-                healthy = True  # it stayed up long enough, even without an update
-            if not started:
-                # Before the baseline was delivered this is watch_start's own failure.
-                settle(_StartFailed(start_error or WatchError(f"watch_start: {reason}")))
-                return
-            if healthy:
-                failures = 0
-            elif resubscribing:
-                failures += 1
+            async with move_on_at(self.clock, core.deadline):
+                await run.wait()
+            notice = core.due(self.clock.now())
+            if notice is not None:
+                await self._send_notice(run, notice)
+            for item in run.take_lifecycle():
+                if isinstance(item, _GaveUp):
+                    return item
+                if isinstance(item, _Up):
+                    self._log("watch.subscribed", run, server=run.server, attempt=item.attempt)
+                else:
+                    self._log(
+                        "watch.resubscribing",
+                        run,
+                        attempt=item.retry.attempt,
+                        delay=item.retry.delay,
+                        reason=item.reason,
+                    )
+            result = run.take_result()
+            if result is not None:
+                busy = False
+                lines, records = result
+                self._log_events(run, [*records, *core.add(lines, self.clock.now())])
+            if not busy and (update := run.take_update()) is not None:
+                busy = True
+                jobs.start_soon(self._process, run, update)
 
-    def _baseline(self, w: _Watch, result: ReadResult) -> None:
-        w.shape = shape_for_mime_type(result.mime_type)
-        if w.shape == "event-log":
-            error = w.sequencer.prime(result.text)
-            if error is not None:
-                raise WatchError(
-                    f"watch_start: {w.uri} is an event log ({result.mime_type}) but its body is not valid: "
-                    f"{error.message}"
-                )
-        else:
-            w.previous = parse_state(result.text)
-
-    async def _on_update(self, w: _Watch) -> None:
-        assert w.source is not None
+    async def _process(self, run: _Run, update: Body | str) -> None:
+        """One read (or read failure) of ``run``'s URI -> lines, through the filter if any."""
+        core = run.core
+        assert core is not None
         try:
-            result = await w.source.read(w.uri)
-        except Exception as exc:
-            self._add_lines(w, [(None, f"ERROR reading {w.uri}: {_describe(exc)}", None)])
-            return
-        await self._deliver(w, result)
-
-    async def _deliver(self, w: _Watch, result: ReadResult) -> None:
-        """Turn one read into events and lines. Body and filter errors become lines."""
-        try:
-            await self._deliver_unguarded(w, result)
+            pending: Pending
+            if isinstance(update, str):
+                pending = core.read_failed(update)
+            elif len(update.text) > LARGE_BODY:
+                pending = await anyio.to_thread.run_sync(core.read, update)
+            else:
+                pending = core.read(update)
+            if run.session is None or not pending.events:
+                result = core.lines(pending)
+            else:
+                dicts = [ev.to_filter_dict(watch=run.spec.name, uri=run.spec.uri) for ev in pending.events]
+                try:
+                    result = core.lines(pending, await run.session.run(dicts))
+                except Exception as exc:
+                    result = core.filter_failed(pending, describe(exc))
         except Exception as exc:
             # A body no part of the pipeline expected must not end the watch: report it and go on.
-            self._add_lines(w, [(None, f"ERROR processing a read of {w.uri}: {_describe(exc)}", None)])
+            result = ([Line(f"ERROR processing a read of {run.spec.uri}: {describe(exc)}")], [])
+        run.job_done(result)
 
-    async def _deliver_unguarded(self, w: _Watch, result: ReadResult) -> None:
-        lines: list[_Line] = []
-        events: list[Event]
-        limit = self.limits.events_per_update
-        if w.shape == "event-log":
-            fed = w.sequencer.feed(result.text, limit=limit)
-            events = list(fed.events)
-            if fed.error is not None:
-                lines.append((None, f"ERROR {fed.error.message}", None))
-        else:
-            new = parse_state(result.text)
-            events = diff_state(w.previous, new)
-            w.previous = new
-            if len(events) > limit:
-                lines.append(
-                    (
-                        None,
-                        f"+{len(events) - limit} more changes not shown (Limits.events_per_update={limit})",
-                        None,
-                    )
-                )
-                events = events[:limit]
-        kept: list[Event] = []
-        for ev in events:
-            annotated = annotate(ev)
-            if annotated is None:
-                self._log_event(w, ev, "noop", None)
-                continue
-            kept.append(annotated)
-        if kept:
-            w.events += len(kept)
-            lines[:0] = await self._lines_for(w, kept)
-        self._add_lines(w, lines)
+    async def _give_up(self, run: _Run, gave_up: _GaveUp) -> None:
+        assert run.core is not None
+        run.status = "failed"
+        run.error = gave_up.reason
+        self._leave(run)
+        notices = run.core.failed(gave_up.reason, gave_up.attempts)
+        for notice in notices[:-1]:
+            await self._send_notice(run, notice)
+        self._log("watch.failed", run, attempts=gave_up.attempts, reason=gave_up.reason)
+        await self._send_notice(run, notices[-1])
 
-    async def _lines_for(self, w: _Watch, events: list[Event]) -> list[_Line]:
-        """Each event's line (its ``watch.event`` is logged once dedupe has had its say)."""
-        if w.session is None:
-            return [(ev.key, default_line(ev), ev) for ev in events]
-        out: list[_Line] = []
-        dicts = [ev.to_filter_dict(watch=w.name, uri=w.uri) for ev in events]
-        try:
-            outcomes: Sequence[FilterOutcome] = await w.session.run(dicts)
-        except Exception as exc:
-            message = f"filter error: {_describe(exc)}"
-            for ev in events:
-                self._log_event(w, ev, "error", message)
-            return [(None, message, None)]
-        for ev, outcome in zip(events, outcomes, strict=False):
-            if outcome.error is not None:
-                line = f"filter error: {outcome.error}"
-                self._log_event(w, ev, "error", line)
-                out.append((None, line, None))
-            elif outcome.text is None:
-                self._log_event(w, ev, "dropped", None)
-            else:
-                out.append((ev.key, outcome.text, ev))
-        return out
-
-    def _add_lines(self, w: _Watch, lines: Sequence[_Line]) -> None:
-        assert w.debouncer is not None
-        now = self.clock.now()
-        for key, line, ev in lines:
-            admitted = key is None or w.deduper.admit(key, line)
-            if ev is not None:
-                self._log_event(w, ev, "kept" if admitted else "deduped", line)
-            if admitted:
-                w.debouncer.add(line, now)
-        if w.debouncer.deadline != w.sleeping_until:
-            # The deadline moved (or appeared): wake the flusher so it sleeps until the new one.
-            if w.sleep_scope is not None:
-                w.sleep_scope.cancel()
-            w.wake.set()
-
-    async def _flusher(self, w: _Watch) -> None:
-        """Wait for the next line or the debounce deadline, whichever comes first."""
-        assert w.debouncer is not None
-        while True:
-            deadline = w.debouncer.deadline
-            if deadline is None:
-                await w.wake.wait()
-                w.wake = anyio.Event()
-                continue
-            with anyio.CancelScope() as scope:
-                w.sleep_scope, w.sleeping_until = scope, deadline
-                await self.clock.sleep_until(deadline)
-            w.sleep_scope, w.sleeping_until = None, None
-            w.wake = anyio.Event()
-            if scope.cancelled_caught:
-                continue
-            text = w.debouncer.flush_due(self.clock.now())
-            if text is not None:
-                await self._send_notice(w, text)
-
-    async def _send_notice(self, w: _Watch, text: str, **extra: str) -> None:
+    async def _send_notice(self, run: _Run, notice: Notice) -> None:
         if self._restore_sent is not None:
             await self._restore_sent.wait()
-        notice = Notice(SOURCE_WATCH, text, meta={"name": w.name, "uri": w.uri, **extra})
-        w.notices += 1
-        self._log("watch.notice", w, lines=text.count("\n") + 1, text=text, **extra)
+        extra = {k: v for k, v in notice.meta.items() if k not in ("name", "uri")}
+        self._log("watch.notice", run, lines=notice.text.count("\n") + 1, text=notice.text, **extra)
         # If nobody reads notices any more (the agent closed its end), the log above still has it.
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await self._send.send(notice)
 
-    async def _give_up(self, w: _Watch, reason: str, *, attempts: int) -> None:
-        w.status = "failed"
-        w.error = reason
-        if w.debouncer is not None:
-            pending = w.debouncer.flush()
-            if pending is not None:
-                await self._send_notice(w, pending)
-        self._log("watch.failed", w, attempts=attempts, reason=reason)
-        text = (
-            f"watch {w.name!r} failed: its subscription to {w.uri} ended and "
-            f"{attempts} resubscribe attempts failed (last: {reason}). It no longer delivers changes; "
-            f'start it again with watch_start(name="{w.name}", uri="{w.uri}", ...) or drop it with '
-            f'watch_stop(name="{w.name}").'
-            if attempts
-            else f"watch {w.name!r} failed: {reason}. Start it again with watch_start or drop it with watch_stop."
-        )
-        await self._send_notice(w, text, failed="true")
+    async def _end(self, run: _Run) -> None:
+        """Stop ``run``'s loop; when it was the last watch on its feed, wait until the
+        subscription is closed too."""
+        feed = run.feed
+        if run.scope is not None:
+            run.scope.cancel()
+            await run.done.wait()
+        else:
+            self._leave(run)
+        if feed is not None and not feed.subscribers:
+            await feed.ended.wait()
 
-    async def _cancel_and_forget(self, w: _Watch) -> None:
-        if self._watches.get(w.name) is w:
-            del self._watches[w.name]
-        if w.scope is not None:
-            w.scope.cancel()
-            await w.done.wait()
+    # -- persistence -----------------------------------------------------------------------------
 
-    async def _tools_for_filters(self) -> list[tuple[ResourceSource, ToolInfo]]:
-        found: list[tuple[ResourceSource, ToolInfo]] = []
-        for source in self.sources:
-            try:
-                found.extend(await list_tools([source]))
-            except Exception as exc:
-                # A server whose tools cannot be listed offers none to the filter; the watch still starts.
-                log.emit(
-                    "watch.tools_unavailable", verbose=self.verbose, server=source.name, error=_describe(exc)
-                )
-        return found
-
-    # -- persistence -------------------------------------------------------------------
-    async def _save(self) -> None:
+    async def _save(self, *, without: str | None = None) -> None:
         if self._state is None:
             return
         async with self._save_lock:
-            specs = [w.spec for w in self._watches.values() if w.status != "starting"]
+            specs = [r.spec for n, r in self._runs.items() if r.status != "starting" and n != without]
             await anyio.to_thread.run_sync(self._state.save, specs)
 
     async def _restore(self, specs: Sequence[WatchSpec]) -> None:
@@ -754,18 +600,17 @@ class WatchManager:
         for spec in specs:
             try:
                 await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
-            except FilterEngineError as exc:  # the worker failed, not the spec: keep it
-                error = _describe(exc)
-                kept.append((spec, error))
-                self._watches[spec.name] = _Watch(spec=spec, status="restore_failed", error=error)
-            except (FilterError, LimitError, InvalidWatchNameError) as exc:
-                dropped.append((spec, _describe(exc)))
-            except Exception as exc:
-                error = _describe(exc)
-                kept.append((spec, error))
-                self._watches[spec.name] = _Watch(spec=spec, status="restore_failed", error=error)
+            except (InvalidWatchNameError, FilterError) as exc:
+                if not isinstance(exc, FilterEngineError):  # a spec that can never start
+                    dropped.append((spec, describe(exc)))
+                    continue
+                kept.append((spec, describe(exc)))  # the engine failed, not the spec
+            except Exception as exc:  # a server down, a limit reached, ...: may pass, so keep it
+                kept.append((spec, describe(exc)))
             else:
                 restored.append(spec)
+                continue
+            self._runs[spec.name] = _Run(spec, status="restore_failed", error=kept[-1][1])
         if dropped:
             await self._save()
         lines = [
@@ -799,82 +644,55 @@ class WatchManager:
             )
         )
 
-    # -- helpers -----------------------------------------------------------------------
+    # -- helpers ---------------------------------------------------------------------------------
+
+    async def _code_mode_resources(self) -> list[dict[str, Any]]:
+        return resource_dicts(await self.list_resources())
+
     def _check_open(self) -> None:
         if self._tg is None or self._closed:
             raise RuntimeError("WatchManager is not running: use it as `async with WatchManager(...) as m:`")
 
-    def _log(self, event: str, w: _Watch, **fields: Any) -> None:
-        log.emit(event, verbose=self.verbose, watch=w.name, uri=w.uri, **fields)
+    def _list_failed(self, source: ResourceSource, exc: BaseException) -> None:
+        # One unreachable server must not hide the others; the log says why it is missing.
+        log.emit("watch.list_failed", verbose=self.verbose, server=source.name, error=describe(exc))
 
-    def _log_event(self, w: _Watch, ev: Event, outcome: str, line: str | None) -> None:
-        log.emit(
-            "watch.event",
-            verbose=self.verbose,
-            watch=w.name,
-            uri=w.uri,
-            type=ev.type,
-            key=ev.key,
-            seq=ev.seq,
-            kept=outcome == "kept",
-            outcome=outcome,
-            line=line,
+    def _tools_failed(self, source: ResourceSource, exc: Exception) -> None:
+        # A server whose tools cannot be listed offers none to the filter; the watch still starts.
+        log.emit("watch.tools_unavailable", verbose=self.verbose, server=source.name, error=describe(exc))
+
+    def _log(self, event: str, run: _Run, **fields: Any) -> None:
+        log.emit(event, verbose=self.verbose, watch=run.spec.name, uri=run.spec.uri, **fields)
+
+    def _log_events(self, run: _Run, records: Sequence[EventRecord]) -> None:
+        for rec in records:
+            ev = rec.event
+            log.emit(
+                "watch.event",
+                verbose=self.verbose,
+                watch=run.spec.name,
+                uri=run.spec.uri,
+                type=ev.type,
+                key=ev.key,
+                seq=ev.seq,
+                kept=rec.outcome == "kept",
+                outcome=rec.outcome,
+                line=rec.line,
+            )
+
+
+def _not_watchable(source: ResourceSource) -> NotWatchableError:
+    if source.protocol_version != MODERN_PROTOCOL_VERSION:
+        return ProtocolVersionError(
+            f"watch_start: server {source.name!r} speaks MCP {source.protocol_version}; "
+            f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen). "
+            "Its tools still work; read_resource works too."
         )
-
-
-_Line = tuple[str | None, str, Event | None]
-"""A notice line: its dedupe key (``None``: never deduped), its text, and the event it stands for
-(``None`` for error and summary lines, which log no ``watch.event``)."""
-
-
-class _ReadFailed(Exception):
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-class _FilterCatalog:
-    """What a filter may call (the parent enforces it; the worker only forwards names).
-
-    Reads (``read_resource``, ``list_resources``) and MCP tools annotated
-    ``readOnlyHint: true``. Mutating tools and the watch built-ins are named too,
-    so a filter that calls one gets a clear refusal in its notice instead of a NameError.
-    """
-
-    _DENIED_BUILTINS: Final = ("watch_start", "watch_stop", "watch_list")
-    _BUILTINS: Final = frozenset({"read_resource", "list_resources", "event", *_DENIED_BUILTINS})
-
-    def __init__(self, manager: WatchManager, tools: Mapping[str, tuple[ResourceSource, ToolInfo]]) -> None:
-        self._manager = manager
-        # A tool named like a built-in (or `event`) would silently shadow it: leave it out.
-        self._tools = {name: found for name, found in tools.items() if name not in self._BUILTINS}
-        self.names = frozenset({"read_resource", "list_resources", *self._DENIED_BUILTINS, *self._tools})
-
-    async def call(self, name: str, kwargs: dict[str, Any]) -> Any:
-        if name == "read_resource":
-            if set(kwargs) != {"uri"} or not isinstance(kwargs["uri"], str):
-                raise TypeError(
-                    'read_resource takes one argument, uri (a string): read_resource(uri="memo://notes")'
-                )
-            return await self._manager.read_resource(kwargs["uri"])
-        if name == "list_resources":
-            if kwargs:
-                raise TypeError("list_resources takes no arguments")
-            return await self._manager.list_resources()
-        if name in self._DENIED_BUILTINS:
-            raise PermissionError(
-                f"a filter cannot call {name}(): filters cannot start, stop or list watches"
-            )
-        found = self._tools.get(name)
-        if found is None:
-            raise PermissionError(f"{name!r} is not in the filter's catalog")
-        source, tool = found
-        if not tool.read_only:
-            raise PermissionError(
-                f"tool {tool.name!r} (server {source.name!r}) is not read-only (no readOnlyHint: true); "
-                "a filter may only read: read_resource, list_resources and read-only tools"
-            )
-        return await call_tool(source, tool, kwargs)
+    return NotWatchableError(
+        f"watch_start: server {source.name!r} is not watchable: it does not advertise "
+        "resources.subscribe (it serves no subscriptions/listen). Its tools and read_resource still "
+        "work; docs/server-contract.md says what makes a server watchable."
+    )
 
 
 def _check_name(name: object) -> None:
@@ -887,12 +705,19 @@ def _check_name(name: object) -> None:
         )
 
 
+def _check_on_event(on_event: object) -> None:
+    if on_event is not None and not isinstance(on_event, str):
+        raise FilterError(
+            "watch_start: on_event must be Python source text (a str) or None, got "
+            f"{_kind(on_event)}. A function object cannot cross into the filter sandbox: "
+            "pass the code as a string, e.g. "
+            """on_event='event["type"] + " " + str(event["key"])'"""
+        )
+    if on_event is not None and not on_event.strip():
+        raise FilterError("watch_start: on_event is empty; pass None for the default line or Python source")
+
+
 def _kind(value: object) -> str:
     if callable(value):
         return f"{type(value).__name__} {getattr(value, '__name__', repr(value))!r}"
     return f"{type(value).__name__} {value!r}"[:120]
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

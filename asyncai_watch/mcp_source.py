@@ -52,27 +52,31 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientExtension, Transport
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import ListenNotSupportedError, ResourceUpdated, Subscription, SubscriptionLost
+from mcp.client.subscriptions import (
+    ListenNotSupportedError,
+    ResourcesListChanged,
+    ResourceUpdated,
+    Subscription,
+    SubscriptionLost,
+)
 
 from asyncai_watch.clock import Clock, SystemClock, fail_after
-from asyncai_watch.errors import ProtocolVersionError, SubscriptionLostError, WatchError
-from asyncai_watch.source import (
-    MODERN_PROTOCOL_VERSION,
-    ReadResult,
-    ResourceInfo,
-    TemplateInfo,
-    ToolInfo,
-    ToolResult,
+from asyncai_watch.core.resources import ListedResource, ListedTemplate
+from asyncai_watch.errors import (
+    NotWatchableError,
+    ProtocolVersionError,
+    ServerConnectionError,
+    ServerError,
+    ServerTimeoutError,
+    SubscriptionLostError,
 )
+from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
     "McpResourceSource",
-    "ServerConnectionError",
-    "ServerError",
-    "ServerTimeoutError",
 ]
 
 DEFAULT_CONNECT_TIMEOUT: Final = 30.0
@@ -89,25 +93,6 @@ _MAX_PAGES: Final = 1000
 
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
-
-
-class ServerError(WatchError):
-    """The server answered a request with an error; ``server_message`` is its own text."""
-
-    def __init__(self, server: str, what: str, code: int | None, server_message: str) -> None:
-        self.server = server
-        self.code = code
-        self.server_message = server_message
-        shown_code = f" ({code})" if code is not None else ""
-        super().__init__(f"server {server!r}: {what} failed{shown_code}: {server_message}")
-
-
-class ServerConnectionError(WatchError):
-    """The connection to a server could not be made, or was lost."""
-
-
-class ServerTimeoutError(ServerConnectionError):
-    """A request got no answer within ``request_timeout``; the connection was dropped and is remade."""
 
 
 class _Connection:
@@ -135,10 +120,11 @@ class _Connection:
 
 
 class _Updates:
-    """The ``listen`` iterator: one ``None`` per (coalesced) update of the watched URI."""
+    """The ``listen`` iterator: one ``None`` per (coalesced) update of the watched URI, or per
+    ``list_changed`` when ``uri`` is ``None``."""
 
     def __init__(
-        self, source: McpResourceSource, conn: _Connection, uri: str, subscription: Subscription
+        self, source: McpResourceSource, conn: _Connection, uri: str | None, subscription: Subscription
     ) -> None:
         self._source = source
         self._conn = conn
@@ -156,12 +142,16 @@ class _Updates:
                 cause = exc.__cause__ if exc.__cause__ is not None else exc
                 if _is_connection_closed(cause):
                     self._conn.dead = True  # the re-listen reconnects first
+                what = repr(self._uri) if self._uri is not None else "resource list changes"
                 raise SubscriptionLostError(
-                    f"server {self._source.name!r}: subscription to {self._uri!r} was lost ({cause}); "
+                    f"server {self._source.name!r}: subscription to {what} was lost ({cause}); "
                     "re-listen and re-read"
                 ) from exc
+            if self._uri is None:
+                if isinstance(event, ResourcesListChanged):
+                    return None
             # The spec lets a server stamp a sub-resource's URI; that changes this one too.
-            if isinstance(event, ResourceUpdated) and _covers(self._uri, event.uri):
+            elif isinstance(event, ResourceUpdated) and _covers(self._uri, event.uri):
                 return None
 
 
@@ -508,10 +498,19 @@ class McpResourceSource:
         return self._current().protocol_version
 
     @property
-    def subscribable(self) -> bool:
-        """``capabilities.resources.subscribe`` as the server advertised it."""
-        resources = self._current().capabilities.resources
-        return bool(resources is not None and resources.subscribe)
+    def watchable(self) -> bool:
+        """MCP 2026-07-28 and ``capabilities.resources.subscribe``: a watch can work here.
+
+        A legacy server may advertise ``subscribe`` (for ``resources/subscribe``), but watches
+        need ``subscriptions/listen``, so it is not watchable.
+        """
+        conn = self._current()
+        resources = conn.capabilities.resources
+        return (
+            conn.protocol_version == MODERN_PROTOCOL_VERSION
+            and resources is not None
+            and bool(resources.subscribe)
+        )
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -555,20 +554,35 @@ class McpResourceSource:
             seen.add(cursor)
         raise ServerError(self.name, what, None, f"more than {_MAX_PAGES} pages")
 
-    async def list_resources(self) -> list[ResourceInfo]:
-        pages = await self._pages("resources/list", lambda client, c: client.list_resources(cursor=c))
+    async def _optional_pages(
+        self, what: str, fetch: Callable[[Client, str | None], Awaitable[Any]]
+    ) -> list[Any]:
+        # A server that does not implement a list method simply has nothing of that kind.
+        try:
+            return await self._pages(what, fetch)
+        except ServerError as exc:
+            if exc.code == types.METHOD_NOT_FOUND:
+                return []
+            raise
+
+    async def list_resources(self) -> list[ListedResource]:
+        """Every fixed resource; ``[]`` for a server that serves no ``resources/list`` (-32601)."""
+        pages = await self._optional_pages(
+            "resources/list", lambda client, c: client.list_resources(cursor=c)
+        )
         return [
-            ResourceInfo(uri=r.uri, name=r.name, description=r.description or "", mime_type=r.mime_type)
+            ListedResource(uri=r.uri, name=r.name, description=r.description or "", mime_type=r.mime_type)
             for page in pages
             for r in page.resources
         ]
 
-    async def list_templates(self) -> list[TemplateInfo]:
-        pages = await self._pages(
+    async def list_templates(self) -> list[ListedTemplate]:
+        """Every resource template; ``[]`` for a server without a templates handler (-32601)."""
+        pages = await self._optional_pages(
             "resources/templates/list", lambda client, c: client.list_resource_templates(cursor=c)
         )
         return [
-            TemplateInfo(
+            ListedTemplate(
                 uri_template=t.uri_template,
                 name=t.name,
                 description=t.description or "",
@@ -600,10 +614,14 @@ class McpResourceSource:
 
     def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``uri``; see :class:`~asyncai_watch.source.ResourceSource`."""
-        return self._listen(uri)
+        return self._listen(f"subscriptions/listen {uri!r}", uri=uri)
+
+    def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
+        """Open one ``subscriptions/listen`` for ``notifications/resources/list_changed``."""
+        return self._listen("subscriptions/listen resourcesListChanged", uri=None)
 
     @asynccontextmanager
-    async def _listen(self, uri: str) -> AsyncIterator[AsyncIterator[None]]:
+    async def _listen(self, what: str, *, uri: str | None) -> AsyncIterator[AsyncIterator[None]]:
         conn = await self._live()
         client = conn.client
         if client.protocol_version != MODERN_PROTOCOL_VERSION:
@@ -611,12 +629,23 @@ class McpResourceSource:
                 f"server {self.name!r} speaks {client.protocol_version}; "
                 f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
             )
-        what = f"subscriptions/listen {uri!r}"
+        resources = conn.capabilities.resources
+        advertised = resources is not None and (
+            resources.subscribe if uri is not None else resources.list_changed
+        )
+        if not advertised:
+            raise NotWatchableError(
+                f"server {self.name!r} is not watchable: it does not advertise "
+                + ("resources.subscribe" if uri is not None else "resources.listChanged")
+                + " (docs/server-contract.md says what makes a server watchable)"
+            )
         async with AsyncExitStack() as stack:
             try:
                 async with fail_after(self._clock, self._ack_timeout):
                     subscription = await stack.enter_async_context(
                         client.listen(resource_subscriptions=[uri])
+                        if uri is not None
+                        else client.listen(resources_list_changed=True)
                     )
             except TimeoutError as exc:
                 raise SubscriptionLostError(
@@ -637,12 +666,24 @@ class McpResourceSource:
                     raise ServerConnectionError(
                         f"server {self.name!r} ({self._description}): {what} failed: the connection is closed"
                     ) from exc
+                if exc.code == types.METHOD_NOT_FOUND:
+                    raise NotWatchableError(
+                        f"server {self.name!r} is not watchable: it advertises resources.subscribe but "
+                        f"answers subscriptions/listen with 'Method not found' ({exc.message}); "
+                        "docs/server-contract.md says what makes a server watchable"
+                    ) from exc
                 raise ServerError(self.name, what, exc.code, exc.message) from exc
-            honored = subscription.honored.resource_subscriptions or []
-            if uri not in honored:
-                raise ServerError(
-                    self.name, what, None, f"the server did not honor the subscription (honored: {honored})"
-                )
+            if uri is not None:
+                honored = subscription.honored.resource_subscriptions or []
+                if uri not in honored:
+                    raise ServerError(
+                        self.name,
+                        what,
+                        None,
+                        f"the server did not honor the subscription (honored: {honored})",
+                    )
+            elif not subscription.honored.resources_list_changed:
+                raise NotWatchableError(f"server {self.name!r} did not honor resourcesListChanged")
             yield _Updates(self, conn, uri, subscription)
 
     async def list_tools(self) -> list[ToolInfo]:

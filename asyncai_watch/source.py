@@ -1,7 +1,7 @@
 """The seam between the watch machinery and a server: the ResourceSource protocol.
 
-:class:`asyncai_watch.McpResourceSource` implements it over a real MCP
-connection; tests implement it in memory. Everything the manager needs from a
+:class:`asyncai_watch.McpResourceSource` implements it over a real MCP connection;
+:class:`asyncai_watch.testing.FakeSource` in memory. Everything the manager needs from a
 server goes through here, so the manager has no MCP-specific code.
 """
 
@@ -9,38 +9,24 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
+from asyncai_watch.core.resources import ListedResource, ListedTemplate
+
 __all__ = [
     "MODERN_PROTOCOL_VERSION",
+    "ListedResource",
+    "ListedTemplate",
     "ReadResult",
-    "ResourceInfo",
     "ResourceSource",
-    "TemplateInfo",
     "ToolInfo",
     "ToolResult",
 ]
 
-MODERN_PROTOCOL_VERSION = "2026-07-28"
+MODERN_PROTOCOL_VERSION: Final = "2026-07-28"
 """The MCP version whose ``subscriptions/listen`` carries watches."""
-
-
-@attrs.frozen(kw_only=True)
-class ResourceInfo:
-    uri: str
-    name: str = ""
-    description: str = ""
-    mime_type: str | None = None
-
-
-@attrs.frozen(kw_only=True)
-class TemplateInfo:
-    uri_template: str
-    name: str = ""
-    description: str = ""
-    mime_type: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -86,13 +72,17 @@ class ResourceSource(Protocol):
         ...
 
     @property
-    def subscribable(self) -> bool:
-        """``capabilities.resources.subscribe`` as the server advertised it."""
+    def watchable(self) -> bool:
+        """Whether a watch can work here: MCP 2026-07-28 and ``capabilities.resources.subscribe``."""
         ...
 
-    async def list_resources(self) -> list[ResourceInfo]: ...
+    async def list_resources(self) -> list[ListedResource]:
+        """Every fixed resource (``[]`` for a server that serves no ``resources/list``)."""
+        ...
 
-    async def list_templates(self) -> list[TemplateInfo]: ...
+    async def list_templates(self) -> list[ListedTemplate]:
+        """Every resource template (``[]`` for a server that serves no ``resources/templates/list``)."""
+        ...
 
     async def read(self, uri: str) -> ReadResult:
         """Read ``uri`` fresh (never from a cache). Raises on a server error."""
@@ -101,11 +91,19 @@ class ResourceSource(Protocol):
     def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Subscribe to ``uri``.
 
-        Entering waits until the server has acknowledged the subscription.
-        The iterator yields once per (possibly coalesced) ``updated`` signal,
-        ends when the server closes the subscription gracefully, and raises
-        :class:`SubscriptionLostError` when it is lost. Raises
-        :class:`ProtocolVersionError` on a connection that is not 2026-07-28.
+        Entering waits until the server has acknowledged the subscription. The iterator
+        yields once per (possibly coalesced) ``updated`` signal, ends when the server closes
+        the subscription gracefully, and raises :class:`~asyncai_watch.SubscriptionLostError`
+        when it is lost. Raises :class:`~asyncai_watch.NotWatchableError` on a server that
+        cannot carry watches.
+        """
+        ...
+
+    def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
+        """Subscribe to ``notifications/resources/list_changed``: one ``None`` per change.
+
+        Raises :class:`~asyncai_watch.NotWatchableError` on entry when the server cannot
+        tell (then the catalog is refreshed only on a routing miss).
         """
         ...
 

@@ -25,7 +25,7 @@ from asyncai_agent.events import AgentEvent, NoticeReceived, RunCompleted, RunSt
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.runtime import Run
 from asyncai_agent.thread import Message
-from asyncai_watch.notice import SOURCE_WATCH, Notice
+from asyncai_watch.core.notice import SOURCE_WATCH, Notice
 
 POLL_INTERVAL = 1.0
 

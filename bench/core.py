@@ -32,13 +32,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from asyncai_watch.changes import IGNORED_METADATA, annotate
-from asyncai_watch.debounce import Debouncer
-from asyncai_watch.dedupe import Deduper
-from asyncai_watch.diff import diff_state, item_key
-from asyncai_watch.eventlog import Sequencer
-from asyncai_watch.events import MODIFIED, Event
-from asyncai_watch.lines import default_line
+from asyncai_watch.core.changes import IGNORED_METADATA, annotate
+from asyncai_watch.core.debounce import Debouncer
+from asyncai_watch.core.dedupe import Deduper
+from asyncai_watch.core.diff import diff_state, item_key
+from asyncai_watch.core.eventlog import Sequencer
+from asyncai_watch.core.events import MODIFIED, Event
+from asyncai_watch.core.lines import default_line
 
 PIPELINE_TARGET = 50_000.0  # events/s
 DIFF_TARGET_MS = 20.0

@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio
 
-from asyncai_watch.limits import Limits
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.mcp_source import McpResourceSource
 from asyncai_watch.source import ReadResult

@@ -20,8 +20,8 @@ from typing import Any
 import anyio
 
 from asyncai_watch import sandbox
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.filters import EmptyCatalog, RestrictedPythonEngine
-from asyncai_watch.limits import Limits
 
 # The ADR's example filter (ADDED/DELETED of a ConfigMap -> one line, else dropped).
 FILTER = """\

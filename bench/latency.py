@@ -35,11 +35,11 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from asyncai_watch.clock import SystemClock
-from asyncai_watch.diff import diff_state, parse_state
-from asyncai_watch.limits import Limits
+from asyncai_watch.core.diff import diff_state, parse_state
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.mcp_source import McpResourceSource
-from asyncai_watch.source import ReadResult, ResourceInfo, TemplateInfo, ToolInfo, ToolResult
+from asyncai_watch.source import ListedResource, ListedTemplate, ReadResult, ToolInfo, ToolResult
 
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
 NOTES = "memo://notes"
@@ -62,13 +62,13 @@ class Counting:
 
     @property
     def subscribable(self) -> bool:
-        return self.inner.subscribable
+        return self.inner.watchable
 
-    async def list_resources(self) -> list[ResourceInfo]:
+    async def list_resources(self) -> list[ListedResource]:
         self.requests += 1
         return await self.inner.list_resources()
 
-    async def list_templates(self) -> list[TemplateInfo]:
+    async def list_templates(self) -> list[ListedTemplate]:
         self.requests += 1
         return await self.inner.list_templates()
 

@@ -36,7 +36,7 @@ from asyncai_servers._http import running_http_server
 from asyncai_servers.switchboard.config import parse_credentials
 from asyncai_servers.switchboard.core import Switchboard
 from asyncai_servers.switchboard.ledger_sqlite import SqliteLedger
-from asyncai_watch.notice import Notice
+from asyncai_watch.core.notice import Notice
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {

@@ -16,7 +16,7 @@ from asyncai_agent.backends.scripted import ScriptedBackend, parse_script
 from asyncai_agent.events import AgentEvent, NoticeReceived, RunCompleted, RunFailed
 from asyncai_agent.messages import WATCH_INSTRUCTION
 from asyncai_agent.session import SessionConfig, open_session
-from asyncai_watch.limits import Limits
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.mcp_source import McpResourceSource
 
 URI = "kcp-events://watch/root:app/configmaps?namespace=*"
@@ -108,7 +108,7 @@ async def test_agent_configmap_watch_create_patches_delete(tmp_path: Path) -> No
         for line in ("added default/final-check", "deleted default/final-check")
     ]
     # The patches were dropped by the filter: 5 events (ADDED, 3 MODIFIED, DELETED), 2 notices, 3 turns.
-    assert (listed["events"], listed["notices"]) == (5, 2)
+    assert (listed.events, listed.notices) == (5, 2)
     assert channel.sent == [
         "Watching configmaps in root:app.",
         "ConfigMap default/final-check appeared.",

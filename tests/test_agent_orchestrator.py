@@ -26,8 +26,8 @@ from asyncai_agent.messages import WATCH_INSTRUCTION, escape, is_no_reply, rende
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.runtime import Run
 from asyncai_agent.thread import Message
+from asyncai_watch.core.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
 from asyncai_watch.log import configure_ndjson, logger
-from asyncai_watch.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
 
 
 class FakeChannel:

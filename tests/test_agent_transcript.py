@@ -15,7 +15,7 @@ from asyncai_agent.events import RunCompleted
 from asyncai_agent.messages import WATCH_INSTRUCTION
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.transcript import Transcript, TranscriptError
-from asyncai_watch.notice import SOURCE_WATCH, Notice
+from asyncai_watch.core.notice import SOURCE_WATCH, Notice
 
 
 class Channel:

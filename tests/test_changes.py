@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch.changes import ROOT, annotate, changed_paths
-from asyncai_watch.events import ADDED, MODIFIED, Event
+from asyncai_watch.core.changes import ROOT, annotate, changed_paths
+from asyncai_watch.core.events import ADDED, MODIFIED, Event
 
 BID = {
     "apiVersion": "market/v1",
@@ -90,7 +90,7 @@ def test_annotate_fills_changed_and_drops_no_ops() -> None:
         type=MODIFIED,
         key="u-1",
         old=BID,
-        new=modified(BID, status__phase="Published"),
+        item=modified(BID, status__phase="Published"),
         seq=5,
         fields={"old": BID},
     )
@@ -102,23 +102,23 @@ def test_annotate_fills_changed_and_drops_no_ops() -> None:
         type=MODIFIED,
         key="u-1",
         old=BID,
-        new=modified(BID, metadata__resourceVersion="99"),
+        item=modified(BID, metadata__resourceVersion="99"),
         fields={"old": BID},
     )
     assert annotate(noop) is None
 
 
 def test_annotate_leaves_other_events_alone() -> None:
-    added = Event(type=ADDED, key="u-1", new=BID)
+    added = Event(type=ADDED, key="u-1", item=BID)
     assert annotate(added) is added
     no_old = Event(
-        type=MODIFIED, key="u-1", new=BID, seq=3, fields={"seq": 3, "type": MODIFIED, "object": BID}
+        type=MODIFIED, key="u-1", item=BID, seq=3, fields={"seq": 3, "type": MODIFIED, "object": BID}
     )
     assert annotate(no_old) is no_old  # the server sent no old: nothing to compare, keep it
 
 
 def test_annotate_state_diff_with_null_old() -> None:
-    ev = Event(type=MODIFIED, key="x", old=None, new=1)  # state diff: {"x": null} -> {"x": 1}
+    ev = Event(type=MODIFIED, key="x", old=None, item=1)  # state diff: {"x": null} -> {"x": 1}
     out = annotate(ev)
     assert out is not None
     assert out.changed == (ROOT,)

@@ -30,7 +30,7 @@ from test_switchboard_server import (  # noqa: F401  (fixtures)
 
 from asyncai_agent.channels import ChannelPuller
 from asyncai_watch import log
-from asyncai_watch.notice import Notice
+from asyncai_watch.core.notice import Notice
 
 
 def todo(n: int) -> dict[str, Any]:

@@ -6,7 +6,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from asyncai_watch.clock import Clock, FakeClock, SystemClock, fail_after
+from asyncai_watch.clock import Clock, SystemClock, fail_after
+from asyncai_watch.testing import FakeClock
 
 
 @pytest.mark.anyio

@@ -7,11 +7,11 @@ from typing import Any
 import anyio
 import pytest
 
-from asyncai_watch.clock import FakeClock
-from asyncai_watch.codemode import ToolCallError, builtins, python_name, tool_functions
+from asyncai_watch.codemode import builtins
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.source import ToolInfo
-from tests.fakes import FakeResourceSource
+from asyncai_watch.testing import FakeClock, FakeSource
+from asyncai_watch.tools import ToolCallError, python_name, tool_functions
 from tests.test_manager import IMMEDIATE, NOTES, memo_fake
 
 
@@ -65,7 +65,7 @@ async def test_tool_functions_names_results_and_errors() -> None:
     def fail(_: Any) -> Any:
         raise ValueError("no such key 'zz'")
 
-    a = FakeResourceSource(
+    a = FakeSource(
         "alpha",
         tools=[
             (
@@ -78,7 +78,7 @@ async def test_tool_functions_names_results_and_errors() -> None:
             (ToolInfo(name="boom"), fail),
         ],
     )
-    b = FakeResourceSource("beta-2", tools=[(ToolInfo(name="get", read_only=True), lambda args: [1, 2])])
+    b = FakeSource("beta-2", tools=[(ToolInfo(name="get", read_only=True), lambda args: [1, 2])])
     fns = await tool_functions([a, b])
     assert sorted(fns) == ["alpha_get", "beta_2_get", "boom", "say_hi"]
     assert await fns["alpha_get"](key="x") == {"value": "X"}

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch.debounce import Debouncer
+from asyncai_watch.core.debounce import Debouncer
 
 
 def test_trailing_quiet_period() -> None:
@@ -69,24 +68,6 @@ def test_flush_forces_and_empty_is_none() -> None:
     assert d.pending == 1
     assert d.flush() == "x"
     assert d.pending == 0
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "says"),
-    [
-        ({"quiet": -1}, "quiet must be a finite number >= 0"),
-        ({"max_wait": float("inf")}, "max_wait must be a finite number >= 0"),
-        ({"max_lines": 0}, "max_lines must be an int >= 1"),
-    ],
-)
-def test_bad_settings(kwargs: dict[str, float], says: str) -> None:
-    with pytest.raises(ValueError, match=says):
-        Debouncer(**kwargs)  # type: ignore[arg-type]
-
-
-def test_bad_time() -> None:
-    with pytest.raises(ValueError, match="now must be a finite time"):
-        Debouncer().add("x", float("nan"))
 
 
 # --- properties: a driver that checks at arbitrary times ---------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch.dedupe import Deduper
+from asyncai_watch.core.dedupe import Deduper
 
 
 def test_repeat_for_the_same_key_is_dropped() -> None:

@@ -7,8 +7,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch.diff import diff_state, item_key, keyed, parse_state
-from asyncai_watch.events import ADDED, CHANGED, DELETED, MODIFIED, Event
+from asyncai_watch.core.diff import diff_state, keyed
+from asyncai_watch.core.events import ADDED, CHANGED, DELETED, MODIFIED, Event
+from asyncai_watch.core.identity import item_key
+from asyncai_watch.core.watch import Body
 
 json_scalars = (
     st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | st.text(max_size=4)
@@ -57,11 +59,15 @@ def test_keyed_disambiguates_repeated_keys_in_list_order() -> None:
 # --- parse ------------------------------------------------------------------------------------------
 
 
-def test_parse_state_json_else_text() -> None:
-    assert parse_state('{"a": [1, 2]}') == {"a": [1, 2]}
-    assert parse_state("3") == 3
-    assert parse_state("hello, world") == "hello, world"
-    assert parse_state("[" * 100_000) == "[" * 100_000  # too deep for json: kept as text, no crash
+def test_a_body_is_its_json_else_its_text() -> None:
+    assert Body.parse('{"a": [1, 2]}').value == {"a": [1, 2]}
+    assert Body.parse("3").value == 3
+    assert Body.parse("123456789012345678901234567890").value == 123456789012345678901234567890
+    assert Body.parse("hello, world").value == "hello, world"
+    deep = Body.parse("[" * 100_000)  # too deep to parse: kept as text, with the reason, no crash
+    assert deep.value == "[" * 100_000
+    assert deep.error is not None
+    assert "deeper than" in deep.error
 
 
 # --- examples ---------------------------------------------------------------------------------------
@@ -75,9 +81,13 @@ def test_list_by_item_key() -> None:
     mod = events[0]
     assert (mod.old, mod.new) == ({"id": 2, "v": "b"}, {"id": 2, "v": "B"})
     assert events[1].old is None
-    assert events[1].new == {"id": 4, "v": "d"}
-    assert events[2].old == {"id": 1, "v": "a"}
+    assert events[1].new == events[1].item == {"id": 4, "v": "d"}
+    # DELETED: the deleted value is the event's item; old is only for MODIFIED.
+    assert events[2].item == {"id": 1, "v": "a"}
+    assert events[2].old is None
     assert events[2].new is None
+    assert events[2].to_filter_dict(watch="w", uri="u")["old"] is None
+    assert events[2].to_filter_dict(watch="w", uri="u")["item"] == {"id": 1, "v": "a"}
 
 
 def test_kubernetes_list_uses_uid() -> None:

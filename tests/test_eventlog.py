@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncai_servers._eventlog import EventRing
-from asyncai_watch.eventlog import GAP_LIMIT, GAP_RESET, GAP_TRUNCATED, BodyError, Sequencer
-from asyncai_watch.events import ERROR, GAP, Event
+from asyncai_watch.core.eventlog import GAP_LIMIT, GAP_RESET, GAP_TRUNCATED, BodyError, Sequencer
+from asyncai_watch.core.events import ERROR, GAP, Event
 
 
 def body(*seqs: int, type_: str = "MODIFIED") -> str:

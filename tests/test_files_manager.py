@@ -16,10 +16,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from asyncai_watch.limits import Limits
+from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.notice import Notice
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.mcp_source import McpResourceSource
-from asyncai_watch.notice import Notice
 
 pytestmark = pytest.mark.anyio
 
@@ -58,7 +58,7 @@ async def test_burst_of_1000_writes_gives_few_notices_and_the_final_state_is_rig
             target.write_text(json.dumps({"n": i}))  # in place: the server may catch torn states
 
     async with manager(tmp_path, Limits(debounce_quiet=1.0, debounce_max_wait=10.0)) as m:
-        assert await m.watch_start(name="burst", uri=uri) == {"name": "burst", "uri": uri, "shape": "state"}
+        assert (await m.watch_start(name="burst", uri=uri)).shape == "state"
         await anyio.to_thread.run_sync(burst)
         seen: list[Notice] = []
         with anyio.fail_after(WAIT):
@@ -70,31 +70,25 @@ async def test_burst_of_1000_writes_gives_few_notices_and_the_final_state_is_rig
         (watch,) = m.watch_list()
     # The burst's notice (two if the machine stalled over a second mid-burst) plus "done".
     assert len(seen) <= 3, [n.text for n in seen]
-    assert watch["notices"] == len(seen)
-    assert watch["events"] < 300, watch  # reads coalesced: nowhere near one diff per write
+    assert watch.notices == len(seen)
+    assert watch.events < 300, watch  # reads coalesced: nowhere near one diff per write
 
 
 async def test_directory_changes_reach_the_agent_as_lines(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("a")
     uri = f"dir-events://{tmp_path}?recursive=true"
     async with manager(tmp_path, Limits(debounce_quiet=0.2, debounce_max_wait=5.0)) as m:
-        assert (await m.watch_start(name="tree", uri=uri))["shape"] == "event-log"
+        assert (await m.watch_start(name="tree", uri=uri)).shape == "event-log"
         (tmp_path / "a.txt").rename(tmp_path / "b.txt")
         (tmp_path / "sub").mkdir()
         (tmp_path / "sub" / "c.txt").write_text("c")
         seen: list[Notice] = []
         await notice_containing(m, "sub/c.txt", seen)
         text = "\n".join(n.text for n in seen)
-        # Objects without a Kubernetes name are shown as compact JSON (the library's default line).
-        for kind, name in (
-            ("DELETED", "a.txt"),
-            ("ADDED", "b.txt"),
-            ("ADDED", "sub"),
-            ("ADDED", "sub/c.txt"),
-        ):
-            assert any(
-                line.startswith(f"{kind} {{") and f'"name":"{name}"' in line for line in text.splitlines()
-            ), text
+        # Entries are named by their identity ("name"), as the same item in a state resource would be.
+        lines = text.splitlines()
+        for line in ("DELETED a.txt", "ADDED b.txt", "ADDED sub", "ADDED sub/c.txt"):
+            assert line in lines, text
 
 
 async def test_torn_json_surfaces_as_an_error_and_recovers(tmp_path: Path) -> None:

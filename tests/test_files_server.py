@@ -25,8 +25,8 @@ from mcp.client.subscriptions import ResourceUpdated, Subscription
 
 from asyncai_servers._http import running_http_server
 from asyncai_servers.files.__main__ import main as files_main
-from asyncai_watch.eventlog import Sequencer
-from asyncai_watch.events import EVENTS_MIME_TYPE
+from asyncai_watch.core.eventlog import Sequencer
+from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 pytestmark = pytest.mark.anyio
 

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterError
 from asyncai_watch.filters import (
     EmptyCatalog,
@@ -20,7 +21,6 @@ from asyncai_watch.filters import (
     sample_event,
     validate_on_event,
 )
-from asyncai_watch.limits import Limits
 
 pytestmark = pytest.mark.anyio
 

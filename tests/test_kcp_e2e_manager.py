@@ -10,7 +10,7 @@ import pytest
 from fake_kubectl import FakeCluster
 from kcp_helpers import WAIT, kcp_argv, kcp_env, watch_starts, write_kubeconfig
 
-from asyncai_watch.limits import Limits
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.mcp_source import McpResourceSource
 
@@ -34,7 +34,7 @@ async def test_configmap_watch_create_patches_delete(tmp_path: Path) -> None:
         async with source, WatchManager([source], limits=limits) as m:
             uri = "kcp-events://watch/root:app/configmaps?namespace=*"
             started = await m.watch_start(name="cm", uri=uri, on_event=ON_EVENT)
-            assert started["shape"] == "event-log"
+            assert started.shape == "event-log"
             await starts.next()  # kubectl -w is streaming
             cluster.create("final-check", {"a": "1"})
             with anyio.fail_after(WAIT):
@@ -49,4 +49,4 @@ async def test_configmap_watch_create_patches_delete(tmp_path: Path) -> None:
             # The three patches were dropped by the filter: the next notice is the delete.
             assert notice.text == "deleted default/final-check"
             (listed,) = m.watch_list()
-            assert listed["events"] == 5
+            assert listed.events == 5

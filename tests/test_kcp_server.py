@@ -14,7 +14,7 @@ from kcp_helpers import WAIT, events_of, kcp_client, watch_starts
 from mcp import Client, MCPError
 from mcp.client.subscriptions import ResourceUpdated
 
-from asyncai_watch.events import EVENTS_MIME_TYPE
+from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 URI = "kcp-events://watch/root:app/configmaps?namespace=default"
 

@@ -17,7 +17,7 @@ from kcp_helpers import FAKE_KUBECTL, WAIT, watch_starts
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.uri import WatchTarget
 from asyncai_servers.kcp.watcher import Backoff, WatcherPool
-from asyncai_watch.clock import FakeClock
+from asyncai_watch.testing import FakeClock
 
 URI = "kcp-events://watch/root:app/configmaps"
 

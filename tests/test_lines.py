@@ -7,11 +7,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch.changes import annotate
-from asyncai_watch.diff import diff_state
-from asyncai_watch.eventlog import Sequencer
-from asyncai_watch.events import ADDED, DELETED, MODIFIED, Event
-from asyncai_watch.lines import default_line, short_value
+from asyncai_watch.core.changes import annotate
+from asyncai_watch.core.diff import diff_state
+from asyncai_watch.core.eventlog import Sequencer
+from asyncai_watch.core.events import ADDED, DELETED, MODIFIED, Event
+from asyncai_watch.core.lines import default_line, short_value
 
 
 def k8s(name: str, namespace: str | None = "default", **status: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""WatchManager over the in-memory FakeResourceSource, with a FakeClock (no real waits)."""
+"""WatchManager over the in-memory FakeSource, with a FakeClock (no real waits)."""
 
 from __future__ import annotations
 
@@ -9,42 +9,43 @@ from typing import Any
 import anyio
 import pytest
 
-from asyncai_watch.clock import FakeClock
+from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.notice import SOURCE_WATCH, Notice
 from asyncai_watch.errors import (
     FilterError,
+    InvalidWatchNameError,
     LimitError,
     ProtocolVersionError,
     RoutingError,
     SubscriptionLostError,
     WatchError,
 )
-from asyncai_watch.limits import Limits
-from asyncai_watch.manager import InvalidWatchNameError, WatchManager, resource_example
-from asyncai_watch.notice import SOURCE_WATCH, Notice
-from asyncai_watch.source import ResourceInfo, TemplateInfo, ToolInfo
-from tests.fakes import FakeResourceSource
+from asyncai_watch.info import ResourceInfo, WatchInfo, resource_example
+from asyncai_watch.manager import WatchManager
+from asyncai_watch.source import ListedResource, ListedTemplate, ToolInfo
+from asyncai_watch.testing import FakeClock, FakeSource
 
 NOTES = "memo://notes"
 EXAMPLE = 'await watch_start(name="notes", uri="memo://notes")'
 IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 
 
-def memo_fake(name: str = "memo", **kw: Any) -> FakeResourceSource:
-    fake = FakeResourceSource(
+def memo_fake(name: str = "memo", **kw: Any) -> FakeSource:
+    fake = FakeSource(
         name,
         resources=[
-            ResourceInfo(
+            ListedResource(
                 uri=NOTES,
                 name="notes",
                 description=f"The memo as a JSON object.\nExample: {EXAMPLE}",
                 mime_type="application/json",
             ),
-            ResourceInfo(
+            ListedResource(
                 uri="memo://readme", name="readme", description="plain text", mime_type="text/plain"
             ),
         ],
         templates=[
-            TemplateInfo(
+            ListedTemplate(
                 uri_template="memo://notes/{key}",
                 name="note",
                 description='One note.\nExample: await watch_start(name="n", uri="memo://notes/todo")',
@@ -69,7 +70,7 @@ async def next_notice(m: WatchManager) -> Notice:
 
 @asynccontextmanager
 async def manager(
-    *sources: FakeResourceSource, limits: Limits = IMMEDIATE, clock: FakeClock | None = None, **kw: Any
+    *sources: FakeSource, limits: Limits = IMMEDIATE, clock: FakeClock | None = None, **kw: Any
 ) -> AsyncIterator[WatchManager]:
     async with WatchManager(list(sources), limits=limits, clock=clock or FakeClock(), **kw) as m:
         yield m
@@ -80,7 +81,13 @@ async def test_start_push_notice() -> None:
     fake = memo_fake()
     async with manager(fake) as m:
         started = await m.watch_start("notes", NOTES)
-        assert started == {"name": "notes", "uri": NOTES, "shape": "state"}
+        assert (started.name, started.uri, started.shape, started.status) == (
+            "notes",
+            NOTES,
+            "state",
+            "running",
+        )
+        assert started.server == "memo"
         # Subscribe first, then the baseline read: no change can fall between them.
         assert [c for c in fake.calls if c[1] == NOTES] == [
             ("subscriptions/listen", NOTES),
@@ -95,7 +102,9 @@ async def test_start_push_notice() -> None:
         notice = await next_notice(m)
         assert notice.text.startswith("MODIFIED owner")
         assert m.watch_list() == [
-            {"name": "notes", "uri": NOTES, "shape": "state", "events": 2, "notices": 2}
+            WatchInfo(
+                name="notes", uri=NOTES, status="running", shape="state", server="memo", events=2, notices=2
+            )
         ]
     # Leaving the manager cancels the watch: its subscription is closed.
     assert fake.listeners() == 0
@@ -126,12 +135,12 @@ async def test_event_log_by_seq_with_gap() -> None:
     fake = memo_fake()
     uri = "memo://events"
     fake.resources.append(
-        ResourceInfo(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
+        ListedResource(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
     )
     obj = {"metadata": {"name": "x", "namespace": "default"}}
     fake.set_events(uri, [{"seq": 1, "type": "ADDED", "object": obj}])
     async with manager(fake) as m:
-        assert (await m.watch_start("ev", uri))["shape"] == "event-log"
+        assert (await m.watch_start("ev", uri)).shape == "event-log"
         fake.set_events(
             uri, [{"seq": 1, "type": "ADDED", "object": obj}, {"seq": 2, "type": "DELETED", "object": obj}]
         )
@@ -151,7 +160,7 @@ async def test_body_error_becomes_an_error_line_and_the_watch_goes_on() -> None:
     fake = memo_fake()
     uri = "memo://events"
     fake.resources.append(
-        ResourceInfo(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
+        ListedResource(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
     )
     fake.set_events(uri, [])
     async with manager(fake) as m:
@@ -202,7 +211,8 @@ async def test_five_watch_limit() -> None:
         with pytest.raises(LimitError, match=r"max_watches=5") as info:
             await m.watch_start("w5", NOTES)
         assert "w0" in str(info.value)
-        assert fake.listeners(NOTES) == 5
+        # Five watches on one URI share one subscription.
+        assert fake.listeners(NOTES) == 1
         assert len(m.watch_list()) == 5
         await m.watch_stop("w0")
         await m.watch_start("w5", NOTES)
@@ -267,9 +277,7 @@ async def test_legacy_server_watch_names_the_version() -> None:
 @pytest.mark.anyio
 async def test_routing_exact_template_and_failure() -> None:
     memo = memo_fake()
-    other = FakeResourceSource(
-        "other", subscribable=False, resources=[ResourceInfo(uri="other://x", name="x")]
-    )
+    other = FakeSource("other", subscribable=False, resources=[ListedResource(uri="other://x", name="x")])
     other.set("other://x", "other text", mime_type="text/plain")
     memo.set("memo://notes/todo", {"key": "todo", "value": "milk"})
     async with manager(other, memo) as m:
@@ -277,7 +285,7 @@ async def test_routing_exact_template_and_failure() -> None:
         assert await m.read_resource("memo://notes/todo") == {"key": "todo", "value": "milk"}
         await m.watch_start("todo", "memo://notes/todo")
         assert memo.listeners("memo://notes/todo") == 1
-    lonely = FakeResourceSource("lonely", subscribable=False, resources=[ResourceInfo(uri="a://b", name="b")])
+    lonely = FakeSource("lonely", subscribable=False, resources=[ListedResource(uri="a://b", name="b")])
     async with manager(lonely) as m:
         with pytest.raises(RoutingError, match="a://b"):
             await m.watch_start("nope", "zzz://unknown")
@@ -288,22 +296,20 @@ async def test_list_resources_and_read_resource() -> None:
     fake = memo_fake()
     async with manager(fake) as m:
         listed = await m.list_resources()
-        by_uri = {r["uri"]: r for r in listed}
-        assert by_uri[NOTES] == {
-            "uri": NOTES,
-            "template": False,
-            "name": "notes",
-            "description": f"The memo as a JSON object.\nExample: {EXAMPLE}",
-            "example": EXAMPLE,
-            "mime_type": "application/json",
-            "server": "memo",
-            "subscribable": True,
-        }
-        assert by_uri["memo://notes/{key}"]["template"] is True
-        assert (
-            by_uri["memo://notes/{key}"]["example"] == 'await watch_start(name="n", uri="memo://notes/todo")'
+        by_uri = {r.uri: r for r in listed}
+        assert by_uri[NOTES] == ResourceInfo(
+            uri=NOTES,
+            template=False,
+            name="notes",
+            description=f"The memo as a JSON object.\nExample: {EXAMPLE}",
+            mime_type="application/json",
+            server="memo",
+            watchable=True,
         )
-        assert by_uri["memo://readme"]["example"] is None
+        assert by_uri[NOTES].example == EXAMPLE
+        assert by_uri["memo://notes/{key}"].template is True
+        assert by_uri["memo://notes/{key}"].example == 'await watch_start(name="n", uri="memo://notes/todo")'
+        assert by_uri["memo://readme"].example is None
         fake.set(NOTES, {"a": [1, 2]})
         assert await m.read_resource(NOTES) == {"a": [1, 2]}
         assert await m.read_resource("memo://readme") == "hello"
@@ -372,12 +378,12 @@ async def test_resubscribe_gives_up_after_five_failures(
         assert str(failure(4)) in notice.text
         assert fake.requests["subscriptions/listen"] == 6
         (item,) = m.watch_list()
-        assert item["failed"] is True
+        assert item.status == "failed"
         # Nothing runs any more for it: no task sleeps on the clock.
         assert clock.sleepers == 0
         # A failed watch can be started again under its name.
         await m.watch_start("notes", NOTES)
-        assert "failed" not in m.watch_list()[0]
+        assert m.watch_list()[0].status == "running"
 
 
 @pytest.mark.anyio
@@ -462,7 +468,7 @@ async def test_per_object_dedupe_through_the_manager() -> None:
     fake = memo_fake()
     uri = "memo://events"
     fake.resources.append(
-        ResourceInfo(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
+        ListedResource(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
     )
     obj = {"metadata": {"name": "x", "namespace": "d"}}
     events: list[dict[str, Any]] = []
@@ -482,7 +488,7 @@ async def test_per_object_dedupe_through_the_manager() -> None:
         fake.set_events(uri, events)
         fake.push(uri)
         assert (await next_notice(m)).text == "ADDED d/y"
-        assert m.watch_list()[0]["events"] == 4
+        assert m.watch_list()[0].events == 4
 
 
 @pytest.mark.anyio
@@ -490,7 +496,7 @@ async def test_noop_modified_is_dropped_before_the_line() -> None:
     fake = memo_fake()
     uri = "memo://events"
     fake.resources.append(
-        ResourceInfo(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
+        ListedResource(uri=uri, name="events", mime_type="application/vnd.asyncai.events+json")
     )
     obj = {"metadata": {"name": "x", "namespace": "d", "resourceVersion": "1"}, "spec": {"a": 1}}
     bumped = {"metadata": {"name": "x", "namespace": "d", "resourceVersion": "2"}, "spec": {"a": 1}}
@@ -506,16 +512,16 @@ async def test_noop_modified_is_dropped_before_the_line() -> None:
         )
         fake.push(uri)
         assert (await next_notice(m)).text == "DELETED d/x"
-        assert m.watch_list()[0]["events"] == 1
+        assert m.watch_list()[0].events == 1
 
 
 @pytest.mark.anyio
 async def test_manager_close_cancels_every_watch() -> None:
     fake = memo_fake()
     async with manager(fake) as m:
-        for i in range(3):
-            await m.watch_start(f"w{i}", NOTES)
-        assert fake.listeners() == 3
+        for i, uri in enumerate([NOTES, "memo://readme", NOTES]):
+            await m.watch_start(f"w{i}", uri)
+        assert fake.listeners() == 2  # one per URI
     assert fake.listeners() == 0
     with pytest.raises(anyio.EndOfStream):
         m.notices.receive_nowait()
@@ -543,7 +549,7 @@ f"{seen}: {event['type'].lower()} {event['key']}={event['new']}" if event["key"]
         fake.update(NOTES, {"a": 2, "skip": 0, "b": {"x": 1}})
         # `seen` persisted across events; a non-str value would be compact JSON.
         assert (await next_notice(m)).text == "3: modified a=2\n4: added b={'x': 1}"
-        assert m.watch_list()[0]["events"] == 4
+        assert m.watch_list()[0].events == 4
 
 
 @pytest.mark.anyio
@@ -624,7 +630,7 @@ out
         fake.update(NOTES, {"write": 1, "watch": 1})
         text = (await next_notice(m)).text
         assert "cannot call watch_start" in text
-        assert [w["name"] for w in m.watch_list()] == ["notes"]
+        assert [w.name for w in m.watch_list()] == ["notes"]
         fake.update(NOTES, {"write": 1, "watch": 1, "r": 1})
         assert (await next_notice(m)).text == "read-only: r hello"
         assert fake.tool_calls[-1] == ("memo_get", {"key": "r"})
@@ -640,7 +646,7 @@ async def test_closed_notice_stream_does_not_crash_the_manager() -> None:
         fake.update(NOTES, {"a": 1})
         await fake.wait_requests("resources/read", 2)
         await anyio.wait_all_tasks_blocked()
-        assert m.watch_list()[0]["notices"] == 1
+        assert m.watch_list()[0].notices == 1
         assert fake.listeners(NOTES) == 1
 
 

@@ -18,14 +18,16 @@ from typing import Any
 import anyio
 import pytest
 
-from asyncai_watch.clock import FakeClock, SystemClock
-from asyncai_watch.codemode import builtins, tool_functions
+from asyncai_watch.clock import SystemClock
+from asyncai_watch.codemode import builtins
+from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import ProtocolVersionError, WatchError
-from asyncai_watch.limits import Limits
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.mcp_source import McpResourceSource
-from asyncai_watch.notice import Notice
-from asyncai_watch.source import ReadResult, ResourceInfo, TemplateInfo, ToolInfo, ToolResult
+from asyncai_watch.source import ListedResource, ListedTemplate, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.testing import FakeClock
+from asyncai_watch.tools import tool_functions
 from tests.test_memo_server import memo_http_server
 
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
@@ -70,13 +72,16 @@ class GatedSource:
         return self.inner.protocol_version
 
     @property
-    def subscribable(self) -> bool:
-        return self.inner.subscribable
+    def watchable(self) -> bool:
+        return self.inner.watchable
 
-    async def list_resources(self) -> list[ResourceInfo]:
+    def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
+        return self.inner.listen_list_changed()
+
+    async def list_resources(self) -> list[ListedResource]:
         return await self.inner.list_resources()
 
-    async def list_templates(self) -> list[TemplateInfo]:
+    async def list_templates(self) -> list[ListedTemplate]:
         return await self.inner.list_templates()
 
     async def read(self, uri: str) -> ReadResult:

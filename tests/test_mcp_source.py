@@ -14,16 +14,17 @@ import pytest
 from mcp.client import advertise
 from test_memo_server import MEMO, WAIT, memo_http_server
 
-from asyncai_watch.clock import FakeClock
-from asyncai_watch.errors import ProtocolVersionError, SubscriptionLostError, WatchError
-from asyncai_watch.mcp_source import (
-    McpResourceSource,
+from asyncai_watch.errors import (
+    ProtocolVersionError,
     ServerConnectionError,
     ServerError,
     ServerTimeoutError,
-    _covers,
+    SubscriptionLostError,
+    WatchError,
 )
+from asyncai_watch.mcp_source import McpResourceSource, _covers
 from asyncai_watch.source import ReadResult, ResourceSource
+from asyncai_watch.testing import FakeClock
 
 LEGACY = [sys.executable, str(Path(__file__).with_name("legacy_server.py"))]
 
@@ -46,7 +47,7 @@ async def test_stdio_memo_listen_update_reread() -> None:
         assert isinstance(src, ResourceSource)
         assert src.name == "memo"  # from serverInfo
         assert src.protocol_version == "2026-07-28"
-        assert src.subscribable is True
+        assert src.watchable is True
         assert [r.uri for r in await src.list_resources()] == ["memo://notes"]
         (notes,) = await src.list_resources()
         assert notes.mime_type == "application/json"

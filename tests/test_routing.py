@@ -10,9 +10,16 @@ import uritemplate
 from hypothesis import given
 from hypothesis import strategies as st
 
+from asyncai_watch.core.routing import (
+    InvalidUriTemplate,
+    Route,
+    ServerCatalog,
+    Template,
+    compile_template,
+    route,
+)
 from asyncai_watch.errors import RoutingError
-from asyncai_watch.routing import InvalidUriTemplate, Route, ServerCatalog, Template, compile_template, route
-from asyncai_watch.source import ResourceInfo, TemplateInfo
+from asyncai_watch.source import ListedResource, ListedTemplate
 
 KCP = "kcp-events://watch/{workspace}/{resource}{?namespace,labelSelector,fieldSelector,kcp}"
 
@@ -211,17 +218,17 @@ def test_expand_then_match_gives_the_variables_back(
 
 MEMO = ServerCatalog(
     name="memo",
-    resources=[ResourceInfo(uri="memo://notes")],
-    templates=[TemplateInfo(uri_template="memo://notes/{key}")],
+    resources=[ListedResource(uri="memo://notes")],
+    templates=[ListedTemplate(uri_template="memo://notes/{key}")],
     subscribable=True,
 )
-KCP_SERVER = ServerCatalog(name="kcp", templates=[TemplateInfo(uri_template=KCP)], subscribable=True)
-PLAIN = ServerCatalog(name="plain", resources=[ResourceInfo(uri="plain://readme")], subscribable=False)
+KCP_SERVER = ServerCatalog(name="kcp", templates=[ListedTemplate(uri_template=KCP)], subscribable=True)
+PLAIN = ServerCatalog(name="plain", resources=[ListedResource(uri="plain://readme")], subscribable=False)
 
 
 def test_exact_listing_wins() -> None:
     shadow = ServerCatalog(
-        name="shadow", templates=[TemplateInfo(uri_template="memo://{what}")], subscribable=True
+        name="shadow", templates=[ListedTemplate(uri_template="memo://{what}")], subscribable=True
     )
     assert route("memo://notes", [shadow, MEMO]) == Route(server="memo", template=None, variables={})
 
@@ -238,7 +245,7 @@ def test_first_subscribable_server_otherwise() -> None:
 
 
 def test_bad_server_template_does_not_break_routing() -> None:
-    broken = ServerCatalog(name="broken", templates=[TemplateInfo(uri_template="b://{a}{b}")])
+    broken = ServerCatalog(name="broken", templates=[ListedTemplate(uri_template="b://{a}{b}")])
     assert route("memo://notes/x", [broken, MEMO]).server == "memo"
     with pytest.raises(RoutingError, match=r"b://\{a\}\{b\} \(broken, unparseable\)"):
         route("zzz://", [broken])
@@ -246,7 +253,9 @@ def test_bad_server_template_does_not_break_routing() -> None:
 
 def test_no_route_lists_what_is_known() -> None:
     with pytest.raises(RoutingError) as info:
-        route("nope://x", [PLAIN, ServerCatalog(name="t", templates=[TemplateInfo(uri_template="t://{id}")])])
+        route(
+            "nope://x", [PLAIN, ServerCatalog(name="t", templates=[ListedTemplate(uri_template="t://{id}")])]
+        )
     message = str(info.value)
     assert "'nope://x'" in message
     assert "plain://readme (plain)" in message
@@ -260,7 +269,7 @@ def test_no_route_lists_what_is_known() -> None:
 def test_route_agrees_with_expansion(case: tuple[str, dict[str, Any], set[str]]) -> None:
     source, values, _ = case
     t = Template(source)
-    other = ServerCatalog(name="other", templates=[TemplateInfo(uri_template="y://{a}")], subscribable=True)
-    mine = ServerCatalog(name="mine", templates=[TemplateInfo(uri_template=source)])
+    other = ServerCatalog(name="other", templates=[ListedTemplate(uri_template="y://{a}")], subscribable=True)
+    mine = ServerCatalog(name="mine", templates=[ListedTemplate(uri_template=source)])
     r = route(t.expand(values), [other, mine])
     assert (r.server, r.template, r.variables) == ("mine", source, expected(t, values))

@@ -9,13 +9,13 @@ from typing import Any
 import anyio
 import pytest
 
-from asyncai_watch.clock import FakeClock
-from asyncai_watch.errors import StateFileError
+from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice
+from asyncai_watch.errors import LimitError, StateFileError
 from asyncai_watch.filters import RestrictedPythonEngine
-from asyncai_watch.limits import Limits
 from asyncai_watch.manager import WatchManager
-from asyncai_watch.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice
 from asyncai_watch.state_file import StateFile, WatchSpec
+from asyncai_watch.testing import FakeClock
 from tests.test_manager import IMMEDIATE, NOTES, memo_fake
 
 
@@ -106,7 +106,7 @@ async def test_watch_state_round_trip(tmp_path: Path) -> None:
         assert restore.source == SOURCE_RESTORE
         assert "Restored 1 of 1" in restore.text
         assert "keys memo://notes: restored" in restore.text
-        assert [w["name"] for w in m.watch_list()] == ["keys"]
+        assert [w.name for w in m.watch_list()] == ["keys"]
         fake.update(NOTES, {"fresh": 1})  # a fresh baseline: only this change is reported
         notice = await receive(m)
         assert (notice.source, notice.text) == (SOURCE_WATCH, "key fresh")
@@ -138,23 +138,40 @@ async def test_restore_rules(tmp_path: Path) -> None:
         assert "third memo://notes: restored" in text
         assert "down memo://notes/todo: restore failed, kept" in text
         assert "server restarting" in text
-        for dropped in ("badfilter", "fnrepr", "bad name", "overlimit"):
+        for dropped in ("badfilter", "fnrepr", "bad name"):
             assert f"- {dropped} memo://notes: dropped, it can never start" in text
+        # Over a limit is not "can never start": the spec stays saved, listed with the reason.
+        assert "overlimit memo://notes: restore failed, kept" in text
         assert "max_watches" in text
-        assert dict(restore.meta)["dropped"] == "4"
-        # Specs that can never start are gone from the file; the transient one stays.
-        assert [s["name"] for s in saved(path)] == ["good", "down", "third"]
-        listed = {w["name"]: w for w in m.watch_list()}
-        assert listed["down"]["restore_failed"] is True
-        assert "server restarting" in listed["down"]["error"]
-        assert "restore_failed" not in listed["good"]
-        assert fake.listeners() == 2
-        # Starting it again (the server is back) clears the flag and keeps it saved.
+        assert dict(restore.meta)["dropped"] == "3"
+        assert dict(restore.meta)["restore_failed"] == "2"
+        # Specs that can never start are gone from the file; the transient and over-limit ones stay.
+        assert [s["name"] for s in saved(path)] == ["good", "down", "third", "overlimit"]
+        listed = {w.name: w for w in m.watch_list()}
+        assert listed["down"].status == "restore_failed"
+        assert listed["down"].error is not None
+        assert "server restarting" in listed["down"].error
+        assert listed["overlimit"].status == "restore_failed"
+        assert listed["overlimit"].error is not None
+        assert "max_watches=3" in listed["overlimit"].error
+        assert listed["good"].status == "running"
+        assert fake.listeners() == 1  # good and third share one subscription
+        # Saved specs keep their slots: four saved with room for three, so one must go first.
         del fake.read_errors["memo://notes/todo"]
         fake.set("memo://notes/todo", {"value": "milk"})
+        with pytest.raises(LimitError, match=r"already: good, third, overlimit \(restore_failed\)"):
+            await m.watch_start("down", "memo://notes/todo")
+        await m.watch_stop("third")
+        # Starting it again (the server is back) clears the flag and keeps it saved.
         await m.watch_start("down", "memo://notes/todo")
-        assert "restore_failed" not in {w["name"]: w for w in m.watch_list()}["down"]
-        assert [s["name"] for s in saved(path)] == ["good", "down", "third"]
+        assert {w.name: w for w in m.watch_list()}["down"].status == "running"
+        assert [s["name"] for s in saved(path)] == ["good", "down", "overlimit"]
+        await m.watch_start("overlimit", NOTES)
+        assert {w.name: w.status for w in m.watch_list()} == {
+            "good": "running",
+            "down": "running",
+            "overlimit": "running",
+        }
 
 
 @pytest.mark.anyio
@@ -166,7 +183,7 @@ async def test_restore_failed_spec_is_cleared_by_watch_stop_and_survives_a_resta
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
         restore = await receive(m)
         assert "restore failed, kept" in restore.text
-        assert m.watch_list()[0]["restore_failed"] is True
+        assert m.watch_list()[0].status == "restore_failed"
     assert [s["name"] for s in saved(path)] == ["down"]  # kept for the next start
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
         await receive(m)
@@ -194,7 +211,7 @@ async def test_a_filter_worker_that_cannot_start_keeps_the_spec_saved(tmp_path: 
         assert "filtered memo://notes: restore failed, kept" in restore.text
         assert "cannot start the filter worker" in restore.text
         (listed,) = m.watch_list()
-        assert listed["restore_failed"] is True
+        assert listed.status == "restore_failed"
     assert [s["name"] for s in saved(path)] == ["filtered"]
 
 

@@ -19,7 +19,7 @@ from test_switchboard_server import (  # noqa: F401  (fixtures)
 )
 
 from asyncai_agent.channels import ChannelExtension, ChannelPuller, has_channel
-from asyncai_watch.notice import Notice
+from asyncai_watch.core.notice import Notice
 
 
 async def next_notice(puller: ChannelPuller) -> Notice:

@@ -24,9 +24,9 @@ from asyncai_servers.switchboard.doorbell import SUMMARY_CAP, Doorbell, make_doo
 from asyncai_servers.switchboard.hub import Hub, HubStats, Subscriber
 from asyncai_servers.switchboard.ledger import Ledger, LedgerError
 from asyncai_servers.switchboard.ledger_pg import PostgresLedger
-from asyncai_watch.clock import FakeClock
-from asyncai_watch.eventlog import GAP_RESET, Sequencer
-from asyncai_watch.events import GAP
+from asyncai_watch.core.eventlog import GAP_RESET, Sequencer
+from asyncai_watch.core.events import GAP
+from asyncai_watch.testing import FakeClock
 
 WAIT = 10
 

@@ -37,8 +37,8 @@ from asyncai_servers.switchboard.config import load_credentials
 from asyncai_servers.switchboard.core import Switchboard
 from asyncai_servers.switchboard.ledger import Ledger
 from asyncai_servers.switchboard.server import BearerAuth, build_server
-from asyncai_watch.events import EVENTS_MIME_TYPE
-from asyncai_watch.notice import Notice
+from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch.core.notice import Notice
 
 SWITCHBOARD = [sys.executable, "-m", "asyncai_servers.switchboard"]
 WAIT = 15

@@ -54,7 +54,7 @@ from asyncai_servers.files.content import (
 )
 from asyncai_servers.files.dirlog import DirSpec, FileObject, observe, reconcile, scan
 from asyncai_servers.files.paths import PathRefused, Roots
-from asyncai_watch.events import EVENTS_MIME_TYPE
+from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 __all__ = ["DIR_TEMPLATE", "FILE_TEMPLATE", "FilesServer", "UriError"]
 

@@ -30,7 +30,7 @@ from asyncai_servers.kcp.uri import (
     validate_workspace,
 )
 from asyncai_servers.kcp.watcher import SeedError, WatcherPool
-from asyncai_watch.events import EVENTS_MIME_TYPE
+from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 __all__ = ["KcpServer", "ListenTracker"]
 

@@ -31,7 +31,7 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ResourceUpdated, 
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from asyncai_watch.events import EVENTS_MIME_TYPE
+from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 from .config import Credential, Credentials
 from .core import Switchboard, queue_uri

@@ -14,6 +14,7 @@ See docs/filters.md for the policy, the limits, and what is (not) a security bou
 
 from __future__ import annotations
 
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.filters.engine import (
     DRY_RUN_FATAL,
     MAX_SOURCE_CHARS,
@@ -29,7 +30,6 @@ from asyncai_watch.filters.engine import (
     validate_on_event,
 )
 from asyncai_watch.filters.restricted import RestrictedFilterSession, RestrictedPythonEngine
-from asyncai_watch.limits import Limits
 
 __all__ = [
     "DRY_RUN_FATAL",

@@ -13,8 +13,8 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError, FilterError
-from asyncai_watch.limits import Limits
 
 __all__ = [
     "DRY_RUN_FATAL",

@@ -25,10 +25,10 @@ import attrs
 from anyio.abc import Process
 
 from asyncai_watch import sandbox
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.filters import _wire
 from asyncai_watch.filters.engine import Catalog, FilterOutcome, FilterSession, check_dry_run, open_session
-from asyncai_watch.limits import Limits
 
 __all__ = ["FILENAME", "RestrictedFilterSession", "RestrictedPythonEngine", "check_source"]
 

@@ -1,8 +1,8 @@
 """State diff: the previous read of a state resource vs the current one, as events.
 
-Pure: no I/O, no clock. The rules (ADR "Read shape", state):
+Pure: no I/O, no clock. The rules (docs/design.md, "Read shapes"):
 
-- two JSON lists: items are matched by :func:`item_key`; an item in ``new`` only is
+- two JSON lists: items are matched by :func:`~asyncai_watch.core.identity.item_key`; an item in ``new`` only is
   ``ADDED``, in ``old`` only ``DELETED``, in both but different ``MODIFIED``;
 - two JSON objects: the same, by top-level key;
 - anything else (text, numbers, or a list/object/scalar shape change between reads):
@@ -16,69 +16,18 @@ seen as a change; a strict walk would cost several times the whole diff (see doc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from itertools import compress
 from operator import ne
 from typing import Any
 
-from asyncai_watch.events import ADDED, CHANGED, DELETED, MODIFIED, Event
+from asyncai_watch.core.events import ADDED, CHANGED, DELETED, MODIFIED, Event
+from asyncai_watch.core.identity import item_key
+from asyncai_watch.core.jsontext import compact_json
 
-__all__ = ["compact_json", "diff_state", "item_key", "keyed", "parse_state"]
+__all__ = ["diff_state", "keyed"]
 
 _MISSING: Any = object()
-
-
-# Built once: json.dumps with options builds a new encoder on every call, which dominated.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
-
-
-def compact_json(value: Any) -> str:
-    """Compact, key-sorted JSON: the stable text form of a value (non-JSON values via ``str``)."""
-    return _ENCODER.encode(value)
-
-
-def _id_text(value: Any) -> str | None:
-    # An id is a non-empty string or a number; booleans, null and containers are not ids.
-    if type(value) is str:
-        return value or None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
-def item_key(item: Any) -> str | None:
-    """The item's identity: the first present of ``metadata.uid``, ``uid``, ``id``,
-    ``metadata.name``, ``name``, as a string; ``None`` when there is none.
-
-    A ``metadata.name`` with a ``metadata.namespace`` gives ``namespace/name``, so two
-    namespaces' objects of the same name stay apart. Numbers are stringified; empty strings,
-    booleans, nulls and containers do not count as present.
-    """
-    if type(item) is not dict and not isinstance(item, Mapping):
-        return None
-    get = item.get
-    meta = get("metadata")
-    if type(meta) is not dict and not isinstance(meta, Mapping):
-        meta = None
-    elif (k := _id_text(meta.get("uid"))) is not None:
-        return k
-    if (k := _id_text(get("uid"))) is not None:
-        return k
-    if (k := _id_text(get("id"))) is not None:
-        return k
-    if meta is not None and (k := _id_text(meta.get("name"))) is not None:
-        ns = meta.get("namespace")
-        return f"{ns}/{k}" if type(ns) is str and ns else k
-    return _id_text(get("name"))
-
-
-def parse_state(text: str) -> Any:
-    """A state read's value: the parsed JSON if ``text`` is JSON, else ``text`` itself."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return text
 
 
 def keyed(items: Sequence[Any]) -> dict[str, Any]:
@@ -108,7 +57,7 @@ def keyed(items: Sequence[Any]) -> dict[str, Any]:
         else:
             k = item_key(item)
         if k is None:
-            k = compact_json(item)
+            k = compact_json(item, sort_keys=True)
         if k in out:
             n = 2
             while f"{k}#{n}" in out:
@@ -124,7 +73,7 @@ def _diff_mappings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
     if keys == list(old):
         # Same keys in the same order (the common case): compare values pairwise at C speed.
         return [
-            Event(type=MODIFIED, key=k, old=old[k], new=new[k])
+            Event(type=MODIFIED, key=k, item=new[k], old=old[k])
             for k in compress(keys, map(ne, old.values(), new.values()))
         ]
     events: list[Event] = []
@@ -133,20 +82,20 @@ def _diff_mappings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
     for k, v in new.items():
         o = get(k, _MISSING)
         if o is _MISSING:
-            append(Event(type=ADDED, key=k, new=v))
+            append(Event(type=ADDED, key=k, item=v))
         elif o is not v and o != v:
-            append(Event(type=MODIFIED, key=k, old=o, new=v))
+            append(Event(type=MODIFIED, key=k, item=v, old=o))
     for k, o in old.items():
         if k not in new:
-            append(Event(type=DELETED, key=k, old=o))
+            append(Event(type=DELETED, key=k, item=o))
     return events
 
 
 def diff_state(old: Any, new: Any) -> list[Event]:
     """Events that turn ``old`` into ``new`` (see the module docstring for the rules).
 
-    Every event carries ``key`` (``None`` for ``CHANGED``), ``old`` and ``new``
-    (``None`` where that side has no value).
+    Every event carries ``key`` (``None`` for ``CHANGED``) and ``item`` (the deleted value
+    for ``DELETED``); ``old`` only for ``MODIFIED`` and ``CHANGED``.
     """
     if isinstance(old, list) and isinstance(new, list):
         # No ``old == new`` shortcut: item keys are derived strictly ([false] and [0] key
@@ -161,4 +110,4 @@ def diff_state(old: Any, new: Any) -> list[Event]:
         return _diff_mappings(o, n)
     if old == new:
         return []
-    return [Event(type=CHANGED, old=old, new=new)]
+    return [Event(type=CHANGED, item=new, old=old)]

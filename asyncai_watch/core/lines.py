@@ -1,10 +1,11 @@
 """The default notice line of an event (used when a watch has no ``on_event`` filter).
 
-Pure. The forms (ADR "Filter"):
+Pure. The forms (docs/design.md, "Notice lines"):
 
 - Kubernetes-like object (a ``metadata.name``): ``TYPE namespace/name`` (``TYPE name``
   without a namespace);
-- state diff (an item key): ``TYPE key``;
+- an item with an identity (:func:`~asyncai_watch.core.identity.item_key`), from a state
+  diff or an event log alike: ``TYPE key``;
 - otherwise ``TYPE`` and the object's compact JSON;
 - ``MODIFIED`` with ``changed`` adds up to three changes:
   ``MODIFIED bid-1 (status.phase: Deciding→Published)``, then ``, +N more``;
@@ -19,14 +20,13 @@ same once cut (two long lists) shows its path alone.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from asyncai_watch.changes import ROOT
-from asyncai_watch.diff import compact_json
-from asyncai_watch.eventlog import GAP_LIMIT, GAP_RESET
-from asyncai_watch.events import CHANGED, ERROR, GAP, MODIFIED, Event
+from asyncai_watch.core.changes import ROOT
+from asyncai_watch.core.eventlog import GAP_LIMIT, GAP_RESET
+from asyncai_watch.core.events import CHANGED, ERROR, GAP, MODIFIED, Event
+from asyncai_watch.core.jsontext import compact_json
 
 __all__ = ["MAX_CHANGES_SHOWN", "MAX_JSON_CHARS", "MAX_VALUE_CHARS", "default_line", "short_value"]
 
@@ -39,8 +39,6 @@ MAX_JSON_CHARS: Final = 300
 _UNSET: Final = "(unset)"
 _NARROW_STEPS: Final = 4
 _NARROW_LIST: Final = 100
-# For display only: the server's key order, built once (json.dumps would build one per call).
-_DISPLAY: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
 _MISSING: Final = object()
 _PARTS: Final[dict[str, list[str]]] = {}
 _PARTS_MAX: Final = 1024
@@ -65,7 +63,7 @@ def short_value(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
     elif type(value) is int:
         text = str(value)
     else:
-        text = _DISPLAY.encode(value)
+        text = compact_json(value)
     return _cut(_one_line(text), limit)
 
 
@@ -184,7 +182,7 @@ def _change(path: str, old: Any, new: Any) -> str:
 
 def _changes(event: Event) -> str:
     changed = event.changed
-    old, new = event.old, event.new
+    old, new = event.old, event.item
     n = len(changed)
     if n == 1:
         return f" ({_change(changed[0], old, new)})"
@@ -234,8 +232,7 @@ def _error_line(event: Event) -> str:
 def default_line(event: Event) -> str:
     """The line a watch without a filter puts in its notice (see the module docstring)."""
     typ = event.type
-    new = event.new
-    obj = new if new is not None else event.old
+    obj = event.item
     # The common case first: a Kubernetes-like object (dict metadata with a string name).
     meta = obj.get("metadata") if type(obj) is dict else None
     if type(meta) is dict and typ != GAP and typ != ERROR and typ != CHANGED:
@@ -258,18 +255,18 @@ def _other_line(event: Event) -> str:
     if typ == ERROR:
         return _error_line(event)
     if typ == CHANGED:
-        a, b = short_value(event.old), short_value(event.new)
+        a, b = short_value(event.old), short_value(event.item)
         return "CHANGED" if a == b else f"CHANGED ({a}→{b})"
-    obj = event.new if event.new is not None else event.old
+    obj = event.item
     name = _k8s_name(obj)
     if name is not None:
         head = f"{typ} {name}"
-    elif event.key is not None and not event.fields:
+    elif event.key is not None:
+        # One identity rule for both read shapes: an item with an id reads the same whether it
+        # came from a state diff or an event log.
         head = f"{typ} {event.key}"
     elif obj is not None:
         head = f"{typ} {_cut(compact_json(obj), MAX_JSON_CHARS)}"
-    elif event.key is not None:
-        head = f"{typ} {event.key}"
     else:
         rest = {k: v for k, v in event.fields.items() if k not in ("type", "seq")}
         head = f"{typ} {_cut(compact_json(rest), MAX_JSON_CHARS)}" if rest else typ

@@ -1,4 +1,4 @@
-"""Which connected server a URI goes to (ADR "Client" point 1), and RFC 6570 matching.
+"""Which connected server a URI goes to, and RFC 6570 matching.
 
 Pure. :func:`route` picks, in order: a server that lists the URI exactly; a server with a
 resource template that matches it; the first server that advertises
@@ -31,8 +31,8 @@ from urllib.parse import unquote
 import attrs
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
+from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import RoutingError
-from asyncai_watch.source import ResourceInfo, TemplateInfo
 
 __all__ = ["InvalidUriTemplate", "Route", "ServerCatalog", "Template", "compile_template", "route"]
 
@@ -239,9 +239,10 @@ class ServerCatalog:
     """What one server offers, as routing needs it."""
 
     name: str
-    resources: Sequence[ResourceInfo] = ()
-    templates: Sequence[TemplateInfo] = ()
+    resources: Sequence[ListedResource] = ()
+    templates: Sequence[ListedTemplate] = ()
     subscribable: bool = False
+    """The server can carry watches (MCP 2026-07-28 and ``resources.subscribe``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -251,6 +252,8 @@ class Route:
     server: str
     template: str | None = None
     variables: Mapping[str, object] = attrs.field(factory=dict, hash=False)
+    mime_type: str | None = None
+    """The mimeType the listing declares for the URI or its template (a shape hint)."""
 
 
 def route(uri: str, catalogs: Sequence[ServerCatalog]) -> Route:
@@ -258,7 +261,7 @@ def route(uri: str, catalogs: Sequence[ServerCatalog]) -> Route:
     for cat in catalogs:
         for res in cat.resources:
             if res.uri == uri:
-                return Route(server=cat.name, template=None, variables={})
+                return Route(server=cat.name, mime_type=res.mime_type)
     for cat in catalogs:
         for tpl in cat.templates:
             compiled = _compile(tpl.uri_template)
@@ -266,10 +269,12 @@ def route(uri: str, catalogs: Sequence[ServerCatalog]) -> Route:
                 continue  # a server's unparseable template cannot match anything; others still can
             variables = compiled.match(uri)
             if variables is not None:
-                return Route(server=cat.name, template=tpl.uri_template, variables=variables)
+                return Route(
+                    server=cat.name, template=tpl.uri_template, variables=variables, mime_type=tpl.mime_type
+                )
     for cat in catalogs:
         if cat.subscribable:
-            return Route(server=cat.name, template=None, variables={})
+            return Route(server=cat.name)
     raise RoutingError(_no_route_message(uri, catalogs))
 
 

@@ -1,7 +1,7 @@
 """Event-log sequencer: read bodies in, each event out at most once, GAPs when seqs were missed.
 
 Pure: no I/O, no clock. A read body is ``{"events": [{"seq": int, "type": str, ...}]}``
-(ADR "Read shape", event-log). The :class:`Sequencer` remembers the newest ``seq`` it
+(docs/design.md, "Read shapes"). The :class:`Sequencer` remembers the newest ``seq`` it
 has seen and, per read:
 
 - delivers the events with ``seq`` above it, sorted by ``seq``, each seq once (a body may
@@ -20,15 +20,15 @@ has seen and, per read:
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_right
 from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
 
-from asyncai_watch.diff import item_key
-from asyncai_watch.events import GAP, Event, make_event
+from asyncai_watch.core.events import GAP, MODIFIED, Event, make_event
+from asyncai_watch.core.identity import item_key
+from asyncai_watch.core.jsontext import JsonError, parse_json
 
 __all__ = [
     "GAP_LIMIT",
@@ -105,8 +105,8 @@ def _parse(
     data: Any
     if isinstance(body, str | bytes | bytearray):
         try:
-            data = json.loads(body)
-        except (ValueError, RecursionError) as exc:
+            data = parse_json(body)
+        except JsonError as exc:
             return [], BodyError(f"event-log body is not JSON ({exc}); {_EXPECTED}"), None
     else:
         data = body
@@ -263,7 +263,8 @@ class Sequencer:
                         key = uid
             if key is None:
                 key = item_key(obj)
-            append(make(ev["type"], key, ev.get("old"), obj, (), seq, ev))
+            typ = ev["type"]
+            append(make(typ, key, obj, ev.get("old") if typ == MODIFIED else None, (), seq, ev))
         return FeedResult(gaps, error)
 
 

@@ -1,6 +1,6 @@
 """Trailing debounce with a cap: lines in, one notice text out per burst.
 
-Pure: ``now`` is always passed in, nothing reads a clock (ADR "Debounce"). Each line moves
+Pure: ``now`` is always passed in, nothing reads a clock (docs/design.md, "Debounce"). Each line moves
 the flush to ``quiet`` seconds after it, but never later than ``max_wait`` after the
 burst's first line. A notice lists the burst's distinct lines in first-arrival order,
 a line that came N times as ``line ×N``, at most ``max_lines`` of them, then ``+N more``
@@ -12,27 +12,14 @@ next line and ``d.deadline``; ``d.flush_due(now)`` gives the notice text once du
 
 from __future__ import annotations
 
-import math
-
 __all__ = ["Debouncer"]
-
-_isfinite = math.isfinite
 
 
 class Debouncer:
     __slots__ = ("_counts", "_first", "_last", "_total", "max_lines", "max_wait", "quiet")
 
     def __init__(self, quiet: float = 3.0, max_wait: float = 15.0, max_lines: int = 20) -> None:
-        for name, value in (("quiet", quiet), ("max_wait", max_wait)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise ValueError(f"Debouncer: {name} must be a finite number >= 0 (seconds), got {value!r}")
-        if type(max_lines) is not int or max_lines < 1:
-            raise ValueError(f"Debouncer: max_lines must be an int >= 1, got {max_lines!r}")
+        # Trusted: the values come from a validated Limits (validation happens once, at the edge).
         self.quiet = float(quiet)
         self.max_wait = float(max_wait)
         self.max_lines = max_lines
@@ -55,8 +42,6 @@ class Debouncer:
 
     def add(self, line: str, now: float) -> float:
         """Add a line that arrived at ``now``; returns the (new) deadline."""
-        if not _isfinite(now):
-            raise ValueError(f"Debouncer.add: now must be a finite time, got {now!r}")
         total = self._total
         if not total:
             self._first = self._last = now

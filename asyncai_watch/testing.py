@@ -1,47 +1,52 @@
-"""An in-memory ResourceSource that behaves like an MCP server seen through the SDK.
+"""Test helpers for code that uses asyncai-watch: a clock that moves on command, and an
+in-memory ResourceSource that behaves like an MCP server seen through the SDK.
 
-Faithful to what the manager relies on (see the mcp-sdk crib and source.py):
+:class:`FakeClock` only moves when a test calls :meth:`FakeClock.advance`, and lets the test
+wait until a task is parked on it, so debounce and backoff are tested without real waits and
+without polling.
+
+:class:`FakeSource` is faithful to what the manager relies on (see source.py):
 
 - ``listen(uri)`` is an async context manager; entering it is the server's ack.
   Its iterator yields once per *pending* update: signals that arrive before the
   consumer asks again coalesce into one (the SDK keeps pending events as a set).
-- A listen ends gracefully (:meth:`FakeResourceSource.end`: the iterator stops)
-  or is lost (:meth:`FakeResourceSource.lose`: the iterator raises
+- A listen ends gracefully (:meth:`FakeSource.end`: the iterator stops)
+  or is lost (:meth:`FakeSource.lose`: the iterator raises
   :class:`SubscriptionLostError`).
 - ``read`` returns the current text (never cached); it can be made to fail or
   be held behind a gate.
 - A non-2026-07-28 protocol version makes ``listen`` raise
-  :class:`ProtocolVersionError`, as McpResourceSource does.
+  :class:`ProtocolVersionError`, and ``watchable=False`` :class:`NotWatchableError`, as
+  McpResourceSource does. :meth:`FakeSource.list_changed` rings every
+  ``listen_list_changed`` listener.
 
-Every request is counted in :attr:`FakeResourceSource.requests` and appended
-to :attr:`FakeResourceSource.calls`, so tests can check ordering and idleness.
+Every request is counted in :attr:`FakeSource.requests` and appended
+to :attr:`FakeSource.calls`, so tests can check ordering and idleness.
 Waiting helpers (``wait_listeners``) use events, never polling.
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
+import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 
-from asyncai_watch.errors import ProtocolVersionError, SubscriptionLostError
-from asyncai_watch.events import EVENTS_MIME_TYPE
-from asyncai_watch.source import (
-    MODERN_PROTOCOL_VERSION,
-    ReadResult,
-    ResourceInfo,
-    TemplateInfo,
-    ToolInfo,
-    ToolResult,
-)
+from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch.core.resources import ListedResource, ListedTemplate
+from asyncai_watch.errors import NotWatchableError, ProtocolVersionError, SubscriptionLostError
+from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
 
-__all__ = ["FakeResourceSource", "ReadGate", "ToolHandler"]
+__all__ = ["FakeClock", "FakeSource", "ReadGate", "ToolHandler"]
 
 if TYPE_CHECKING:
+    from asyncai_watch.clock import Clock
     from asyncai_watch.source import ResourceSource
 
 ToolHandler = Callable[[Mapping[str, Any]], Awaitable[Any] | Any]
@@ -108,7 +113,7 @@ class ReadGate:
         await self._open.wait()
 
 
-class FakeResourceSource:
+class FakeSource:
     """An in-memory server: resources, templates, tools, and listeners."""
 
     def __init__(
@@ -117,15 +122,15 @@ class FakeResourceSource:
         *,
         protocol_version: str = MODERN_PROTOCOL_VERSION,
         subscribable: bool = True,
-        resources: Sequence[ResourceInfo] = (),
-        templates: Sequence[TemplateInfo] = (),
+        resources: Sequence[ListedResource] = (),
+        templates: Sequence[ListedTemplate] = (),
         tools: Sequence[tuple[ToolInfo, ToolHandler]] = (),
     ) -> None:
         self._name = name
         self._protocol_version = protocol_version
         self._subscribable = subscribable
-        self.resources: list[ResourceInfo] = list(resources)
-        self.templates: list[TemplateInfo] = list(templates)
+        self.resources: list[ListedResource] = list(resources)
+        self.templates: list[ListedTemplate] = list(templates)
         self.tools: dict[str, tuple[ToolInfo, ToolHandler]] = {t.name: (t, h) for t, h in tools}
         self.contents: dict[str, tuple[str, str | None]] = {}
         self.requests: collections.Counter[str] = collections.Counter()
@@ -136,7 +141,10 @@ class FakeResourceSource:
         self.listen_failures: list[BaseException] = []
         """Exceptions the next listen attempts raise, one per attempt, in order."""
         self.connected = True
+        self.list_changed_supported = True
+        """Whether ``listen_list_changed`` works (a server advertising ``resources.listChanged``)."""
         self._listeners: list[_Listener] = []
+        self._catalog_listeners: list[_Listener] = []
         self._listeners_changed = anyio.Event()
         self._reads_changed = anyio.Event()
 
@@ -150,15 +158,15 @@ class FakeResourceSource:
         return self._protocol_version
 
     @property
-    def subscribable(self) -> bool:
-        return self._subscribable
+    def watchable(self) -> bool:
+        return self._protocol_version == MODERN_PROTOCOL_VERSION and self._subscribable
 
-    async def list_resources(self) -> list[ResourceInfo]:
+    async def list_resources(self) -> list[ListedResource]:
         self._count("resources/list", "")
         self._check_connected()
         return list(self.resources)
 
-    async def list_templates(self) -> list[TemplateInfo]:
+    async def list_templates(self) -> list[ListedTemplate]:
         self._count("resources/templates/list", "")
         self._check_connected()
         return list(self.templates)
@@ -184,6 +192,8 @@ class FakeResourceSource:
                 f"server {self._name!r} speaks {self._protocol_version}; "
                 f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
             )
+        if not self._subscribable:
+            raise NotWatchableError(f"server {self._name!r} is not watchable: no resources.subscribe")
         self._check_connected()
         if self.listen_failures:
             raise self.listen_failures.pop(0)
@@ -198,6 +208,21 @@ class FakeResourceSource:
 
     def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         return self._listen(uri)
+
+    @asynccontextmanager
+    async def _listen_list_changed(self) -> AsyncIterator[AsyncIterator[None]]:
+        if self._protocol_version != MODERN_PROTOCOL_VERSION or not self.list_changed_supported:
+            raise NotWatchableError(f"server {self._name!r} does not advertise resources.listChanged")
+        self._check_connected()
+        listener = _Listener("")
+        self._catalog_listeners.append(listener)
+        try:
+            yield listener
+        finally:
+            self._catalog_listeners.remove(listener)
+
+    def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
+        return self._listen_list_changed()
 
     async def list_tools(self) -> list[ToolInfo]:
         self._count("tools/list", "")
@@ -242,6 +267,12 @@ class FakeResourceSource:
         """``set`` then ``push``: a change on the server's write path."""
         self.set(uri, content, mime_type=mime_type)
         return self.push(uri)
+
+    def list_changed(self) -> int:
+        """Send ``notifications/resources/list_changed``; returns how many listeners got it."""
+        for lst in self._catalog_listeners:
+            lst.signal()
+        return len(self._catalog_listeners)
 
     def end(self, uri: str) -> int:
         """End every listen of ``uri`` gracefully (the server closed the subscription)."""
@@ -301,5 +332,98 @@ class FakeResourceSource:
             raise ConnectionError(f"fake server {self._name!r} is not reachable")
 
 
+class FakeClock:
+    """A clock that moves only on :meth:`advance`.
+
+    Sleepers park on an :class:`anyio.Event`; ``advance`` sets the events of
+    every sleeper whose deadline has been reached. A cancelled sleeper removes
+    itself. Tests call ``await clock.wait_for_sleepers(n)`` to know that ``n``
+    tasks are parked before advancing.
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = float(start)
+        # heap of (deadline, tiebreak, event); cancelled entries are removed lazily by identity.
+        self._sleepers: list[tuple[float, int, anyio.Event]] = []
+        self._counter = itertools.count()
+        self._changed: anyio.Event | None = None
+
+    def now(self) -> float:
+        return self._now
+
+    @property
+    def sleepers(self) -> int:
+        """How many tasks are parked in :meth:`sleep_until` right now."""
+        return len(self._sleepers)
+
+    @property
+    def next_deadline(self) -> float | None:
+        """The earliest deadline a parked task waits for, or None."""
+        return self._sleepers[0][0] if self._sleepers else None
+
+    def deadlines(self) -> list[float]:
+        """Every parked task's deadline, earliest first."""
+        return sorted(d for d, _, _ in self._sleepers)
+
+    async def sleep_until(self, deadline: float) -> None:
+        if deadline <= self._now:
+            await anyio.lowlevel.checkpoint()
+            return
+        event = anyio.Event()
+        entry = (float(deadline), next(self._counter), event)
+        heapq.heappush(self._sleepers, entry)
+        self._notify()
+        try:
+            await event.wait()
+        finally:
+            if not event.is_set():
+                # Cancelled while parked: drop our entry so the count stays true.
+                self._sleepers.remove(entry)
+                heapq.heapify(self._sleepers)
+                self._notify()
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward and wake every sleeper whose deadline has passed."""
+        if seconds < 0:
+            raise ValueError(f"FakeClock.advance expects seconds >= 0, got {seconds!r}")
+        self.set_time(self._now + seconds)
+
+    def set_time(self, now: float) -> None:
+        """Jump to ``now`` (not backwards) and wake the sleepers that are due."""
+        if now < self._now:
+            raise ValueError(f"FakeClock cannot go backwards: {now!r} < {self._now!r}")
+        self._now = float(now)
+        woke = False
+        while self._sleepers and self._sleepers[0][0] <= self._now:
+            _, _, event = heapq.heappop(self._sleepers)
+            event.set()
+            woke = True
+        if woke:
+            self._notify()
+
+    async def wait_for_sleepers(self, n: int = 1) -> None:
+        """Return once at least ``n`` tasks are parked in :meth:`sleep_until`."""
+        while len(self._sleepers) < n:
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+    async def wait_for_deadline(self, deadline: float) -> None:
+        """Return once some task is parked until exactly ``deadline``."""
+        while not any(d == deadline for d, _, _ in self._sleepers):
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def __repr__(self) -> str:
+        return f"FakeClock(now={self._now!r}, sleepers={len(self._sleepers)})"
+
+
 if TYPE_CHECKING:
-    _check: ResourceSource = FakeResourceSource()  # the fake implements the protocol (checked by mypy)
+    _check: ResourceSource = FakeSource()  # the fake implements the protocol (checked by mypy)
+    _clock: Clock = FakeClock()

@@ -8,7 +8,7 @@ Server bookkeeping that changes on every write, ``metadata.resourceVersion``,
 ignored, so a write that changed nothing else is a no-op and :func:`annotate` drops it.
 
 When ``old`` or ``new`` is not an object the value changed as a whole: its path is ``""``.
-Values compare with ``==`` on parsed JSON, as in :mod:`asyncai_watch.diff`.
+Values compare with ``==`` on parsed JSON, as in :mod:`asyncai_watch.core.diff`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from asyncai_watch.events import MODIFIED, Event, make_event
+from asyncai_watch.core.events import MODIFIED, Event, make_event
 
 __all__ = ["IGNORED_METADATA", "ROOT", "annotate", "changed_paths"]
 
@@ -158,7 +158,7 @@ def annotate(event: Event) -> Event | None:
         return event
     if event.old is None and (event.fields and "old" not in event.fields):
         return event
-    old, new = event.old, event.new
+    old, new = event.old, event.item
     # _changed(old, new, 3), its usual case (two dicts) without the call.
     if type(old) is dict and type(new) is dict:
         out: list[str] = []
@@ -172,4 +172,4 @@ def annotate(event: Event) -> Event | None:
         changed = _changed(old, new, 3)
         if not changed:
             return None
-    return make_event(event.type, event.key, old, new, changed, event.seq, event.fields)
+    return make_event(event.type, event.key, new, old, changed, event.seq, event.fields)

@@ -1,0 +1,27 @@
+"""What a server lists: its fixed resources and its resource templates."""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["ListedResource", "ListedTemplate"]
+
+
+@attrs.frozen(kw_only=True)
+class ListedResource:
+    """One entry of a server's ``resources/list``."""
+
+    uri: str
+    name: str = ""
+    description: str = ""
+    mime_type: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ListedTemplate:
+    """One entry of a server's ``resources/templates/list`` (an RFC 6570 template)."""
+
+    uri_template: str
+    name: str = ""
+    description: str = ""
+    mime_type: str | None = None

@@ -1,0 +1,346 @@
+"""One watch's whole life as a pure object: reads in, notices out.
+
+Sans-IO, in the shape of h11's ``Connection``: nothing here awaits, reads a clock or logs.
+The async shell (:mod:`asyncai_watch.manager`) owns the I/O and calls these methods with
+``now`` passed in; every answer is a value.
+
+A :class:`Watch` is fed in this order::
+
+    shape = w.baseline(body)                   # the first read (raises WatchError if unusable)
+    pending = w.read(body)                     # each later read -> events + ready lines
+    lines = w.lines(pending, filter_results)   # filter outcomes (or the default line) -> lines
+    deadline = w.add(lines, now)               # dedupe + debounce -> when a notice is due
+    notice = w.due(now)                        # the notice once its deadline passed, else None
+    notices = w.failed(reason, attempts)       # the subscription gave up: pending + failure notice
+
+``baseline``/``read`` touch only the extraction state (baseline value or event-log
+sequencer, the event counter) and ``add``/``due``/``failed`` only the delivery state
+(dedupe, debounce, the notice counter), so a shell may run a large read's ``read`` in a
+worker thread while it keeps flushing due notices of the same watch.
+
+The subscription a watch rides on is shared by every watch on the same URI, so its
+resubscribe policy is a pure object of its own, :class:`Resubscribe`: "the subscription
+ended" in, "retry after N s" or "give up after N attempts" out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final, Literal, Protocol
+
+import attrs
+
+from asyncai_watch.core.backoff import Backoff
+from asyncai_watch.core.changes import annotate
+from asyncai_watch.core.debounce import Debouncer
+from asyncai_watch.core.dedupe import Deduper
+from asyncai_watch.core.diff import diff_state
+from asyncai_watch.core.eventlog import Sequencer
+from asyncai_watch.core.events import Event, Shape, is_json_mime_type, shape_for_mime_type
+from asyncai_watch.core.jsontext import JsonError, parse_json
+from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.lines import default_line
+from asyncai_watch.core.notice import SOURCE_WATCH, Notice
+from asyncai_watch.errors import WatchError
+
+__all__ = [
+    "Body",
+    "EventRecord",
+    "FilterResult",
+    "GiveUp",
+    "Line",
+    "Pending",
+    "Resubscribe",
+    "Retry",
+    "Watch",
+]
+
+Outcome = Literal["noop", "dropped", "error", "kept", "deduped"]
+"""What became of one event (the ``watch.event`` log record's ``outcome``)."""
+
+_MISSING: Final[Any] = object()
+
+
+@attrs.frozen
+class Body:
+    """One read of a URI, parsed once for every watch on it.
+
+    ``value`` is the parsed JSON, or the text itself when it is not JSON; ``error`` says why
+    it is not (``None`` when it parsed).
+    """
+
+    text: str
+    mime_type: str | None = None
+    value: Any = None
+    error: str | None = None
+
+    @classmethod
+    def parse(cls, text: str, mime_type: str | None = None) -> Body:
+        try:
+            return cls(text, mime_type, parse_json(text), None)
+        except JsonError as exc:
+            return cls(text, mime_type, text, str(exc))
+
+
+@attrs.frozen
+class Line:
+    """One notice line: its text, its dedupe key (``None``: never deduped) and its event
+    (``None`` for error and summary lines)."""
+
+    text: str
+    key: str | None = None
+    event: Event | None = None
+
+
+@attrs.frozen
+class EventRecord:
+    """What happened to one event, for the shell's ``watch.event`` log record."""
+
+    event: Event
+    outcome: Outcome
+    line: str | None = None
+
+
+@attrs.frozen
+class Pending:
+    """A read's result before filtering: the events to turn into lines, the lines that are
+    already final (body errors, "+N more"), and the records of events dropped as no-ops."""
+
+    events: tuple[Event, ...] = ()
+    lines: tuple[Line, ...] = ()
+    records: tuple[EventRecord, ...] = ()
+
+
+class FilterResult(Protocol):
+    """One event's filter outcome: a line, a drop (both ``None``) or an error."""
+
+    @property
+    def line(self) -> str | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+@attrs.define(eq=False)
+class Watch:
+    """One watch: baseline, events, lines, dedupe and debounce (see the module docstring)."""
+
+    name: str
+    uri: str
+    limits: Limits = attrs.field(factory=Limits)
+    shape: Shape | None = None
+    events: int = 0
+    """Events that reached a filter or a default line (no-ops excluded)."""
+    notices: int = 0
+    _json: bool = False  # the mimeType promises JSON: a body that is not JSON is an error
+    _previous: Any = None
+    _sequencer: Sequencer = attrs.field(factory=Sequencer)
+    _deduper: Deduper = attrs.field(factory=Deduper)
+    _debouncer: Debouncer = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        limits = self.limits
+        self._debouncer = Debouncer(
+            quiet=limits.debounce_quiet, max_wait=limits.debounce_max_wait, max_lines=limits.lines_per_notice
+        )
+
+    # -- extraction -----------------------------------------------------------------------------
+
+    def baseline(self, body: Body) -> Shape:
+        """Take the first read; raises :class:`WatchError` when it cannot be a baseline."""
+        shape = shape_for_mime_type(body.mime_type)
+        if shape == "event-log":
+            error = self._sequencer.prime(body.value if body.error is None else body.text)
+            if error is not None:
+                raise WatchError(
+                    f"watch_start: {self.uri} is an event log ({body.mime_type}) but its body is not valid: "
+                    f"{error.message}"
+                )
+        else:
+            self._json = is_json_mime_type(body.mime_type)
+            if self._json and body.error is not None:
+                raise WatchError(
+                    f"watch_start: {self.uri} is served as {body.mime_type} but its body is not JSON "
+                    f"({body.error}); a state resource's body must parse as its mimeType says"
+                )
+            self._previous = body.value
+        self.shape = shape
+        return shape
+
+    def read(self, body: Body) -> Pending:
+        """The events of a later read (annotated; no-op ``MODIFIED`` dropped) and its final lines."""
+        limit = self.limits.events_per_update
+        lines: list[Line] = []
+        if self.shape == "event-log":
+            fed = self._sequencer.feed(body.value if body.error is None else body.text, limit=limit)
+            events = fed.events
+            if fed.error is not None:
+                lines.append(Line(f"ERROR {fed.error.message}"))
+        elif self._json and body.error is not None:
+            # Keep the last good baseline: the next good read diffs against it.
+            return Pending(
+                lines=(
+                    Line(
+                        f"ERROR {self.uri} is served as {body.mime_type} but this read is not JSON ({body.error})"
+                    ),
+                )
+            )
+        else:
+            events = diff_state(self._previous, body.value)
+            self._previous = body.value
+            if len(events) > limit:
+                lines.append(
+                    Line(f"+{len(events) - limit} more changes not shown (Limits.events_per_update={limit})")
+                )
+                events = events[:limit]
+        kept: list[Event] = []
+        noops: list[EventRecord] = []
+        for ev in events:
+            annotated = annotate(ev)
+            if annotated is None:
+                noops.append(EventRecord(ev, "noop"))
+            else:
+                kept.append(annotated)
+        self.events += len(kept)
+        return Pending(tuple(kept), tuple(lines), tuple(noops))
+
+    def read_failed(self, error: str) -> Pending:
+        """A read after an update signal failed: one error line, the baseline kept."""
+        return Pending(lines=(Line(f"ERROR reading {self.uri}: {error}"),))
+
+    def lines(
+        self, pending: Pending, results: Sequence[FilterResult] | None = None
+    ) -> tuple[list[Line], list[EventRecord]]:
+        """``pending``'s lines: each event's filter result (``results``, one per event) or,
+        without a filter, its default line; then the final lines. Records the filter's drops
+        and errors (kept lines are recorded by :meth:`add`, once dedupe has had its say)."""
+        records = list(pending.records)
+        out: list[Line] = []
+        if results is None:
+            out = [Line(default_line(ev), ev.key, ev) for ev in pending.events]
+        else:
+            for ev, result in zip(pending.events, results, strict=False):
+                if result.error is not None:
+                    text = f"filter error: {result.error}"
+                    records.append(EventRecord(ev, "error", text))
+                    out.append(Line(text))
+                elif result.line is None:
+                    records.append(EventRecord(ev, "dropped"))
+                else:
+                    out.append(Line(result.line, ev.key, ev))
+        out.extend(pending.lines)
+        return out, records
+
+    def filter_failed(self, pending: Pending, error: str) -> tuple[list[Line], list[EventRecord]]:
+        """The filter session failed as a whole for ``pending``: one error line for its events."""
+        text = f"filter error: {error}"
+        records = [*pending.records, *(EventRecord(ev, "error", text) for ev in pending.events)]
+        return [Line(text), *pending.lines], records
+
+    # -- delivery -------------------------------------------------------------------------------
+
+    def add(self, lines: Sequence[Line], now: float) -> list[EventRecord]:
+        """Dedupe ``lines`` and queue the rest for the next notice; returns the records of the
+        events the lines stand for (``kept`` or ``deduped``). :attr:`deadline` says when next."""
+        records: list[EventRecord] = []
+        admit = self._deduper.admit
+        debounce = self._debouncer.add
+        for line in lines:
+            admitted = line.key is None or admit(line.key, line.text)
+            if line.event is not None:
+                records.append(EventRecord(line.event, "kept" if admitted else "deduped", line.text))
+            if admitted:
+                debounce(line.text, now)
+        return records
+
+    @property
+    def deadline(self) -> float | None:
+        """When the pending lines are due as a notice; ``None`` when nothing is pending."""
+        return self._debouncer.deadline
+
+    def due(self, now: float) -> Notice | None:
+        """The notice of the pending lines once :attr:`deadline` has passed at ``now``."""
+        text = self._debouncer.flush_due(now)
+        return None if text is None else self._notice(text)
+
+    def flush(self) -> Notice | None:
+        """The notice of everything pending, now (``None`` when nothing is)."""
+        text = self._debouncer.flush()
+        return None if text is None else self._notice(text)
+
+    def failed(self, reason: str, attempts: int) -> list[Notice]:
+        """The watch gives up: what was pending, then the failure notice."""
+        text = (
+            f"watch {self.name!r} failed: its subscription to {self.uri} ended and "
+            f"{attempts} resubscribe attempts failed (last: {reason}). It no longer delivers changes; "
+            f'start it again with watch_start(name="{self.name}", uri="{self.uri}", ...) or drop it with '
+            f'watch_stop(name="{self.name}").'
+            if attempts
+            else f"watch {self.name!r} failed: {reason}. Start it again with watch_start or drop it with watch_stop."
+        )
+        pending = self.flush()
+        return [*([pending] if pending is not None else []), self._notice(text, failed="true")]
+
+    def _notice(self, text: str, **extra: str) -> Notice:
+        self.notices += 1
+        return Notice(SOURCE_WATCH, text, meta={"name": self.name, "uri": self.uri, **extra})
+
+
+@attrs.frozen
+class Retry:
+    """Resubscribe after ``delay`` seconds; ``attempt`` counts from 1 since the last healthy one."""
+
+    delay: float
+    attempt: int
+
+
+@attrs.frozen
+class GiveUp:
+    """The attempts are used up; ``attempts`` failed in a row."""
+
+    attempts: int
+
+
+@attrs.define
+class Resubscribe:
+    """The resubscribe policy of one (shared) subscription.
+
+    A subscription counts as healthy once an update arrived on it or it stayed up
+    ``healthy_after`` seconds; a healthy one resets the failure count. Each ending asks
+    :attr:`backoff` for the next delay: 1, 2, 4, 8, 16 s by default, then give up.
+    """
+
+    backoff: Backoff = attrs.field(factory=Backoff)
+    healthy_after: float = 16.0
+    failures: int = 0
+    _opened: float | None = None
+    _healthy: bool = False
+    _resubscribing: bool = False
+
+    @classmethod
+    def for_limits(cls, limits: Limits) -> Resubscribe:
+        return cls(backoff=limits.backoff, healthy_after=limits.resubscribe_max)
+
+    def subscribed(self, now: float) -> int:
+        """The subscription is up (acknowledged and read); returns its attempt number (0: the first)."""
+        self._opened = now
+        self._healthy = False
+        return self.failures + 1 if self._resubscribing else 0
+
+    def updated(self) -> None:
+        """An update arrived: the subscription works."""
+        self._healthy = True
+
+    def ended(self, now: float) -> Retry | GiveUp:
+        """The subscription ended (or an attempt failed before it was up): retry or give up."""
+        opened, self._opened = self._opened, None
+        if self._healthy or (opened is not None and now - opened >= self.healthy_after):
+            self.failures = 0
+        elif self._resubscribing:
+            self.failures += 1
+        self._healthy = False
+        self._resubscribing = True
+        delay = self.backoff.delay(self.failures)
+        if delay is None:
+            return GiveUp(self.failures)
+        return Retry(delay, self.failures + 1)

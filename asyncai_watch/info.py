@@ -1,0 +1,65 @@
+"""What :class:`~asyncai_watch.WatchManager` reports: frozen values, no dicts.
+
+The code-mode layer turns them into the design's dict shapes (:mod:`asyncai_watch.codemode`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, Literal
+
+import attrs
+
+from asyncai_watch.core.events import Shape
+
+__all__ = ["ResourceInfo", "WatchInfo", "WatchStatus", "resource_example"]
+
+WatchStatus = Literal["running", "failed", "restore_failed"]
+
+_EXAMPLE_RE: Final = re.compile(r"Example:\s*(.+?)\s*$", re.MULTILINE)
+
+
+def resource_example(description: str) -> str | None:
+    """The text of a description's last ``Example:`` line (the code-mode call), or None."""
+    found = _EXAMPLE_RE.findall(description or "")
+    return found[-1] if found else None
+
+
+@attrs.frozen(kw_only=True)
+class WatchInfo:
+    """One watch as :meth:`~asyncai_watch.WatchManager.watch_list` reports it."""
+
+    name: str
+    uri: str
+    status: WatchStatus
+    shape: Shape | None = None
+    """``"state"`` or ``"event-log"``; ``None`` for a watch that never started (``restore_failed``)."""
+    server: str | None = None
+    on_event: str | None = None
+    """The filter source, if any."""
+    events: int = 0
+    """Events that reached the filter or the default line."""
+    notices: int = 0
+    """Notices sent."""
+    error: str | None = None
+    """Why a ``failed`` or ``restore_failed`` watch is not running."""
+
+
+@attrs.frozen(kw_only=True)
+class ResourceInfo:
+    """One watchable URI or template, as :meth:`~asyncai_watch.WatchManager.list_resources` reports it."""
+
+    uri: str
+    """The URI, or the RFC 6570 template when :attr:`template` is true."""
+    template: bool
+    server: str
+    name: str = ""
+    description: str = ""
+    mime_type: str | None = None
+    watchable: bool = False
+    """A watch can work on it: its server speaks MCP 2026-07-28 and serves ``subscriptions/listen``."""
+
+    @property
+    def example(self) -> str | None:
+        """The description's ``Example:`` line (a code-mode call), if any."""
+        return resource_example(self.description)

@@ -1,0 +1,68 @@
+"""The design's dict shapes for model-written code, from the manager's typed values.
+
+One cattrs converter holds every hook, so the shapes the model sees are documented by code
+(docs/watch-manager.md, "Code mode"):
+
+- ``list_resources()`` -> ``[{"uri", "template", "name", "description", "example",
+  "mime_type", "server", "subscribable"}]``;
+- ``watch_start(...)`` -> ``{"name", "uri", "shape"}``;
+- ``watch_list()`` -> ``[{"name", "uri", "shape", "events", "notices"}]``, plus
+  ``"failed": true`` or ``"restore_failed": true`` with ``"error"`` for a watch that is not running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import cattrs
+
+from asyncai_watch.info import ResourceInfo, WatchInfo
+
+__all__ = ["converter", "resource_dicts", "started_dict", "watch_dicts"]
+
+converter: Final = cattrs.Converter()
+
+
+def _resource(info: ResourceInfo) -> dict[str, Any]:
+    return {
+        "uri": info.uri,
+        "template": info.template,
+        "name": info.name,
+        "description": info.description,
+        "example": info.example,
+        "mime_type": info.mime_type,
+        "server": info.server,
+        "subscribable": info.watchable,
+    }
+
+
+def _watch(info: WatchInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": info.name,
+        "uri": info.uri,
+        "shape": info.shape,
+        "events": info.events,
+        "notices": info.notices,
+    }
+    if info.status != "running":
+        out[info.status] = True
+        out["error"] = info.error
+    return out
+
+
+converter.register_unstructure_hook(ResourceInfo, _resource)
+converter.register_unstructure_hook(WatchInfo, _watch)
+
+
+def resource_dicts(infos: Sequence[ResourceInfo]) -> list[dict[str, Any]]:
+    return [converter.unstructure(info) for info in infos]
+
+
+def watch_dicts(infos: Sequence[WatchInfo]) -> list[dict[str, Any]]:
+    return [converter.unstructure(info) for info in infos]
+
+
+def started_dict(info: WatchInfo) -> dict[str, Any]:
+    """``watch_start``'s answer: only what the call decided (``events`` and the like come later)."""
+    return {"name": info.name, "uri": info.uri, "shape": info.shape}

@@ -17,7 +17,7 @@ import attrs
 from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.routing import Route, ServerCatalog, route
-from asyncai_watch.errors import NotWatchableError, RoutingError
+from asyncai_watch.errors import NotWatchableError, RoutingError, WatchError
 from asyncai_watch.source import ResourceSource
 
 __all__ = ["Catalogs", "Listing"]
@@ -47,6 +47,12 @@ class Catalogs:
     ) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._sources = tuple(sources)
+        names = [s.name for s in self._sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise WatchError(
+                f"server names must be unique, got {', '.join(dupes)} twice; pass name=... when connecting"
+            )
         self._by_name = {s.name: s for s in self._sources}
         self._describe = describe
         self._on_list_failed = on_list_failed

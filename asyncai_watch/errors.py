@@ -33,6 +33,20 @@ class NotWatchableError(WatchError):
     Its tools and reads still work. docs/server-contract.md says what makes a server watchable.
     """
 
+    @staticmethod
+    def for_server(server: str, protocol_version: str, modern: str = "2026-07-28") -> NotWatchableError:
+        """The error for ``watch_start`` on a server that cannot carry watches, saying why."""
+        if protocol_version != modern:
+            return ProtocolVersionError(
+                f"watch_start: server {server!r} speaks MCP {protocol_version}; watches need MCP "
+                f"{modern} (subscriptions/listen). Its tools still work; read_resource works too."
+            )
+        return NotWatchableError(
+            f"watch_start: server {server!r} is not watchable: it does not advertise resources.subscribe "
+            "(it serves no subscriptions/listen). Its tools and read_resource still work; "
+            "docs/server-contract.md says what makes a server watchable."
+        )
+
 
 class ProtocolVersionError(NotWatchableError):
     """A server's negotiated MCP version cannot carry watches (needs 2026-07-28)."""

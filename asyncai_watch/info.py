@@ -11,8 +11,9 @@ from typing import Final, Literal
 import attrs
 
 from asyncai_watch.core.events import Shape
+from asyncai_watch.core.routing import ServerCatalog
 
-__all__ = ["ResourceInfo", "WatchInfo", "WatchStatus", "resource_example"]
+__all__ = ["ResourceInfo", "WatchInfo", "WatchStatus", "resource_example", "resource_infos"]
 
 WatchStatus = Literal["running", "failed", "restore_failed"]
 
@@ -63,3 +64,31 @@ class ResourceInfo:
     def example(self) -> str | None:
         """The description's ``Example:`` line (a code-mode call), if any."""
         return resource_example(self.description)
+
+
+def resource_infos(catalog: ServerCatalog) -> list[ResourceInfo]:
+    """One server's listing as :class:`ResourceInfo` values: its resources, then its templates."""
+    fixed = [
+        ResourceInfo(
+            uri=r.uri,
+            template=False,
+            server=catalog.name,
+            name=r.name,
+            description=r.description,
+            mime_type=r.mime_type,
+            watchable=catalog.subscribable,
+        )
+        for r in catalog.resources
+    ]
+    return fixed + [
+        ResourceInfo(
+            uri=t.uri_template,
+            template=True,
+            server=catalog.name,
+            name=t.name,
+            description=t.description,
+            mime_type=t.mime_type,
+            watchable=catalog.subscribable,
+        )
+        for t in catalog.templates
+    ]

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import IO, Any, Final
+from collections.abc import Iterable
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from pythonjsonlogger.json import JsonFormatter
+
+if TYPE_CHECKING:
+    from asyncai_watch.core.watch import EventRecord
 
 __all__ = [
     "ALWAYS_LOGGED",
@@ -27,6 +31,7 @@ __all__ = [
     "NdjsonFormatter",
     "configure_ndjson",
     "emit",
+    "events",
     "logger",
 ]
 
@@ -72,6 +77,24 @@ def emit(event: str, *, verbose: bool = False, **fields: Any) -> None:
     level = logging.INFO if verbose or event in ALWAYS_LOGGED else logging.DEBUG
     if logger.isEnabledFor(level):
         logger.log(level, event, extra=fields)
+
+
+def events(records: Iterable[EventRecord], *, watch: str, uri: str, verbose: bool = False) -> None:
+    """One ``watch.event`` record per event: what became of it (kept, deduped, dropped, ...)."""
+    for rec in records:
+        ev = rec.event
+        emit(
+            "watch.event",
+            verbose=verbose,
+            watch=watch,
+            uri=uri,
+            type=ev.type,
+            key=ev.key,
+            seq=ev.seq,
+            kept=rec.outcome == "kept",
+            outcome=rec.outcome,
+            line=rec.line,
+        )
 
 
 def configure_ndjson(stream: IO[str] | None = None, verbose: bool = False) -> logging.Handler:

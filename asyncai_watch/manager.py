@@ -14,12 +14,11 @@ The manager never calls a model: the agent consumes :attr:`WatchManager.notices`
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Literal, Self
 
 import anyio
 import anyio.abc
@@ -31,59 +30,33 @@ from asyncai_watch.catalog import Catalogs
 from asyncai_watch.clock import Clock, SystemClock, move_on_at
 from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.limits import Limits
-from asyncai_watch.core.notice import SOURCE_RESTORE, Notice
-from asyncai_watch.core.watch import Body, EventRecord, Line, Pending, Retry, Watch
+from asyncai_watch.core.notice import Notice
+from asyncai_watch.core.restore import Restore, fate
+from asyncai_watch.core.spec import WatchSpec, check_room
+from asyncai_watch.core.watch import Body, Watch
 from asyncai_watch.errors import (
-    FilterEngineError,
-    FilterError,
-    InvalidWatchNameError,
     LimitError,
     NotWatchableError,
-    ProtocolVersionError,
     StateFileError,
     WatchError,
 )
-from asyncai_watch.filters import FilterEngine, FilterSession, default_engine, sample_event, validate_on_event
-from asyncai_watch.info import ResourceInfo, WatchInfo
+from asyncai_watch.filtering import Result, lines_for, open_filter
+from asyncai_watch.filters import FilterEngine, FilterSession, default_engine
+from asyncai_watch.info import ResourceInfo, WatchInfo, resource_infos
 from asyncai_watch.shapes import resource_dicts
 from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ResourceSource
-from asyncai_watch.state_file import StateFile, WatchSpec
-from asyncai_watch.subscriptions import LARGE_BODY, Feed, describe
+from asyncai_watch.state_file import StateFile
+from asyncai_watch.subscriptions import LARGE_BODY, Feed, GaveUp, Inbox, Up, describe
 from asyncai_watch.tools import ReadOnlyCatalog, list_tools, tool_names
 
 __all__ = ["WatchManager"]
 
-_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
-
 _Status = Literal["starting", "running", "failed", "restore_failed"]
-
-
-@attrs.frozen
-class _Up:
-    attempt: int
-
-
-@attrs.frozen
-class _Down:
-    retry: Retry
-    reason: str
-
-
-@attrs.frozen
-class _GaveUp:
-    attempts: int
-    reason: str
 
 
 @attrs.define(eq=False)
 class _Run:
-    """One watch's I/O side: the pure core, its feed, its filter, and its mailbox.
-
-    The feed puts into the mailbox (it is the feed's :class:`~asyncai_watch.subscriptions.Subscriber`);
-    only the watch's loop takes out. A newer body replaces one not yet taken: a state diff
-    against the newest read is the net change, and an event log's newest read holds the
-    newer events (or reports the GAP).
-    """
+    """One watch's I/O side: the pure core, its feed and inbox, its filter, and its task."""
 
     spec: WatchSpec
     status: _Status = "starting"
@@ -91,61 +64,12 @@ class _Run:
     server: str | None = None
     error: str | None = None
     feed: Feed | None = None
+    inbox: Inbox = attrs.field(factory=Inbox)
     session: FilterSession | None = None
+    result: Result | None = None  # a finished job's lines, until the loop takes them
     scope: anyio.CancelScope | None = None
     done: anyio.Event = attrs.field(factory=anyio.Event)
     settled: anyio.Event = attrs.field(factory=anyio.Event)
-    _body: Body | None = None
-    _read_error: str | None = None
-    _lifecycle: list[_Up | _Down | _GaveUp] = attrs.field(factory=list)
-    _result: tuple[list[Line], list[EventRecord]] | None = None
-    _wake: anyio.Event = attrs.field(factory=anyio.Event)
-
-    # Subscriber (called by the feed)
-    def body(self, body: Body) -> None:
-        self._body = body
-        self._wake.set()
-
-    def read_failed(self, error: str) -> None:
-        self._read_error = error
-        self._wake.set()
-
-    def up(self, attempt: int) -> None:
-        self._lifecycle.append(_Up(attempt))
-        self._wake.set()
-
-    def down(self, retry: Retry, reason: str) -> None:
-        self._lifecycle.append(_Down(retry, reason))
-        self._wake.set()
-
-    def gave_up(self, attempts: int, reason: str) -> None:
-        self._lifecycle.append(_GaveUp(attempts, reason))
-        self._wake.set()
-
-    # the loop's side
-    def job_done(self, result: tuple[list[Line], list[EventRecord]]) -> None:
-        self._result = result
-        self._wake.set()
-
-    async def wait(self) -> None:
-        await self._wake.wait()
-        self._wake = anyio.Event()
-
-    def take_lifecycle(self) -> list[_Up | _Down | _GaveUp]:
-        items, self._lifecycle = self._lifecycle, []
-        return items
-
-    def take_result(self) -> tuple[list[Line], list[EventRecord]] | None:
-        result, self._result = self._result, None
-        return result
-
-    def take_update(self) -> Body | str | None:
-        """The next read to process: a failed read's error first, then the newest body."""
-        if self._read_error is not None:
-            error, self._read_error = self._read_error, None
-            return error
-        body, self._body = self._body, None
-        return body
 
     def info(self) -> WatchInfo:
         core = self.core
@@ -186,13 +110,6 @@ class WatchManager:
         if isinstance(notice_buffer, bool) or not isinstance(notice_buffer, int) or notice_buffer < 1:
             # 0 would make the restore notice, sent before ``async with`` returns, wait for a reader forever.
             raise LimitError(f"WatchManager: notice_buffer must be an int >= 1, got {notice_buffer!r}")
-        names = [s.name for s in sources]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise WatchError(
-                f"WatchManager: server names must be unique, got {', '.join(dupes)} twice; "
-                "pass name=... when connecting"
-            )
         if limits is not None and not isinstance(limits, Limits):
             raise LimitError(f"WatchManager: limits must be a Limits value, got {type(limits).__name__}")
         self.sources: tuple[ResourceSource, ...] = tuple(sources)
@@ -312,36 +229,10 @@ class WatchManager:
 
     async def list_resources(self) -> list[ResourceInfo]:
         """Every server's resources and templates (listed afresh, concurrently)."""
-        out: list[ResourceInfo] = []
-        for listing in await self._catalogs.listings(refresh=True):
-            catalog = listing.catalog
-            if catalog is None:
-                continue  # unreachable: logged by the catalog
-            out += [
-                ResourceInfo(
-                    uri=r.uri,
-                    template=False,
-                    server=catalog.name,
-                    name=r.name,
-                    description=r.description,
-                    mime_type=r.mime_type,
-                    watchable=catalog.subscribable,
-                )
-                for r in catalog.resources
-            ]
-            out += [
-                ResourceInfo(
-                    uri=t.uri_template,
-                    template=True,
-                    server=catalog.name,
-                    name=t.name,
-                    description=t.description,
-                    mime_type=t.mime_type,
-                    watchable=catalog.subscribable,
-                )
-                for t in catalog.templates
-            ]
-        return out
+        listings = await self._catalogs.listings(refresh=True)
+        return [
+            info for entry in listings if entry.catalog is not None for info in resource_infos(entry.catalog)
+        ]
 
     async def read_resource(self, uri: str) -> Any:
         """Read ``uri`` from the server that serves it: parsed JSON, else the text."""
@@ -357,27 +248,10 @@ class WatchManager:
 
     async def _start(self, name: str, uri: str, on_event: str | None, *, restoring: bool) -> WatchInfo:
         self._check_open()
-        _check_name(name)
-        if not isinstance(uri, str) or not uri.strip():
-            raise WatchError(f"watch_start: uri must be a non-empty string, got {uri!r}")
-        _check_on_event(on_event)
+        spec = WatchSpec.checked(name, uri, on_event)
+        check_room(spec, {n: (r.spec.uri, r.status) for n, r in self._runs.items()}, self.limits.max_watches)
         previous = self._runs.get(name)
-        if previous is not None and previous.status in ("starting", "running"):
-            raise WatchError(
-                f"watch_start: a watch named {name!r} already exists (uri {previous.spec.uri}); "
-                f"pick another name, or watch_stop(name={name!r}) first"
-            )
-        others = [run for n, run in self._runs.items() if n != name]
-        if len(others) >= self.limits.max_watches:
-            listed = ", ".join(
-                r.spec.name + ("" if r.status == "running" else f" ({r.status})") for r in others
-            )
-            raise LimitError(
-                f"watch_start: at most {self.limits.max_watches} watches "
-                f"(Limits.max_watches={self.limits.max_watches}); already: {listed}. "
-                "Stop one with watch_stop(name=...) first"
-            )
-        run = _Run(WatchSpec(name=name, uri=uri, on_event=on_event))
+        run = _Run(spec)
         # Reserve the name now: two concurrent starts of one name must not both win.
         self._runs[name] = run
         try:
@@ -418,27 +292,18 @@ class WatchManager:
         spec = run.spec
         source, found = await self._catalogs.route(spec.uri, what="watch_start")
         if not source.watchable:
-            raise _not_watchable(source)
+            raise NotWatchableError.for_server(source.name, source.protocol_version, MODERN_PROTOCOL_VERSION)
         run.server = source.name
         async with AsyncExitStack() as stack:
             if spec.on_event is not None:
-                # A SyntaxError (or a function's repr) fails here, before anything is subscribed.
-                validate_on_event(spec.on_event, engine=self._engine)
                 tools = tool_names(await list_tools(self.sources, on_error=self._tools_failed))
                 catalog = ReadOnlyCatalog(
                     tools, read_resource=self.read_resource, list_resources=self._code_mode_resources
                 )
-                session = await self._engine.open(spec.on_event, catalog=catalog, limits=self.limits)
-                stack.push_async_callback(session.aclose)
-                # A dry run: NameError and the like fail watch_start; a KeyError on the sample is fine.
-                await session.dry_run(
-                    sample_event(
-                        watch=spec.name,
-                        uri=spec.uri,
-                        event_log=shape_for_mime_type(found.mime_type) == "event-log",
-                    )
+                event_log = shape_for_mime_type(found.mime_type) == "event-log"
+                run.session = await open_filter(
+                    self._engine, spec, catalog=catalog, limits=self.limits, event_log=event_log, stack=stack
                 )
-                run.session = session
             core = Watch(spec.name, spec.uri, self.limits)
             body = await self._subscribe(run, source)
             try:
@@ -460,10 +325,10 @@ class WatchManager:
             )
             run.feed = feed
             assert self._tg is not None
-            body: Body = await self._tg.start(feed.run, run)
+            body: Body = await self._tg.start(feed.run, run.inbox)
             return body
         run.feed = feed
-        return await feed.join(run)
+        return await feed.join(run.inbox)
 
     def _feed_ended(self, feed: Feed) -> None:
         key = (feed.source.name, feed.uri)
@@ -473,7 +338,7 @@ class WatchManager:
     def _leave(self, run: _Run) -> None:
         feed, run.feed = run.feed, None
         if feed is not None:
-            feed.leave(run)
+            feed.leave(run.inbox)
 
     # -- the watch's loop ------------------------------------------------------------------------
 
@@ -493,65 +358,49 @@ class WatchManager:
             self._leave(run)
             run.done.set()
 
-    async def _serve(self, run: _Run, jobs: anyio.abc.TaskGroup) -> _GaveUp:
+    async def _serve(self, run: _Run, jobs: anyio.abc.TaskGroup) -> GaveUp:
         """Wait for the feed or the debounce deadline, whichever is first; feed the core."""
-        core = run.core
+        core, inbox = run.core, run.inbox
         assert core is not None
-        busy = False  # a read is being processed: newer ones wait in the mailbox (newest wins)
+        busy = False  # a read is being processed: newer ones wait in the inbox (newest wins)
         while True:
             async with move_on_at(self.clock, core.deadline):
-                await run.wait()
+                await inbox.wait()
             notice = core.due(self.clock.now())
             if notice is not None:
                 await self._send_notice(run, notice)
-            for item in run.take_lifecycle():
-                if isinstance(item, _GaveUp):
-                    return item
-                if isinstance(item, _Up):
-                    self._log("watch.subscribed", run, server=run.server, attempt=item.attempt)
+            for status in inbox.take_status():
+                if isinstance(status, GaveUp):
+                    return status
+                if isinstance(status, Up):
+                    self._log("watch.subscribed", run, server=run.server, attempt=status.attempt)
                 else:
+                    retry = status.retry
                     self._log(
                         "watch.resubscribing",
                         run,
-                        attempt=item.retry.attempt,
-                        delay=item.retry.delay,
-                        reason=item.reason,
+                        attempt=retry.attempt,
+                        delay=retry.delay,
+                        reason=status.reason,
                     )
-            result = run.take_result()
-            if result is not None:
-                busy = False
-                lines, records = result
-                self._log_events(run, [*records, *core.add(lines, self.clock.now())])
-            if not busy and (update := run.take_update()) is not None:
+            if run.result is not None:
+                (lines, records), run.result, busy = run.result, None, False
+                log.events(
+                    [*records, *core.add(lines, self.clock.now())],
+                    watch=run.spec.name,
+                    uri=run.spec.uri,
+                    verbose=self.verbose,
+                )
+            if not busy and (update := inbox.take_update()) is not None:
                 busy = True
                 jobs.start_soon(self._process, run, update)
 
     async def _process(self, run: _Run, update: Body | str) -> None:
-        """One read (or read failure) of ``run``'s URI -> lines, through the filter if any."""
-        core = run.core
-        assert core is not None
-        try:
-            pending: Pending
-            if isinstance(update, str):
-                pending = core.read_failed(update)
-            elif len(update.text) > LARGE_BODY:
-                pending = await anyio.to_thread.run_sync(core.read, update)
-            else:
-                pending = core.read(update)
-            if run.session is None or not pending.events:
-                result = core.lines(pending)
-            else:
-                dicts = [ev.to_filter_dict(watch=run.spec.name, uri=run.spec.uri) for ev in pending.events]
-                try:
-                    result = core.lines(pending, await run.session.run(dicts))
-                except Exception as exc:
-                    result = core.filter_failed(pending, describe(exc))
-        except Exception as exc:
-            # A body no part of the pipeline expected must not end the watch: report it and go on.
-            result = ([Line(f"ERROR processing a read of {run.spec.uri}: {describe(exc)}")], [])
-        run.job_done(result)
+        assert run.core is not None
+        run.result = await lines_for(run.core, update, run.session)
+        run.inbox.wake()
 
-    async def _give_up(self, run: _Run, gave_up: _GaveUp) -> None:
+    async def _give_up(self, run: _Run, gave_up: GaveUp) -> None:
         assert run.core is not None
         run.status = "failed"
         run.error = gave_up.reason
@@ -594,55 +443,27 @@ class WatchManager:
 
     async def _restore(self, specs: Sequence[WatchSpec]) -> None:
         assert self._state is not None
-        restored: list[WatchSpec] = []
-        kept: list[tuple[WatchSpec, str]] = []
-        dropped: list[tuple[WatchSpec, str]] = []
+        outcome = Restore(str(self._state.path))
         for spec in specs:
             try:
                 await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
-            except (InvalidWatchNameError, FilterError) as exc:
-                if not isinstance(exc, FilterEngineError):  # a spec that can never start
-                    dropped.append((spec, describe(exc)))
-                    continue
-                kept.append((spec, describe(exc)))  # the engine failed, not the spec
-            except Exception as exc:  # a server down, a limit reached, ...: may pass, so keep it
-                kept.append((spec, describe(exc)))
+            except Exception as exc:
+                outcome.add(spec, exc, describe(exc))
+                if fate(exc) == "kept":  # listed restore_failed, still saved
+                    self._runs[spec.name] = _Run(spec, status="restore_failed", error=describe(exc))
             else:
-                restored.append(spec)
-                continue
-            self._runs[spec.name] = _Run(spec, status="restore_failed", error=kept[-1][1])
-        if dropped:
+                outcome.add(spec, None)
+        if outcome.dropped:
             await self._save()
-        lines = [
-            f"Restored {len(restored)} of {len(specs)} watches from {self._state.path} "
-            "(baselines are fresh: changes made while the agent was down may be missing)."
-        ]
-        lines += [f"- {s.name} {s.uri}: restored" for s in restored]
-        lines += [
-            f"- {s.name} {s.uri}: restore failed, kept (watch_start it again or watch_stop it): {err}"
-            for s, err in kept
-        ]
-        lines += [f"- {s.name} {s.uri}: dropped, it can never start: {err}" for s, err in dropped]
         log.emit(
             "watch.restored",
             verbose=self.verbose,
-            path=str(self._state.path),
-            restored=[s.name for s in restored],
-            restore_failed=[s.name for s, _ in kept],
-            dropped=[s.name for s, _ in dropped],
+            path=outcome.path,
+            restored=[s.name for s in outcome.restored],
+            restore_failed=[s.name for s, _ in outcome.kept],
+            dropped=[s.name for s, _ in outcome.dropped],
         )
-        await self._send.send(
-            Notice(
-                SOURCE_RESTORE,
-                "\n".join(lines),
-                meta={
-                    "path": str(self._state.path),
-                    "restored": str(len(restored)),
-                    "restore_failed": str(len(kept)),
-                    "dropped": str(len(dropped)),
-                },
-            )
-        )
+        await self._send.send(outcome.notice())
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -663,61 +484,3 @@ class WatchManager:
 
     def _log(self, event: str, run: _Run, **fields: Any) -> None:
         log.emit(event, verbose=self.verbose, watch=run.spec.name, uri=run.spec.uri, **fields)
-
-    def _log_events(self, run: _Run, records: Sequence[EventRecord]) -> None:
-        for rec in records:
-            ev = rec.event
-            log.emit(
-                "watch.event",
-                verbose=self.verbose,
-                watch=run.spec.name,
-                uri=run.spec.uri,
-                type=ev.type,
-                key=ev.key,
-                seq=ev.seq,
-                kept=rec.outcome == "kept",
-                outcome=rec.outcome,
-                line=rec.line,
-            )
-
-
-def _not_watchable(source: ResourceSource) -> NotWatchableError:
-    if source.protocol_version != MODERN_PROTOCOL_VERSION:
-        return ProtocolVersionError(
-            f"watch_start: server {source.name!r} speaks MCP {source.protocol_version}; "
-            f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen). "
-            "Its tools still work; read_resource works too."
-        )
-    return NotWatchableError(
-        f"watch_start: server {source.name!r} is not watchable: it does not advertise "
-        "resources.subscribe (it serves no subscriptions/listen). Its tools and read_resource still "
-        "work; docs/server-contract.md says what makes a server watchable."
-    )
-
-
-def _check_name(name: object) -> None:
-    if not isinstance(name, str):
-        raise InvalidWatchNameError(f"watch_start: name must be a string, got {_kind(name)}")
-    if not _NAME_RE.fullmatch(name):
-        raise InvalidWatchNameError(
-            f"watch_start: invalid watch name {name!r}; use 1-64 characters from letters, digits, "
-            "'_', '-', '.', starting with a letter or '_' (e.g. \"notes\", \"cm-default\")"
-        )
-
-
-def _check_on_event(on_event: object) -> None:
-    if on_event is not None and not isinstance(on_event, str):
-        raise FilterError(
-            "watch_start: on_event must be Python source text (a str) or None, got "
-            f"{_kind(on_event)}. A function object cannot cross into the filter sandbox: "
-            "pass the code as a string, e.g. "
-            """on_event='event["type"] + " " + str(event["key"])'"""
-        )
-    if on_event is not None and not on_event.strip():
-        raise FilterError("watch_start: on_event is empty; pass None for the default line or Python source")
-
-
-def _kind(value: object) -> str:
-    if callable(value):
-        return f"{type(value).__name__} {getattr(value, '__name__', repr(value))!r}"
-    return f"{type(value).__name__} {value!r}"[:120]

@@ -23,20 +23,12 @@ from typing import Any, Final
 import attrs
 import cattrs
 
+from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import StateFileError
 
 __all__ = ["FORMAT_VERSION", "StateFile", "WatchSpec", "converter"]
 
 FORMAT_VERSION: Final = 1
-
-
-@attrs.frozen(kw_only=True)
-class WatchSpec:
-    """What is needed to start a watch again: its name, URI and filter source."""
-
-    name: str
-    uri: str
-    on_event: str | None = None
 
 
 @attrs.frozen(kw_only=True)

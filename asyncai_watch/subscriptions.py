@@ -27,7 +27,7 @@ from asyncai_watch.core.watch import Body, GiveUp, Resubscribe, Retry
 from asyncai_watch.errors import SubscriptionLostError, WatchError
 from asyncai_watch.source import ResourceSource
 
-__all__ = ["LARGE_BODY", "Feed", "Subscriber", "describe"]
+__all__ = ["LARGE_BODY", "Down", "Feed", "GaveUp", "Inbox", "Subscriber", "Up", "describe"]
 
 LARGE_BODY: Final = 256 * 1024
 """Bodies longer than this (characters) are parsed off the event loop."""
@@ -56,6 +56,84 @@ class Subscriber(Protocol):
 
     def gave_up(self, attempts: int, reason: str) -> None:
         """The subscription ended for good; the feed is over."""
+
+
+@attrs.frozen
+class Up:
+    """The subscription is up again (``attempt`` counts resubscribes since the last healthy one)."""
+
+    attempt: int
+
+
+@attrs.frozen
+class Down:
+    """The subscription ended; it is tried again after ``retry.delay`` seconds."""
+
+    retry: Retry
+    reason: str
+
+
+@attrs.frozen
+class GaveUp:
+    """The subscription ended for good after ``attempts`` failed resubscribes."""
+
+    attempts: int
+    reason: str
+
+
+@attrs.define(eq=False)
+class Inbox:
+    """A watch's side of a feed: what the feed said, until the watch's loop takes it.
+
+    A newer body replaces one not yet taken: a state diff against the newest read is the net
+    change, and an event log's newest read holds the newer events (or reports the GAP).
+    :meth:`wake` lets the loop's own jobs wake it too, so the loop waits in one place.
+    """
+
+    _body: Body | None = None
+    _read_error: str | None = None
+    _status: list[Up | Down | GaveUp] = attrs.field(factory=list)
+    _wake: anyio.Event = attrs.field(factory=anyio.Event)
+
+    def body(self, body: Body) -> None:
+        self._body = body
+        self.wake()
+
+    def read_failed(self, error: str) -> None:
+        self._read_error = error
+        self.wake()
+
+    def up(self, attempt: int) -> None:
+        self._status.append(Up(attempt))
+        self.wake()
+
+    def down(self, retry: Retry, reason: str) -> None:
+        self._status.append(Down(retry, reason))
+        self.wake()
+
+    def gave_up(self, attempts: int, reason: str) -> None:
+        self._status.append(GaveUp(attempts, reason))
+        self.wake()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def wait(self) -> None:
+        """Return once something was put in (or :meth:`wake` was called) since the last wait."""
+        await self._wake.wait()
+        self._wake = anyio.Event()
+
+    def take_status(self) -> list[Up | Down | GaveUp]:
+        items, self._status = self._status, []
+        return items
+
+    def take_update(self) -> Body | str | None:
+        """The next read to process: a failed read's error first, then the newest body."""
+        if self._read_error is not None:
+            error, self._read_error = self._read_error, None
+            return error
+        body, self._body = self._body, None
+        return body
 
 
 @attrs.define(eq=False)

@@ -9,9 +9,9 @@ import attrs
 
 from asyncai_agent.backends.base import Backend
 from asyncai_agent.events import AgentEvent, ModelMessage, ToolResult
-from asyncai_agent.messages import NO_REPLY
 from asyncai_agent.runtime import Run
 from asyncai_agent.thread import Message, ToolCall, ToolSpec
+from asyncai_watch.core.turns import NO_REPLY
 
 __all__ = ["DEFAULT_MAX_ROUNDS", "RUN_CODE_TOOL", "Agent", "CodeOutcome", "CodeRunner"]
 

@@ -47,8 +47,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict
 
 from asyncai_watch import log
-from asyncai_watch.core.text import unescape
 from asyncai_watch.core.notice import SOURCE_CHANNEL, Notice
+from asyncai_watch.core.text import unescape
 
 __all__ = [
     "CHANNEL_CAPABILITY",

@@ -6,9 +6,9 @@ from typing import Protocol
 
 import attrs
 
-from asyncai_agent.messages import RenderedNotice
 from asyncai_agent.thread import Message
 from asyncai_watch.core.notice import Notice
+from asyncai_watch.core.turns import RenderedNotice
 
 __all__ = [
     "AgentEvent",

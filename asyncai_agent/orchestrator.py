@@ -1,8 +1,8 @@
 """The reactor: input sources, the notice stream and the runtime, multiplexed with anyio.
 
-Input and notices take the same path (ADR "Delivery to the agent"): add a
-user-role message, then run the thread. Coalescing is the runtime's
-``queued_run``. Reply routing:
+Input and notices take the same path (docs/design.md, "Delivery to the agent"): add a
+user-role message, which runs the thread. Coalescing is the library's turn rule
+(:class:`asyncai_watch.Turns`, in the runtime). Reply routing:
 
 - every input carries its reply channel and stays *unclaimed* until a run
   starts; the new run claims all unclaimed inputs and replies to the most
@@ -38,10 +38,10 @@ from asyncai_agent.events import (
     RunFailed,
     RunStarted,
 )
-from asyncai_agent.messages import is_no_reply, render_notice
 from asyncai_agent.runtime import AgentRuntime, Run
 from asyncai_agent.thread import Message
 from asyncai_watch.core.notice import Notice
+from asyncai_watch.core.turns import is_no_reply, render_notice
 from asyncai_watch.log import emit, logger
 
 __all__ = ["Executor", "Input", "NoticeSender", "Orchestrator"]
@@ -213,7 +213,6 @@ class Orchestrator:
         self._last_addressed = channel
         self._emit(InputReceived(text=text, channel=channel.name))
         self.runtime.add_message(Message(role="user", text=text))
-        self.runtime.run_thread()
 
     def add_input(self, source: AsyncIterable[Input]) -> None:
         """Consume ``source`` in the reactor's task group until it ends."""
@@ -233,7 +232,6 @@ class Orchestrator:
         self._emit(NoticeReceived(notice=notice, rendered=rendered))
         emit("agent.notice", verbose=self.verbose, source=notice.source, task_id=rendered.task_id)
         self.runtime.add_message(Message(role="user", text=rendered.text))
-        self.runtime.run_thread()
 
     async def _pump_input(self, source: AsyncIterable[Input]) -> None:
         async for item in source:

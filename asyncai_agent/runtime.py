@@ -1,9 +1,9 @@
-"""The agent runtime: one thread, at most one active run, and coalescing by ``queued_run``.
+"""The agent runtime: one thread, at most one active run, coalescing by the library's turn rules.
 
-Messages added while a run is active wait in the inbox and set
-``queued_run``; when the run completes, ONE follow-up run takes the whole
-inbox. So N notices during a run cost one extra run, not N. A run only ever
-sees whole messages: nothing is inserted between a tool call and its result.
+Messages added while a run is active wait in the inbox; when the run completes, ONE follow-up
+run takes the whole inbox (:class:`asyncai_watch.Turns`). So N notices during a run cost one
+extra run, not N. A run only ever sees whole messages: nothing is inserted between a tool call
+and its result.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import attrs
 
 from asyncai_agent.backends.base import BackendError
 from asyncai_agent.thread import Message
+from asyncai_watch import Turns
 
 __all__ = ["AgentRuntime", "Executor", "Run", "RuntimeListener"]
 
@@ -52,8 +53,7 @@ class AgentRuntime:
         self._execute = execute
         self.listener: RuntimeListener | None = None
         self.thread: list[Message] = []
-        self.inbox: list[Message] = []
-        self.queued_run = False
+        self.turns: Turns[Message] = Turns()
         self.active: Run | None = None
         self.runs_started = 0
         self._requested = False
@@ -62,17 +62,22 @@ class AgentRuntime:
         self._idle.set()
 
     @property
+    def inbox(self) -> list[Message]:
+        """Messages no run has taken yet."""
+        return self.turns.inbox
+
+    @property
+    def queued_run(self) -> bool:
+        """A follow-up run will start when the active one completes."""
+        return self.turns.active and bool(self.turns.inbox)
+
+    @property
     def idle(self) -> bool:
         return self.active is None and not self._requested and not self.queued_run
 
     def add_message(self, message: Message) -> None:
-        self.inbox.append(message)
-
-    def run_thread(self) -> None:
-        """Ask for a run: start one now, or, while one is active, queue exactly one follow-up."""
-        if self.active is not None:
-            self.queued_run = True
-        else:
+        """Add ``message`` and ask for a run: one now, or, while a run is active, one follow-up."""
+        if self.turns.add(message):
             self._requested = True
             self._wake.set()
         if self._idle.is_set():
@@ -89,10 +94,10 @@ class AgentRuntime:
             await self._wake.wait()
             self._wake = anyio.Event()
             self._requested = False
+            picked_up = self.turns.begin()
             self.runs_started += 1
-            run = Run(id=self.runs_started, picked_up=tuple(self.inbox))
-            self.thread.extend(self.inbox)
-            self.inbox.clear()
+            run = Run(id=self.runs_started, picked_up=tuple(picked_up))
+            self.thread.extend(picked_up)
             self.active = run
             if self.listener is not None:
                 self.listener.run_created(run)
@@ -105,8 +110,7 @@ class AgentRuntime:
             if self.listener is not None:
                 await self.listener.run_completed(run)
             self.active = None
-            if self.queued_run:
-                self.queued_run = False
+            if self.turns.end():
                 self._requested = True
                 self._wake.set()
             elif self.idle:

@@ -7,6 +7,7 @@ The public API is here; everything else is a submodule (docs/architecture.md):
   notice is made);
 - :mod:`asyncai_watch.subscriptions`: where a watch subscribes (one listen per server and URI);
 - :mod:`asyncai_watch.manager`: the async shell; :mod:`asyncai_watch.mcp_source`: the MCP client;
+- :mod:`asyncai_watch.codemode`: the watch built-ins for model-written code;
 - :mod:`asyncai_watch.testing`: a fake clock and a fake source for tests.
 """
 
@@ -16,6 +17,7 @@ from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.events import EVENTS_MIME_TYPE, Event
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
+from asyncai_watch.core.turns import NO_REPLY, RenderedNotice, Turns, is_no_reply, render_notice, render_turn
 from asyncai_watch.errors import (
     FilterEngineError,
     FilterError,
@@ -40,6 +42,7 @@ from asyncai_watch.tools import ToolCallError
 
 __all__ = [
     "EVENTS_MIME_TYPE",
+    "NO_REPLY",
     "Clock",
     "Event",
     "FilterEngineError",
@@ -51,6 +54,7 @@ __all__ = [
     "NotWatchableError",
     "Notice",
     "ProtocolVersionError",
+    "RenderedNotice",
     "ResourceInfo",
     "ResourceSource",
     "RoutingError",
@@ -61,8 +65,12 @@ __all__ = [
     "SubscriptionLostError",
     "SystemClock",
     "ToolCallError",
+    "Turns",
     "WatchError",
     "WatchInfo",
     "WatchManager",
     "configure_ndjson",
+    "is_no_reply",
+    "render_notice",
+    "render_turn",
 ]

@@ -14,9 +14,9 @@ from kcp_helpers import WAIT, kcp_argv, kcp_env, watch_starts, write_kubeconfig
 
 from asyncai_agent.backends.scripted import ScriptedBackend, parse_script
 from asyncai_agent.events import AgentEvent, NoticeReceived, RunCompleted, RunFailed
-from asyncai_agent.messages import WATCH_INSTRUCTION
 from asyncai_agent.session import SessionConfig, open_session
 from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.turns import WATCH_INSTRUCTION
 from asyncai_watch.mcp_source import McpResourceSource
 
 URI = "kcp-events://watch/root:app/configmaps?namespace=*"

@@ -23,14 +23,14 @@ from asyncai_agent.events import (
     RunFailed,
     RunStarted,
 )
-from asyncai_agent.messages import WATCH_INSTRUCTION, escape, is_no_reply, render_notice
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.runtime import Run
 from asyncai_agent.thread import Message
 from asyncai_servers.switchboard.doorbell import make_doorbell
-from asyncai_watch.core.text import render, unescape
-from asyncai_watch.log import configure_ndjson, logger
 from asyncai_watch.core.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
+from asyncai_watch.core.text import render, unescape
+from asyncai_watch.core.turns import WATCH_INSTRUCTION, escape, is_no_reply, render_notice
+from asyncai_watch.log import configure_ndjson, logger
 
 
 class FakeChannel:

@@ -20,8 +20,8 @@ from test_switchboard_server import (  # noqa: F401  (fixtures)
 
 from asyncai_agent.backends.scripted import ScriptedBackend, parse_script
 from asyncai_agent.events import AgentEvent, NoticeReceived, RunCompleted, RunFailed
-from asyncai_agent.messages import CHANNEL_INSTRUCTION
 from asyncai_agent.session import SessionConfig, open_session
+from asyncai_watch.core.turns import CHANNEL_INSTRUCTION
 
 SCRIPT = {
     "turns": [

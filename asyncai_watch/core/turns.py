@@ -1,7 +1,16 @@
-"""How a Notice becomes the user-role message the model sees, and the NO_REPLY rule.
+"""Notices as agent turns, for any framework: how a notice reads, how notices coalesce, NO_REPLY.
 
-Notices reach the model as ordinary user-role turns (docs/design.md, "Delivery
-to the agent"), wrapped so the model can tell them apart from a person.
+Pure. Three rules every runner follows (the reference agent's orchestrator and each
+framework integration alike):
+
+1. **Render**: a notice reaches the model as an ordinary user-role message
+   (docs/design.md, "Delivery to the agent"), wrapped so the model can tell it apart from a
+   person (:func:`render_notice`), with an instruction sentence that allows ``NO_REPLY``.
+2. **Coalesce**: at most one run at a time; whatever arrives while a run is active becomes
+   ONE follow-up run (:class:`Turns`), so N notices during a run cost one extra run, not N.
+3. **Suppress**: a reply that is empty or has a line that is only ``NO_REPLY`` is not
+   published (:func:`is_no_reply`).
+
 Everything a notice carries comes from outside the agent (object names, event
 text), so attribute values and bodies go through the project's one rendering
 of untrusted text (:func:`asyncai_watch.core.text.render`): controls, line and
@@ -15,13 +24,13 @@ channel's content are single-line.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Final, Generic, TypeVar
 
 import attrs
 
-from asyncai_watch.core.text import render
 from asyncai_watch.core.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
+from asyncai_watch.core.text import render
 
 __all__ = [
     "CHANNEL_INSTRUCTION",
@@ -29,10 +38,14 @@ __all__ = [
     "RESTORE_INSTRUCTION",
     "WATCH_INSTRUCTION",
     "RenderedNotice",
+    "Turns",
     "escape",
     "is_no_reply",
     "render_notice",
+    "render_turn",
 ]
+
+T = TypeVar("T")
 
 NO_REPLY: Final = "NO_REPLY"
 
@@ -128,8 +141,48 @@ def render_notice(notice: Notice) -> RenderedNotice:
     )
 
 
+def render_turn(notices: Sequence[Notice]) -> str:
+    """One user message for a run that takes several notices at once (a coalesced turn)."""
+    return "\n\n".join(render_notice(n).text for n in notices)
+
+
 def is_no_reply(reply: str | None) -> bool:
-    """The ADR rule: an empty reply, or one with a line that is only ``NO_REPLY``, is not published."""
+    """An empty reply, or one with a line that is only ``NO_REPLY``, is not published."""
     if reply is None or not reply.strip():
         return True
     return _NO_REPLY_LINE.search(reply) is not None
+
+
+@attrs.define
+class Turns(Generic[T]):
+    """At most one run at a time; what arrives during a run becomes ONE follow-up run.
+
+    The runner's loop::
+
+        if turns.add(item):            # nothing running: start a run now
+            start_run()
+        ...in the run: batch = turns.begin() ... run the model on batch ...
+        if turns.end():                # something came in meanwhile: one more run
+            start_run()
+    """
+
+    inbox: list[T] = attrs.field(factory=list)
+    """Items no run has taken yet, oldest first."""
+    active: bool = False
+    """A run is in progress."""
+
+    def add(self, item: T) -> bool:
+        """Queue ``item``; ``True`` when no run is active and one should start now."""
+        self.inbox.append(item)
+        return not self.active
+
+    def begin(self) -> list[T]:
+        """A run starts: it takes every queued item."""
+        batch, self.inbox = self.inbox, []
+        self.active = True
+        return batch
+
+    def end(self) -> bool:
+        """The run is over; ``True`` when items came in meanwhile and one follow-up run should start."""
+        self.active = False
+        return bool(self.inbox)

@@ -13,15 +13,25 @@ stderr and exit 2; Ctrl-C and SIGTERM end a watch with exit 0 and no traceback.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import sys
 import urllib.parse
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from importlib.metadata import version
 from typing import Final
 
+import anyio
 import attrs
 
+from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.notice import Notice
+from asyncai_watch.errors import WatchError
+from asyncai_watch.manager import WatchManager
 from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.shapes import resource_dicts
 
 __all__ = ["PROG", "ServerSpec", "build_parser", "main", "parse_server"]
 
@@ -39,11 +49,14 @@ class ServerSpec:
     def is_http(self) -> bool:
         return urllib.parse.urlsplit(self.target).scheme in ("http", "https")
 
-    def source(self, **options: object) -> McpResourceSource:
-        """The (not yet connected) source; raises ``ValueError`` for a malformed command or URL."""
+    def source(self) -> McpResourceSource:
+        """The (not yet connected) source; raises ``ValueError`` for a malformed command or URL.
+
+        A stdio server gets this process's environment, as a command started from a shell would.
+        """
         if self.is_http:
-            return McpResourceSource.http(self.target, name=self.name, **options)  # type: ignore[arg-type]
-        return McpResourceSource.stdio(self.target, name=self.name, **options)  # type: ignore[arg-type]
+            return McpResourceSource.http(self.target, name=self.name)
+        return McpResourceSource.stdio(self.target, name=self.name, env=dict(os.environ))
 
 
 def parse_server(text: str) -> ServerSpec:
@@ -66,14 +79,132 @@ def parse_server(text: str) -> ServerSpec:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Watch MCP resources from the shell: every change prints as it comes, with no polling.",
+    )
     parser.add_argument("--version", action="store_true", help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def server_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--server",
+            action="append",
+            default=[],
+            required=True,
+            metavar="SPEC",
+            help="[NAME=]COMMAND (a stdio server, e.g. asyncai-mcp-simple) or [NAME=]URL "
+            "(Streamable HTTP, e.g. http://127.0.0.1:8765/mcp); repeatable",
+        )
+
+    resources = sub.add_parser("resources", help="list the watchable URIs and templates of the servers")
+    server_option(resources)
+    resources.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    watch = sub.add_parser("watch", help="watch URI and print each notice as it comes (Ctrl-C ends)")
+    watch.add_argument("uri", metavar="URI", help="the resource to watch, e.g. memo://notes")
+    server_option(watch)
+    watch.add_argument(
+        "--on-event", metavar="SRC", help="a Python filter (docs/filters.md), e.g. 'event[\"key\"]'"
+    )
+    watch.add_argument(
+        "--debounce",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="quiet time before a burst of changes prints (default 3; 0 prints each read at once)",
+    )
+    watch.add_argument("--json", action="store_true", help="one JSON object per notice (for jq)")
+    watch.add_argument("--name", default="watch", help="the watch's name in notices (default: watch)")
+
     serve = sub.add_parser("serve", help="serve watches to a Channels host such as Claude Code (MCP, stdio)")
     from asyncai_watch import serve as serve_module
 
     serve_module.add_arguments(serve)
     return parser
+
+
+def fail(message: str, code: int = 2) -> int:
+    """One line on stderr, then the exit code (2: bad input)."""
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def limits_for(debounce: float | None) -> Limits:
+    """The watch limits for ``--debounce`` (quiet time; the burst cap grows with it)."""
+    if debounce is None:
+        return Limits()
+    return Limits(debounce_quiet=debounce, debounce_max_wait=max(debounce, Limits().debounce_max_wait))
+
+
+async def _until_signalled(scope: anyio.CancelScope, stopped: list[int]) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            stopped.append(signum)
+            scope.cancel()
+            return
+
+
+async def _connected(specs: Sequence[ServerSpec], stack: AsyncExitStack) -> list[McpResourceSource]:
+    return [await stack.enter_async_context(spec.source()) for spec in specs]
+
+
+async def _resources(specs: Sequence[ServerSpec], as_json: bool) -> int:
+    async with AsyncExitStack() as stack:
+        sources = await _connected(specs, stack)
+        manager = await stack.enter_async_context(WatchManager(sources))
+        infos = await manager.list_resources()
+    if as_json:
+        for info in infos:
+            print(json.dumps({**resource_dicts([info])[0]}, ensure_ascii=False), flush=True)
+        return 0
+    if not infos:
+        print("(no resources listed)")
+    for info in infos:
+        kind = "template" if info.template else "resource"
+        watchable = "watchable" if info.watchable else "not watchable"
+        print(f"{info.uri}  ({kind}, {info.server}, {info.mime_type or 'no mimeType'}, {watchable})")
+        if info.example:
+            print(f"    {info.example}")
+    return 0
+
+
+def _print_notice(notice: Notice, as_json: bool) -> None:
+    if as_json:
+        record = {
+            "watch": notice.meta.get("name"),
+            "uri": notice.meta.get("uri"),
+            "source": notice.source,
+            "lines": notice.text.splitlines(),
+            "failed": notice.meta.get("failed") == "true",
+        }
+        print(json.dumps(record, ensure_ascii=False), flush=True)
+    else:
+        print(notice.text, flush=True)
+
+
+async def _watch(args: argparse.Namespace, specs: Sequence[ServerSpec]) -> int:
+    stopped: list[int] = []
+    failed = False
+    with anyio.CancelScope() as scope:
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            tg.start_soon(_until_signalled, scope, stopped)
+            sources = await _connected(specs, stack)
+            manager = await stack.enter_async_context(WatchManager(sources, limits=limits_for(args.debounce)))
+            info = await manager.watch_start(args.name, args.uri, args.on_event)
+            print(
+                f"{PROG}: watching {info.uri} on {info.server} ({info.shape}); Ctrl-C stops",
+                file=sys.stderr,
+                flush=True,
+            )
+            async for notice in manager.notices:
+                _print_notice(notice, args.json)
+                if notice.meta.get("failed") == "true":
+                    failed = True
+                    break
+            tg.cancel_scope.cancel()
+    return 1 if failed and not stopped else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,8 +217,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         from asyncai_watch import serve as serve_module
 
         return serve_module.main(args)
-    parser.print_help()
-    return 0
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        specs = [parse_server(text) for text in args.server]
+        for spec in specs:
+            spec.source()  # a malformed command or URL fails here, before anything starts
+        if args.command == "resources":
+            return anyio.run(_resources, specs, args.json)
+        if args.debounce is not None and not (args.debounce >= 0 and args.debounce != float("inf")):
+            return fail(f"--debounce must be a finite number of seconds >= 0, got {args.debounce}")
+        return anyio.run(_watch, args, specs)
+    except KeyboardInterrupt:
+        return 0
+    except BaseException as exc:
+        known = _known(exc)
+        if known is None:
+            raise
+        return fail(str(known) or type(known).__name__)
+
+
+def _known(exc: BaseException) -> BaseException | None:
+    """The user-facing error inside ``exc`` (task groups wrap errors in groups), if it is one."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _known(inner)
+            if found is not None:
+                return found
+        return None
+    return exc if isinstance(exc, WatchError | ValueError | OSError) else None
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ import functools
 import logging
 import os
 import shlex
+import shutil
+import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -269,7 +271,7 @@ class McpResourceSource:
                 f"McpResourceSource.stdio: command must be a str or a sequence of str, got {command!r}"
             )
         params = StdioServerParameters(
-            command=argv[0], args=argv[1:], env=dict(env) if env is not None else None, cwd=cwd
+            command=_resolve(argv[0]), args=argv[1:], env=dict(env) if env is not None else None, cwd=cwd
         )
         return cls(
             target=params,
@@ -733,6 +735,16 @@ def _content_text(block: types.ContentBlock) -> str:
     if isinstance(block, types.ResourceLink):
         return f"[resource {block.uri}]"
     return f"[{block.type}]"
+
+
+def _resolve(command: str) -> str:
+    """``command`` as given, or, when a bare name is not on ``PATH``, the script of that name
+    beside the running interpreter: a virtualenv's console scripts (``asyncai-mcp-simple``)
+    work without activating it."""
+    if os.sep in command or shutil.which(command) is not None:
+        return command
+    beside = Path(sys.executable).parent / command
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else command
 
 
 def _redact(url: str) -> str:

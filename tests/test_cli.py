@@ -1,0 +1,174 @@
+"""``asyncai-watch`` from the shell: real subprocesses against real memo, files and kcp servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+from fake_kubectl import FakeCluster
+from kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
+from test_memo_server import memo_http_server
+
+from asyncai_watch import McpResourceSource
+
+CLI = [sys.executable, "-m", "asyncai_watch"]
+MEMO = f"{shlex.quote(sys.executable)} -m asyncai_servers.memo"
+PEER = f"{shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).with_name('peer_server.py')))}"
+WAIT = 60  # seconds: generous, the CLI starts a Python and a server on 2 shared cores
+
+
+class Lines:
+    """A process's stdout, line by line, awaited (never polled)."""
+
+    def __init__(self, stream: anyio.abc.ByteReceiveStream) -> None:
+        self._stream = stream
+        self._buf = b""
+
+    async def next(self) -> str:
+        with anyio.fail_after(WAIT):
+            while b"\n" not in self._buf:
+                self._buf += await self._stream.receive()
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode()
+
+
+@asynccontextmanager
+async def cli(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[tuple[anyio.abc.Process, Lines]]:
+    async with await anyio.open_process([*CLI, *args], env=env) as proc:
+        assert proc.stdout is not None
+        try:
+            yield proc, Lines(proc.stdout)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+
+
+async def stderr_of(proc: anyio.abc.Process) -> str:
+    assert proc.stderr is not None
+    chunks = []
+    with anyio.fail_after(WAIT):
+        async for chunk in proc.stderr:
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+async def wait_until_watching(proc: anyio.abc.Process) -> None:
+    """The CLI says "watching ..." on stderr once the watch is up (its baseline is taken)."""
+    assert proc.stderr is not None
+    buf = b""
+    with anyio.fail_after(WAIT):
+        while b"watching" not in buf:
+            buf += await proc.stderr.receive()
+
+
+async def run_cli(*args: str) -> tuple[int, str, str]:
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process([*CLI, *args], check=False)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+@pytest.mark.anyio
+async def test_resources_lists_uris_templates_and_examples() -> None:
+    code, out, err = await run_cli("resources", "--server", MEMO)
+    assert code == 0, err
+    assert "memo://notes  (resource, memo, application/json, watchable)" in out
+    assert 'await watch_start(name="notes", uri="memo://notes")' in out
+    assert "memo://notes/{key}  (template" in out
+    code, out, _ = await run_cli("resources", "--server", MEMO, "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert {r["uri"] for r in rows} == {"memo://notes", "memo://notes/{key}"}
+    assert all(r["subscribable"] is True for r in rows)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+async def test_watch_prints_each_notice_as_json_and_ends_cleanly_on_a_signal(stop: signal.Signals) -> None:
+    async with (
+        memo_http_server() as (url, _),
+        cli("watch", "memo://notes", "--server", f"memo={url}", "--debounce", "0", "--json") as (proc, out),
+    ):
+        await wait_until_watching(proc)
+        async with McpResourceSource.http(url) as writer:  # another user, on its own connection
+            await writer.call_tool("memo_set", {"key": "todo", "value": "milk"})
+            first = json.loads(await out.next())
+            await writer.call_tool("memo_set", {"key": "todo", "value": "eggs"})
+            second = json.loads(await out.next())
+        assert first == {
+            "watch": "watch",
+            "uri": "memo://notes",
+            "source": "watch",
+            "lines": ["ADDED todo"],
+            "failed": False,
+        }
+        assert second["lines"] == ["MODIFIED todo (milk→eggs)"]
+        proc.send_signal(stop)
+        with anyio.fail_after(WAIT):
+            assert await proc.wait() == 0
+        err = await stderr_of(proc)
+        assert "Traceback" not in err
+
+
+@pytest.mark.anyio
+async def test_watch_a_file_with_a_filter(tmp_path: Path) -> None:
+    target = tmp_path / "config.json"
+    target.write_text('{"mode": "off"}')
+    files = f"{shlex.quote(sys.executable)} -m asyncai_servers.files {shlex.quote(str(tmp_path))}"
+    on_event = 'f"{event[\'key\']} is now {event[\'new\']}"'
+    async with cli(
+        "watch", f"file://{target}", "--server", files, "--debounce", "0", "--on-event", on_event
+    ) as (proc, out):
+        await wait_until_watching(proc)
+        target.write_text('{"mode": "on"}')
+        assert await out.next() == "mode is now on"
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(WAIT):
+            assert await proc.wait() == 0
+
+
+@pytest.mark.anyio
+async def test_watch_kcp_configmaps(tmp_path: Path) -> None:
+    cluster = FakeCluster(tmp_path / "cluster")
+    kc = write_kubeconfig(tmp_path / "kc.json", "https://kcp.test:6443")
+    env = {**os.environ, **kcp_env(cluster, tmp_path)}
+    server = shlex.join([sys.executable, *kcp_argv(kc, "--backoff", "0:0")])
+    uri = "kcp-events://watch/root:app/configmaps?namespace=*"
+    async with cli("watch", uri, "--server", f"kcp={server}", "--debounce", "0", env=env) as (proc, out):
+        await wait_until_watching(proc)
+        cluster.create("final-check", {"a": "1"})
+        assert await out.next() == "ADDED default/final-check"
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(WAIT):
+            assert await proc.wait() == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["watch", "memo://zzz", "--server", MEMO], "cannot subscribe to ['memo://zzz']"),
+        (["watch", "memo://notes", "--server", "no-such-server-command"], "cannot start MCP server"),
+        (["watch", "memo://notes", "--server", "http://127.0.0.1:1/mcp"], "cannot connect to MCP server"),
+        (["watch", "memo://notes", "--server", MEMO, "--on-event", "event["], "on_event"),
+        (["watch", "memo://notes", "--server", MEMO, "--on-event", "undefined_name"], "NameError"),
+        (["watch", "memo://notes", "--server", MEMO, "--debounce", "-1"], "--debounce must be"),
+        (["watch", "peer://state", "--server", f"{PEER} no-subscribe"], "is not watchable"),
+        (["resources", "--server", "http://"], "expected an http(s) URL"),
+    ],
+)
+async def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str) -> None:
+    code, out, err = await run_cli(*args)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("asyncai-watch: error: ")
+    assert says in lines[0]
+    assert out == ""

@@ -24,15 +24,14 @@ import anyio
 import attrs
 from anyio.abc import Process
 
-from asyncai_watch import sandbox
 from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.filters import _wire
+from asyncai_watch.filters._check import FILENAME, check_source
 from asyncai_watch.filters.engine import Catalog, FilterOutcome, FilterSession, check_dry_run, open_session
 from asyncai_watch.limits import Limits
 
 __all__ = ["FILENAME", "RestrictedFilterSession", "RestrictedPythonEngine", "check_source"]
 
-FILENAME: Final = "<on_event>"
 MAX_DEATHS_PER_BATCH: Final = 3
 _CHUNK: Final = 256 * 1024
 _STARTUP_TIMEOUT: Final = 30.0
@@ -54,14 +53,6 @@ main(sys.argv[2])
 """
 _ROOT: Final = str(Path(__file__).resolve().parents[2])
 _log = logging.getLogger(__name__)
-
-
-def check_source(source: str) -> None:
-    """Compile ``source`` under the filter policy (no execution); FilterError if it fails."""
-    try:
-        sandbox.compile_repl(source, filename=FILENAME)
-    except SyntaxError as exc:
-        raise FilterError(f"on_event does not compile: {sandbox.describe_error(exc, FILENAME)}") from None
 
 
 @attrs.define(kw_only=True)

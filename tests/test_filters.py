@@ -162,16 +162,21 @@ elif k == "dunder":
     getattr(event, "__class__")
 elif k == "format":
     "{0.__class__}".format(event)
+elif k == "mro":
+    class A:
+        pass
+    A.mro()[-1]
 "fine"
 """
     async with await open_(engine, source) as session:
-        outcomes = await session.run([{"k": k} for k in ("import", "open", "dunder", "format", "other")])
-    assert [o.error_type for o in outcomes] == ["PolicyError"] * 4 + [None]
+        outcomes = await session.run([{"k": k} for k in ("import", "open", "dunder", "format", "mro", "other")])
+    assert [o.error_type for o in outcomes] == ["PolicyError"] * 5 + [None]
     assert "import of 'subprocess' is not allowed" in str(outcomes[0].error)
     assert "open() is not available" in str(outcomes[1].error)
     assert "'__class__' is not accessible" in str(outcomes[2].error)
     assert "str.format is blocked" in str(outcomes[3].error)
-    assert outcomes[4].line == "fine"
+    assert "attribute 'mro' of a class is not accessible" in str(outcomes[4].error)
+    assert outcomes[5].line == "fine"
 
 
 async def test_endless_loop_is_stopped_and_the_next_event_works(engine: RestrictedPythonEngine) -> None:

@@ -408,6 +408,11 @@ def _import(name: str, *_args: Any, **_kwargs: Any) -> Any:
 
 _FORMAT_NAMES: Final = frozenset({"format", "format_map", "get_field", "get_value", "vformat", "Formatter"})
 
+# Attributes a class gets from its metaclass, not from its own body or bases: today only
+# ``mro``, whose result ends in the real ``object`` (the ``object`` builtin is a stub).
+# Taken from ``type`` itself, so a method a later Python adds to ``type`` is refused too.
+_TYPE_ATTRIBUTES: Final = frozenset(n for n in dir(type) if not n.startswith("_"))
+
 
 def _check_attribute(obj: Any, name: str) -> None:
     if type(name) is not str:
@@ -416,6 +421,11 @@ def _check_attribute(obj: Any, name: str) -> None:
         raise PolicyError(f'attribute {name!r} is not accessible: names starting with "_" are blocked')
     if name in INSPECT_ATTRIBUTES or name.endswith("__roles__"):
         raise PolicyError(f"attribute {name!r} is not accessible (frame and code introspection is blocked)")
+    if name in _TYPE_ATTRIBUTES and isinstance(obj, type):
+        raise PolicyError(
+            f"attribute {name!r} of a class is not accessible (type introspection is blocked); "
+            "use isinstance() or issubclass()"
+        )
     if name in _FORMAT_NAMES:
         if name in ("format", "format_map") and (
             isinstance(obj, str) or (isinstance(obj, type) and issubclass(obj, str))

@@ -42,7 +42,9 @@ class Lines:
 
 
 @asynccontextmanager
-async def cli(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[tuple[anyio.abc.Process, Lines]]:
+async def cli(
+    *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[anyio.abc.Process, Lines]]:
     async with await anyio.open_process([*CLI, *args], env=env) as proc:
         assert proc.stdout is not None
         try:
@@ -122,7 +124,7 @@ async def test_watch_a_file_with_a_filter(tmp_path: Path) -> None:
     target = tmp_path / "config.json"
     target.write_text('{"mode": "off"}')
     files = f"{shlex.quote(sys.executable)} -m asyncai_servers.files {shlex.quote(str(tmp_path))}"
-    on_event = 'f"{event[\'key\']} is now {event[\'new\']}"'
+    on_event = "f\"{event['key']} is now {event['new']}\""
     async with cli(
         "watch", f"file://{target}", "--server", files, "--debounce", "0", "--on-event", on_event
     ) as (proc, out):

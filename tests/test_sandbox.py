@@ -67,6 +67,22 @@ REJECTED: list[tuple[str, type[BaseException], str]] = [
     ("yield 1", SyntaxError, "'yield' outside function"),
     ("nonlocal x", SyntaxError, ""),
     ("x: int = 1", SyntaxError, "AnnAssign statements are not allowed"),
+    # The real `object` (and with it every class) must stay out of reach: `object` is a stub.
+    ("class A:\n    pass\nA.mro()[-1]", PolicyError, "'mro' of a class is not accessible"),
+    ("class A(ValueError):\n    pass\nA.mro()", PolicyError, "'mro' of a class is not accessible"),
+    ("ValueError.mro()[-1]", PolicyError, "'mro' of a class is not accessible"),
+    ("PolicyError.mro()", PolicyError, "'mro' of a class is not accessible"),
+    ("getattr(int, 'mro')", PolicyError, "'mro' of a class is not accessible"),
+    ("hasattr(str, 'mro')", PolicyError, "'mro' of a class is not accessible"),
+    ("class A:\n    pass\nA.__mro__", SyntaxError, '"__mro__" is an invalid attribute name'),
+    ("class A:\n    pass\nA.__bases__", SyntaxError, '"__bases__" is an invalid attribute name'),
+    ("class A:\n    pass\nA.__subclasses__()", SyntaxError, '"__subclasses__" is an invalid attribute'),
+    ("class A:\n    pass\ngetattr(A, '__base__')", PolicyError, "'__base__' is not accessible"),
+    ("class A:\n    pass\ngetattr(A(), '__class__')", PolicyError, "'__class__' is not accessible"),
+    ("type(1)", PolicyError, "type() is not available"),
+    ("object()", PolicyError, "object() is not available"),
+    ("class A:\n    def f(self):\n        return super()\nA().f()", PolicyError, "super() is not"),
+    ("class A(metaclass=type):\n    pass", SyntaxError, 'keyword argument "metaclass" is not allowed'),
 ]
 
 
@@ -78,6 +94,29 @@ async def test_policy_rejects_the_same_code_in_both_modes(
     with pytest.raises(error) as info:
         await execute(source, allow_await=allow_await)
     assert fragment in str(info.value)
+
+
+def test_no_class_reachable_by_name_hands_out_its_metaclass_attributes() -> None:
+    # Every class a filter can name (builtins, exception classes, its own), and every
+    # attribute classes get from `type`: each refused, so no class's mro() reaches `object`.
+    scope = new_scope()
+    run_sync(compile_repl("class Mine:\n    pass"), scope)
+    classes = [v for v in scope["__builtins__"].values() if isinstance(v, type)] + [scope["Mine"]]
+    assert len(classes) > 40
+    names = [n for n in dir(type) if not n.startswith("_")]
+    assert "mro" in names
+    for cls in classes:
+        for name in names:
+            run = compile_repl(f"getattr(c, {name!r}, 'absent')")
+            scope["c"] = cls
+            with pytest.raises(PolicyError, match="of a class is not accessible"):
+                run_sync(run, scope)
+    # Instances and plain data keep their ordinary attributes.
+    assert run_sync(compile_repl("m = Mine()\nm.mro = 1\n(m.mro, 'a'.upper(), (2).real)"), scope).value == (
+        1,
+        "A",
+        2,
+    )
 
 
 @pytest.mark.parametrize("allow_await", MODES)

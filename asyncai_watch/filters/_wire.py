@@ -4,6 +4,7 @@ Parent -> worker:
   ["init", source, filename, names]       compile, fresh scope; -> ["ok"] | ["err", message, type]
   ["run", events, timeout]                 -> one ["o", line, error, error_type] per event
   ["ret", call_id, ok, value_or_message]   the answer to a worker's ["call", ...]
+  ["ret", call_id, false, message, "timeout"]  the event's time ran out during the call
   ["probe"]                                -> ["probe", {...}] (environment/limits, for tests)
 Worker -> parent, besides the replies:
   ["call", call_id, name, kwargs]          a catalog call from the running filter

@@ -1,7 +1,9 @@
 """The filter worker process: one per filter session, reused for every event.
 
-Started by :mod:`asyncai_watch.filters.restricted` with an empty environment, no inherited
-descriptors beyond its stdin/stdout pipes, and then locked down here before it reads any
+Forked by the fork server (:mod:`asyncai_watch.filters._forkserver`), or started on its own
+by :mod:`asyncai_watch.filters.restricted` (``fork_server=False``), with an empty
+environment and no descriptors beyond its channel to the parent (a Unix socket on fd 0 and
+1) and /dev/null on fd 2. It locks itself down here, in the worker, before it reads any
 filter code: no core files, an address-space cap, no file writes, no new descriptors, no
 new processes, a CPU budget, (when started as root) the uid/gid of ``nobody``, and last a
 seccomp filter that refuses (EPERM) the syscalls a filter worker never needs: opening
@@ -9,9 +11,12 @@ files, sockets, exec, fork/clone, io_uring, touching other processes, changing t
 system, mounts and namespaces. If libseccomp cannot be loaded the worker still runs; the
 probe and the init reply say seccomp is off and why.
 
-Per event, a CPU timer (SIGPROF) raises a timeout inside the filter code; a per-event
-RLIMIT_CPU soft limit kills the worker (SIGXCPU) if the code swallows that timeout or sits
-in one long C call. The parent's watchdog and restart cover anything else.
+Per event, the limit is wall-clock time, catalog calls included: a CPU timer (SIGPROF)
+raises a timeout inside the filter code once the event's deadline has passed, and a
+catalog call still unanswered at the deadline is answered "timeout" by the parent, which
+raises the same timeout here. A per-event RLIMIT_CPU soft limit kills the worker (SIGXCPU)
+if the code swallows that timeout or sits in one long C call; the parent kills a worker
+that overruns the deadline by its grace time, and restarts it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ _PRELOADED_CODECS: Final = (
 )  # fmt: skip
 """Codecs a filter may use (``s.encode("cp1252")``); the rest fail as unknown encodings."""
 
+_PR_SET_PDEATHSIG: Final = 1
 _PR_SET_NO_NEW_PRIVS: Final = 38
 _PR_GET_NO_NEW_PRIVS: Final = 39
 
@@ -134,7 +140,7 @@ SIGNAL_SYSCALLS: Final = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsi
 
 
 class FilterTimeout(BaseException):
-    """Raised into the filter code when its CPU time for one event runs out.
+    """Raised into the filter code when its time for one event runs out.
 
     A BaseException, so ``except Exception`` in a filter does not swallow it.
     """
@@ -180,6 +186,25 @@ def _load_seccomp() -> ModuleType | str:
         return f"cannot load libseccomp ({type(exc).__name__}: {exc})"
 
 
+def preload() -> ModuleType | str:
+    """Load what a locked-down worker can no longer load (codecs are looked up lazily, from
+    files; libseccomp is found with ``ldconfig -p``). The fork server calls it once, so
+    every worker it forks shares the loaded pages; returns :func:`_load_seccomp`'s result."""
+    for codec in _PRELOADED_CODECS:
+        codecs.lookup(codec)
+    return _load_seccomp()
+
+
+def _die_with(parent: int) -> bool:
+    """Have the kernel SIGKILL this worker when ``parent`` (the fork server) ends, so no
+    worker outlives it; False if it has already ended (then the worker exits at once)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it ended between the fork and the prctl
+        os._exit(0)
+    return True
+
+
 def _no_new_privs() -> bool:
     """Set PR_SET_NO_NEW_PRIVS (needed for seccomp without CAP_SYS_ADMIN; also no setuid
     binary can gain privileges); True if it is set."""
@@ -207,12 +232,14 @@ def _apply_seccomp(seccomp: ModuleType) -> list[str]:
     return unknown
 
 
-def _lock_down(config: dict[str, Any]) -> dict[str, Any]:
-    """Apply the OS limits; return what was done (for the probe)."""
+def _lock_down(
+    config: dict[str, Any], *, seccomp: ModuleType | str | None = None, parent: int | None = None
+) -> dict[str, Any]:
+    """Apply the OS limits; return what was done (for the probe). ``seccomp`` is what
+    :func:`preload` returned, if it already ran (in the fork server); ``parent`` is the fork
+    server's pid, which this worker must not outlive."""
     notes: dict[str, Any] = {"inherited_fds": _open_fds(), "threads": _threads()}
-    for codec in _PRELOADED_CODECS:  # codecs load lazily, from files the lock-down then refuses
-        codecs.lookup(codec)
-    seccomp = _load_seccomp()
+    loaded = preload() if seccomp is None else seccomp
     os.environ.clear()  # the parent passes env={}; Python itself may add LC_CTYPE
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
@@ -227,6 +254,9 @@ def _lock_down(config: dict[str, Any]) -> dict[str, Any]:
             notes["dropped_to"] = NOBODY
         except OSError as exc:
             notes["drop_failed"] = str(exc)
+    if parent is not None:
+        # After the uid change: the kernel clears the parent-death signal when credentials change.
+        notes["dies_with_fork_server"] = _die_with(parent)
     try:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # no fork (root is exempt)
     except (OSError, ValueError) as exc:
@@ -238,18 +268,27 @@ def _lock_down(config: dict[str, Any]) -> dict[str, Any]:
     notes["no_new_privs"] = _no_new_privs()
     # Last: everything the worker needs is imported by now, and the rlimits and the uid
     # change above use syscalls that stay allowed anyway.
-    if isinstance(seccomp, str):
-        notes["seccomp"] = f"off: {seccomp}"
+    if isinstance(loaded, str):
+        notes["seccomp"] = f"off: {loaded}"
     elif not notes["no_new_privs"]:
         notes["seccomp"] = "off: PR_SET_NO_NEW_PRIVS could not be set"
     else:
         try:
-            notes["seccomp_unknown"] = _apply_seccomp(seccomp)
+            notes["seccomp_unknown"] = _apply_seccomp(loaded)
         except (OSError, ValueError) as exc:  # e.g. a kernel built without seccomp
             notes["seccomp"] = f"off: the filter could not be loaded ({type(exc).__name__}: {exc})"
         else:
             notes["seccomp"] = "on"
     return notes
+
+
+def timeout_message(timeout: float, waiting_for: str | None = None) -> str:
+    """The error of an event that ran out of time (``waiting_for``: the unanswered call)."""
+    why = f"; {waiting_for}() had not answered and was abandoned" if waiting_for else "; it was stopped"
+    return (
+        f"timeout: on_event ran for more than {timeout:g} s on this event "
+        f"(Limits.filter_timeout, wall-clock, catalog calls included){why}"
+    )
 
 
 class Worker:
@@ -267,9 +306,8 @@ class Worker:
         self.aimed_at = float("-inf")
         self.room = 0.0
         self.timeout = 2.0
-        self.slow_since = 0.0
-        self.index = 0  # events started in this worker
-        self.ticked = -1  # the event the last SIGPROF tick saw
+        self.deadline = float("inf")  # time.monotonic() at which the running event's time is up
+        self.expired: str | None = None  # the running event's timeout, once raised
 
     # -- protocol -------------------------------------------------------------------------
     def send(self, message: Any) -> None:
@@ -284,15 +322,17 @@ class Worker:
 
     def on_sigprof(self, _signum: int, _frame: Any) -> None:
         # Fires every TICK of CPU during a batch (armed once per batch, so fast events pay
-        # no timer syscalls); the first tick inside an event starts its clock.
-        if not self.armed:
-            return
-        now = time.process_time()
-        if self.ticked != self.index:
-            self.ticked = self.index
-            self.slow_since = now - TICK
-        elif now - self.slow_since >= self.timeout:
-            raise FilterTimeout
+        # no timer syscalls). It measures nothing itself: the limit is the event's wall-clock
+        # deadline, and a tick is simply when running code can be interrupted.
+        if self.armed and time.monotonic() >= self.deadline:
+            raise self._expire(timeout_message(self.timeout))
+
+    def _expire(self, message: str) -> FilterTimeout:
+        # Remembered: code that swallows the timeout (``except BaseException``) still gets
+        # the timeout as its outcome, whatever it returns afterwards.
+        if self.expired is None:
+            self.expired = message
+        return FilterTimeout(self.expired)
 
     def serve(self) -> None:
         while True:
@@ -353,7 +393,10 @@ class Worker:
             ) from None
         if len(payload) > MAX_CALL_BYTES:
             raise CatalogError(f"{name}(): arguments are {len(payload)} bytes; at most {MAX_CALL_BYTES}")
-        armed, self.armed = self.armed, False  # waiting on the parent is not the filter's time
+        # No tick may raise while the request or its reply is half-sent: the stream would be
+        # unusable. The wait still counts against the event's deadline: the parent answers
+        # "timeout" when it passes, and the check below applies it.
+        armed, self.armed = self.armed, False
         try:
             self.call_id += 1
             call_id = self.call_id
@@ -364,8 +407,12 @@ class Worker:
                 raise _Fatal(f"reading the reply to {name}(): {exc!r}") from None
         finally:
             self.armed = armed
-        if not (isinstance(reply, list) and len(reply) == 4 and reply[0] == "ret" and reply[1] == call_id):
+        if not (
+            isinstance(reply, list) and len(reply) in (4, 5) and reply[0] == "ret" and reply[1] == call_id
+        ):
             raise _Fatal(f"unexpected reply to call {call_id}: {str(reply)[:200]}")
+        if (len(reply) == 5 and reply[4] == "timeout") or (armed and time.monotonic() >= self.deadline):
+            raise self._expire(timeout_message(self.timeout, name))
         if not reply[2]:
             raise CatalogError(reply[3])
         return reply[3]
@@ -405,8 +452,9 @@ class Worker:
         scope = self.scope
         scope["event"] = event
         self._cpu_guard(timeout)
-        self.index += 1
+        self.expired = None
         try:
+            self.deadline = time.monotonic() + timeout
             self.armed = True
             try:
                 result = sandbox.run_sync(self.code, scope)
@@ -415,21 +463,20 @@ class Worker:
                 self.armed = False
         except _Fatal:
             raise
-        except FilterTimeout:
-            return [
-                None,
-                f"timeout: on_event used more than {timeout:g} s of CPU on this event "
-                "(Limits.filter_timeout); it was stopped",
-                "timeout",
-            ]
-        except MemoryError:
-            return [
-                None,
-                f"MemoryError: on_event exceeded the filter memory limit ({self.memory // 2**20} MiB)",
-                "MemoryError",
-            ]
+        except FilterTimeout as exc:
+            return [None, str(exc) or timeout_message(timeout), "timeout"]
         except BaseException as exc:
+            if self.expired is not None:
+                return [None, self.expired, "timeout"]
+            if isinstance(exc, MemoryError):
+                return [
+                    None,
+                    f"MemoryError: on_event exceeded the filter memory limit ({self.memory // 2**20} MiB)",
+                    "MemoryError",
+                ]
             return [None, sandbox.describe_error(exc, self.filename, scope), type(exc).__name__]
+        if self.expired is not None:
+            return [None, self.expired, "timeout"]
         return [line, None, None]
 
     def render(self, result: sandbox.ReplResult) -> str | None:
@@ -444,19 +491,33 @@ class Worker:
         return line
 
 
-def main(config_json: str) -> None:
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # stdout carries protocol lines only
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends us by closing stdin
-    config = json.loads(config_json)
+def run(
+    config: dict[str, Any],
+    inp: IO[bytes],
+    out: IO[bytes],
+    *,
+    seccomp: ModuleType | str | None = None,
+    parent: int | None = None,
+) -> int:
+    """Lock down, then serve the parent on ``inp``/``out`` until it closes the channel.
+    Returns the exit code (0: the parent closed; 3: the protocol broke)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends us by closing the channel
     worker = Worker(config, inp, out)
     try:
-        worker.notes = _lock_down(config)
+        worker.notes = _lock_down(config, seccomp=seccomp, parent=parent)
         signal.signal(signal.SIGPROF, worker.on_sigprof)
         worker.serve()
     except BrokenPipeError:
-        raise SystemExit(0) from None
+        return 0
     except (_Fatal, Exception) as exc:
         with contextlib.suppress(OSError):
             worker.send(["fatal", f"{type(exc).__name__}: {exc}"])
-        raise SystemExit(3) from None
+        return 3
+    return 0
+
+
+def main(config_json: str) -> None:
+    """A worker started on its own (``fork_server=False``): the channel is its stdin/stdout."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # stdout carries protocol lines only
+    raise SystemExit(run(json.loads(config_json), inp, out))

@@ -15,6 +15,7 @@ import attrs
 
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError, FilterError
+from asyncai_watch.filters._check import check_source
 
 __all__ = [
     "DRY_RUN_FATAL",
@@ -153,8 +154,6 @@ def validate_on_event(on_event: object, *, engine: FilterEngine | None = None) -
             "pass the filter's code as a string"
         )
     if engine is None:
-        from asyncai_watch.filters.restricted import check_source
-
         check_source(on_event)
     else:
         engine.validate(on_event)

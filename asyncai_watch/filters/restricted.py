@@ -1,77 +1,61 @@
 """The RestrictedPython filter engine: each session is one reused, locked-down worker process.
 
-The parent (this module) never runs filter code. It sends a batch of events over the
-worker's stdin and reads one outcome line per event from its stdout, serving the worker's
-catalog calls in between (the read-only rule and the per-event call limit are enforced
-here, not in the worker). A worker that crashes or stops answering is killed and restarted;
-its scope is lost, and the outcome says so.
+The parent (this module) never runs filter code. Workers are forked by one fork server per
+engine (``fork_server=True``, the default: the sandbox is loaded once and its pages are
+shared), or each started as its own interpreter. The parent sends a batch of events over
+the worker's channel and reads one outcome line per event, serving the worker's catalog
+calls in between (the read-only rule, the per-event call limit and the per-event deadline
+are enforced here, not in the worker). A worker that crashes or overruns is killed and
+restarted; its scope is lost, and the outcome says so.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
-import subprocess
+import socket
 import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, suppress
-from pathlib import Path
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
 import anyio
 import attrs
-from anyio.abc import Process
 
-from asyncai_watch import sandbox
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.filters import _wire
+from asyncai_watch.filters._check import FILENAME, check_source
+from asyncai_watch.filters._launch import (
+    STARTUP_TIMEOUT,
+    ForkServer,
+    ServerGone,
+    WorkerProcess,
+    boot_command,
+    spawn_worker,
+)
 from asyncai_watch.filters.engine import Catalog, FilterOutcome, FilterSession, check_dry_run, open_session
 
 __all__ = ["FILENAME", "RestrictedFilterSession", "RestrictedPythonEngine", "check_source"]
 
-FILENAME: Final = "<on_event>"
 MAX_DEATHS_PER_BATCH: Final = 3
 _CHUNK: Final = 256 * 1024
-_STARTUP_TIMEOUT: Final = 30.0
-"""Seconds a new worker may take to start and compile the source (a loaded machine is slow)."""
-
-# The package root goes at the *end* of sys.path: an installed asyncai_watch wins, and a
-# plain checkout still works under -I (which leaves the current directory out).
-_BOOT: Final = """\
-import sys
-sys.path.append(sys.argv[1])
-try:
-    from asyncai_watch.filters._worker import main
-except BaseException as exc:
-    import json
-    sys.stdout.write(json.dumps(["fatal", "cannot start: %s: %s" % (type(exc).__name__, exc)]) + "\\n")
-    sys.stdout.flush()
-    raise SystemExit(70)
-main(sys.argv[2])
-"""
-_ROOT: Final = str(Path(__file__).resolve().parents[2])
 _log = logging.getLogger(__name__)
-
-
-def check_source(source: str) -> None:
-    """Compile ``source`` under the filter policy (no execution); FilterError if it fails."""
-    try:
-        sandbox.compile_repl(source, filename=FILENAME)
-    except SyntaxError as exc:
-        raise FilterError(f"on_event does not compile: {sandbox.describe_error(exc, FILENAME)}") from None
 
 
 @attrs.define(kw_only=True)
 class RestrictedPythonEngine:
-    """Runs ``on_event`` under RestrictedPython in one worker subprocess per session.
+    """Runs ``on_event`` under RestrictedPython in one worker process per session.
 
-    ``memory_limit`` caps each worker's address space; ``cpu_budget`` is a worker's total
-    CPU seconds before it is killed and restarted; ``watchdog`` is how long a worker may be
-    silent while it owes an answer (default ``max(30, 10 * filter_timeout)``) before it is
-    killed; ``catalog_timeout`` bounds one catalog call.
+    ``fork_server`` (default) forks the workers from one fork server process per engine,
+    started with the first session and ended with the last, so the sandbox is loaded once
+    and shared; ``False`` starts a separate interpreter per session (more memory, no
+    shared process). ``memory_limit`` caps each worker's address space; ``cpu_budget`` is
+    a worker's total CPU seconds before it is killed and restarted; ``watchdog`` is the
+    grace after an event's ``Limits.filter_timeout`` before a worker that has not answered
+    is killed (default ``max(2, filter_timeout)``); ``catalog_timeout`` bounds one catalog
+    call (within the event's own deadline).
     """
 
     limits: Limits = attrs.field(factory=Limits)
@@ -82,10 +66,15 @@ class RestrictedPythonEngine:
     watchdog: float | None = None
     drop_privileges: bool = True
     python: str = sys.executable
+    fork_server: bool = True
     seccomp: str | None = attrs.field(default=None, init=False)
     """The latest worker's seccomp state as it reported it: ``"on"`` or ``"off: <why>"``
     (None before the first worker started)."""
     _seccomp_warned: bool = attrs.field(default=False, init=False, repr=False)
+    _server: ForkServer | None = attrs.field(default=None, init=False, repr=False)
+    _server_lock: anyio.Lock | None = attrs.field(default=None, init=False, repr=False)
+    _sessions: int = attrs.field(default=0, init=False, repr=False)
+    """Open sessions; the fork server lives while there is one."""
 
     def _note_seccomp(self, state: str) -> None:
         # Running without seccomp is allowed (not every host has libseccomp.so.2), but
@@ -99,18 +88,24 @@ class RestrictedPythonEngine:
     def name(self) -> str:
         return "restricted-python"
 
+    @property
+    def fork_server_pid(self) -> int | None:
+        """The running fork server's pid (None when there is none, or with ``fork_server=False``)."""
+        server = self._server
+        return server.pid if server is not None and not server.broken else None
+
     def validate(self, source: str) -> None:
         check_source(source)
 
     def command(self) -> list[str]:
+        """The process the engine starts: the fork server, or (``fork_server=False``) a worker."""
         config = {
             "memory": self.memory_limit,
             "cpu_budget": self.cpu_budget,
             "max_line": self.max_line_chars,
             "drop_privileges": self.drop_privileges,
         }
-        # -I: ignore PYTHON* variables and the user site; no cwd on sys.path.
-        return [self.python, "-I", "-c", _BOOT, _ROOT, json.dumps(config)]
+        return boot_command(self.python, "_forkserver" if self.fork_server else "_worker", config)
 
     def open_session(
         self, source: str, catalog: Catalog, limits: Limits | None = None
@@ -128,6 +123,47 @@ class RestrictedPythonEngine:
             await session.aclose()
             raise
         return session
+
+    # -- workers ----------------------------------------------------------------------------
+    def _lock(self) -> anyio.Lock:
+        if self._server_lock is None:
+            self._server_lock = anyio.Lock()
+        return self._server_lock
+
+    async def _launch(self) -> WorkerProcess:
+        """A new worker for a session. FilterEngineError if none can be started."""
+        if not self.fork_server:
+            return await spawn_worker(self.command())
+        async with self._lock():
+            # A dead server (killed, crashed) is noticed here, by its first failed request,
+            # and replaced once: the workers it forked died with it, this one starts afresh.
+            for attempt in (1, 2):
+                server = self._server
+                if server is None or server.broken:
+                    if server is not None:
+                        self._server = None
+                        await server.aclose()
+                    server = self._server = await ForkServer.start(self.command())
+                try:
+                    return await server.fork()
+                except ServerGone as gone:
+                    if attempt == 2:
+                        raise FilterEngineError(f"the filter worker fork server {gone.reason}") from None
+        raise AssertionError("unreachable")
+
+    def _retain(self) -> None:
+        self._sessions += 1
+
+    async def _release(self) -> None:
+        self._sessions -= 1
+        if self._sessions > 0 or self._server is None:
+            return
+        with anyio.CancelScope(shield=True):
+            async with self._lock():
+                server = self._server
+                if self._sessions == 0 and server is not None:
+                    self._server = None
+                    await server.aclose()
 
 
 class _WorkerGone(Exception):
@@ -161,6 +197,18 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def _pending(worker: WorkerProcess) -> bool:
+    """Whether the worker has sent bytes not read yet (or closed its end)."""
+    sock = worker.channel.extra(anyio.abc.SocketAttribute.raw_socket)
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # the next receive reports it
+    return True
+
+
 class RestrictedFilterSession:
     """One watch's filter: a worker process and the persistent scope inside it."""
 
@@ -173,19 +221,18 @@ class RestrictedFilterSession:
         """How many times the worker was replaced (each time the scope started empty)."""
         self._names = sorted(catalog.names)
         self._lock = anyio.Lock()
-        self._proc: Process | None = None
+        self._worker: WorkerProcess | None = None
         self._partial = bytearray()
         self._lines: deque[bytes | bytearray] = deque()
         self._fatal: str | None = None
         self._closed = False
-        self._watchdog = (
-            engine.watchdog if engine.watchdog is not None else max(30.0, 10 * limits.filter_timeout)
-        )
+        self._retained = False
+        self._grace = engine.watchdog if engine.watchdog is not None else max(2.0, limits.filter_timeout)
 
     @property
     def pid(self) -> int | None:
         """The current worker's pid (None between a crash and the restart)."""
-        return self._proc.pid if self._proc is not None else None
+        return self._worker.pid if self._worker is not None else None
 
     async def __aenter__(self) -> RestrictedFilterSession:
         return self
@@ -196,36 +243,24 @@ class RestrictedFilterSession:
     # -- process --------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the worker and compile the source in it. FilterError if either fails."""
+        if not self._retained:  # the engine's fork server lives while a session is open
+            self._retained = True
+            self.engine._retain()
         try:
-            with anyio.fail_after(max(_STARTUP_TIMEOUT, self._watchdog) + 5):
+            with anyio.fail_after(2 * STARTUP_TIMEOUT + 5):
                 await self._spawn()
         except TimeoutError:
             await self._discard()
             raise FilterEngineError("the filter worker did not start in time") from None
 
     async def _spawn(self) -> None:
-        try:
-            proc = await anyio.open_process(
-                self.engine.command(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env={},  # nothing inherited; the worker also clears what Python adds
-                start_new_session=True,  # no terminal signals; we end it ourselves
-            )
-        except OSError as exc:
-            raise FilterEngineError(f"cannot start the filter worker ({self.engine.python}): {exc}") from None
-        assert proc.stdout is not None
-        self._proc = proc
+        self._worker = await self.engine._launch()
         self._partial.clear()
         self._lines.clear()
         self._fatal = None
         try:
-            # Starting Python and importing RestrictedPython is not the filter's fault: init gets
-            # the startup bound, not the (possibly short) watchdog.
-            reply = await self._request(
-                ["init", self.source, FILENAME, self._names], silence=max(_STARTUP_TIMEOUT, self._watchdog)
-            )
+            # Starting a worker and compiling is not the filter's fault: init gets the startup bound.
+            reply = await self._request(["init", self.source, FILENAME, self._names])
         except _WorkerGone as gone:
             await self._discard()
             raise FilterEngineError(f"the filter worker {gone.reason}") from None
@@ -241,23 +276,24 @@ class RestrictedFilterSession:
             state[:300] if isinstance(state, str) else "off: the worker did not report its seccomp state"
         )
 
-    async def _request(self, message: list[Any], *, silence: float | None = None) -> Any:
+    async def _request(self, message: list[Any]) -> Any:
         await self._send(message)
-        return await self._recv(silence=silence)
+        deadline = anyio.current_time() + STARTUP_TIMEOUT
+        return await self._recv(deadline, f"did not answer for {STARTUP_TIMEOUT:g} s and was killed")
 
     async def _send(self, message: list[Any]) -> None:
-        assert self._proc is not None
-        assert self._proc.stdin is not None
+        assert self._worker is not None
         try:
-            await self._proc.stdin.send(_wire.encode(message))
+            await self._worker.channel.send(_wire.encode(message))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             raise _WorkerGone(await self._exit_reason()) from None
 
-    async def _recv(self, *, silence: float | None = None) -> Any:
+    async def _recv(self, deadline: float, overdue: str) -> Any:
         """The worker's next message. Lines already received are returned without waiting,
-        so a batch's outcomes (usually one chunk) cost one wakeup, not one per line."""
+        so a batch's outcomes (usually one chunk) cost one wakeup, not one per line. A
+        worker that sends nothing by ``deadline`` is killed (``overdue`` says why)."""
         if not self._lines:
-            await self._fill(self._watchdog if silence is None else silence)
+            await self._fill(deadline, overdue)
         raw = self._lines.popleft()
         try:
             message = _wire.decode(raw)
@@ -271,15 +307,15 @@ class RestrictedFilterSession:
             raise _WorkerGone(await self._exit_reason())
         return message
 
-    async def _fill(self, silence: float) -> None:
-        """Read until a whole line arrives; a worker silent for ``silence`` s is killed."""
-        assert self._proc is not None
-        assert self._proc.stdout is not None
-        stdout = self._proc.stdout
-        with anyio.move_on_after(silence):
-            while not self._lines:
+    async def _fill(self, deadline: float, overdue: str) -> None:
+        """Read until a whole line arrives or ``deadline`` passes with nothing sent."""
+        assert self._worker is not None
+        channel = self._worker.channel
+        extended = False
+        while not self._lines:
+            with anyio.move_on_at(deadline):
                 try:
-                    chunk = await stdout.receive(_CHUNK)
+                    chunk = await channel.receive(_CHUNK)
                 except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     raise _WorkerGone(await self._exit_reason()) from None
                 self._partial += chunk
@@ -290,19 +326,26 @@ class RestrictedFilterSession:
                 *complete, rest = self._partial.split(b"\n")
                 self._partial = bytearray(rest)
                 self._lines.extend(complete)
-            return
-        raise _WorkerGone(f"stopped answering for {silence:g} s and was killed")
+                return
+            # The deadline passed. If bytes are waiting, the worker did answer and this loop
+            # was late (a busy event loop): read them, once, before judging.
+            if extended or not _pending(self._worker):
+                raise _WorkerGone(overdue)
+            extended = True
+            deadline = anyio.current_time() + self._grace
 
     async def _exit_reason(self) -> str:
-        proc = self._proc
-        if proc is None:
+        worker = self._worker
+        if worker is None:
             return "is not running"
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await proc.wait()
-        code = proc.returncode
+        code: int | None = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5) as waited:
+            code = await worker.wait()
         fatal = f": {self._fatal}" if self._fatal else ""
-        if code is None:
+        if waited.cancelled_caught:
             return f"stopped responding{fatal}"
+        if code is None:
+            return f"was killed: its fork server ended{fatal}"
         if code == -signal.SIGXCPU:
             return "exceeded its CPU limit (SIGXCPU) and was killed"
         if code < 0:
@@ -311,18 +354,16 @@ class RestrictedFilterSession:
 
     async def _discard(self) -> None:
         """Kill the worker (if any) and forget it; the next run starts a new one."""
-        proc, self._proc = self._proc, None
+        worker, self._worker = self._worker, None
         self._partial.clear()
         self._lines.clear()
-        if proc is None:
+        if worker is None:
             return
         with anyio.CancelScope(shield=True):
-            if proc.returncode is None:
-                with suppress(ProcessLookupError):
-                    proc.kill()
+            await worker.kill()
             with anyio.move_on_after(5):
-                await proc.wait()
-            await proc.aclose()
+                await worker.wait()
+            await worker.aclose()
 
     # -- running --------------------------------------------------------------------------
     async def run(self, events: Sequence[Mapping[str, Any]]) -> list[FilterOutcome]:
@@ -346,14 +387,10 @@ class RestrictedFilterSession:
 
     async def _reset(self) -> None:
         """A fresh scope in the same worker (after a dry run)."""
-        if self._proc is None:
+        if self._worker is None:
             return
         try:
-            # Starting Python and importing RestrictedPython is not the filter's fault: init gets
-            # the startup bound, not the (possibly short) watchdog.
-            reply = await self._request(
-                ["init", self.source, FILENAME, self._names], silence=max(_STARTUP_TIMEOUT, self._watchdog)
-            )
+            reply = await self._request(["init", self.source, FILENAME, self._names])
         except _WorkerGone:
             await self._discard()
             return
@@ -365,7 +402,7 @@ class RestrictedFilterSession:
         pending = events
         deaths = 0
         while pending:
-            if self._proc is None:
+            if self._worker is None:
                 try:
                     await self.start()
                 except FilterError as exc:
@@ -398,18 +435,28 @@ class RestrictedFilterSession:
     async def _exchange(self, events: list[Mapping[str, Any]]) -> list[FilterOutcome]:
         done: list[FilterOutcome] = []
         finished = False
+        timeout = self.limits.filter_timeout
+        overdue = (
+            f"had not finished the event {timeout + self._grace:g} s after it started "
+            f"(Limits.filter_timeout {timeout:g} s + {self._grace:g} s grace) and was killed"
+        )
         try:
-            await self._send(["run", events, self.limits.filter_timeout])
+            await self._send(["run", events, timeout])
             calls = 0
+            # The event's wall-clock time starts when the parent hands it over (the batch
+            # is sent, or the previous outcome arrives); the worker's own clock starts no
+            # earlier, so it stops the event first and this deadline is only a backstop.
+            started = anyio.current_time()
             while len(done) < len(events):
-                message = await self._recv()
+                message = await self._recv(started + timeout + self._grace, overdue)
                 kind = message[0]
                 if kind == "o":
                     done.append(self._outcome(message))
                     calls = 0
+                    started = anyio.current_time()
                 elif kind == "call" and _is_call(message):
                     calls += 1
-                    await self._send(await self._serve(message, calls))
+                    await self._send(await self._serve(message, calls, started + timeout))
                 else:
                     raise _WorkerGone(f"sent an unexpected message {str(message)[:100]}")
             finished = True
@@ -433,7 +480,8 @@ class RestrictedFilterSession:
             line=line, error=error and error[:cap], error_type=error_type and error_type[:100]
         )
 
-    async def _serve(self, message: list[Any], calls: int) -> list[Any]:
+    async def _serve(self, message: list[Any], calls: int, deadline: float) -> list[Any]:
+        """The reply to a catalog call made by the event whose time is up at ``deadline``."""
         _, call_id, name, kwargs = message
         limit = self.limits.filter_tool_calls
         if name not in self.catalog.names:
@@ -452,11 +500,12 @@ class RestrictedFilterSession:
                 f"tool-call limit: on_event may make at most {limit} catalog calls per event "
                 f"(Limits.filter_tool_calls); {name}() was call {calls}",
             ]
+        # The event's deadline bounds the call (the worker then stops the event with a
+        # timeout); catalog_timeout bounds it too, as a CatalogError the filter may catch.
+        own_limit = anyio.current_time() + self.engine.catalog_timeout
         try:
-            with anyio.fail_after(self.engine.catalog_timeout):
+            with anyio.move_on_at(min(deadline, own_limit)) as waited:
                 value = await self.catalog.call(name, dict(kwargs))
-        except TimeoutError:
-            return ["ret", call_id, False, f"{name}() timed out after {self.engine.catalog_timeout:g} s"]
         except Exception as exc:
             text = str(exc)
             return [
@@ -465,12 +514,16 @@ class RestrictedFilterSession:
                 False,
                 f"{name}(): {type(exc).__name__}: {text}" if text else f"{name}(): {type(exc).__name__}",
             ]
+        if waited.cancelled_caught:
+            if deadline <= own_limit:
+                return ["ret", call_id, False, f"{name}() did not answer in time", "timeout"]
+            return ["ret", call_id, False, f"{name}() timed out after {self.engine.catalog_timeout:g} s"]
         return ["ret", call_id, True, value]
 
     async def probe(self) -> dict[str, Any]:
         """The worker's own view of its environment and limits (diagnostics and tests)."""
         async with self._lock:
-            if self._proc is None:
+            if self._worker is None:
                 await self.start()
             try:
                 reply = await self._request(["probe"])
@@ -482,15 +535,22 @@ class RestrictedFilterSession:
         return result
 
     async def aclose(self) -> None:
-        """End the worker: close its stdin (it exits on EOF), kill it if it lingers."""
-        self._closed = True
-        proc = self._proc
-        if proc is None:
+        """End the worker: close the channel's sending side (it exits on EOF), kill it if it
+        lingers; the last session of an engine also ends its fork server."""
+        if self._closed and not self._retained:
             return
+        self._closed = True
         with anyio.CancelScope(shield=True):
-            if proc.stdin is not None:
-                with suppress(anyio.BrokenResourceError, OSError):
-                    await proc.stdin.aclose()
-            with anyio.move_on_after(2):
-                await proc.wait()
-        await self._discard()
+            worker = self._worker
+            if worker is not None:
+                try:
+                    await worker.channel.send_eof()
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    pass
+                else:
+                    with anyio.move_on_after(2):
+                        await worker.wait()
+                await self._discard()
+            if self._retained:
+                self._retained = False
+                await self.engine._release()

@@ -1,20 +1,20 @@
 """A watch's filter step: open its ``on_event`` session, and turn one read into lines.
 
 The I/O half of what :class:`~asyncai_watch.core.watch.Watch` cannot do itself: the filter
-runs in a worker (:mod:`asyncai_watch.filters`), and a large body is diffed off the event loop.
+runs in a worker (:mod:`asyncai_watch.filters`), and a large body is parsed and diffed in the
+large-body worker (:mod:`asyncai_watch.offload`), off the event loop.
 """
 
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
-import anyio
-
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.core.watch import Body, EventRecord, Line, Pending, Watch
 from asyncai_watch.filters import Catalog, FilterEngine, FilterSession, sample_event, validate_on_event
-from asyncai_watch.subscriptions import LARGE_BODY, describe
+from asyncai_watch.offload import Offload
+from asyncai_watch.subscriptions import describe
 
 __all__ = ["Result", "lines_for", "open_filter"]
 
@@ -42,7 +42,9 @@ async def open_filter(
     return session
 
 
-async def lines_for(core: Watch, update: Body | str, session: FilterSession | None) -> Result:
+async def lines_for(
+    core: Watch, update: Body | str, session: FilterSession | None, offload: Offload
+) -> Result:
     """One read (or a failed read's error) of ``core``'s URI as lines, through the filter if any.
 
     Never raises for a body or a filter: what no part expected becomes an ``ERROR`` line.
@@ -51,8 +53,8 @@ async def lines_for(core: Watch, update: Body | str, session: FilterSession | No
         pending: Pending
         if isinstance(update, str):
             pending = core.read_failed(update)
-        elif len(update.text) > LARGE_BODY:
-            pending = await anyio.to_thread.run_sync(core.read, update)
+        elif core.remote or not update.parsed:
+            pending = await offload.read(core, update)
         else:
             pending = core.read(update)
         if session is None or not pending.events:

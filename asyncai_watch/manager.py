@@ -43,6 +43,7 @@ from asyncai_watch.errors import (
 from asyncai_watch.filtering import Result, lines_for, open_filter
 from asyncai_watch.filters import FilterEngine, FilterSession, default_engine
 from asyncai_watch.info import ResourceInfo, WatchInfo, resource_infos
+from asyncai_watch.offload import Offload
 from asyncai_watch.shapes import resource_dicts
 from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ResourceSource
 from asyncai_watch.state_file import StateFile
@@ -123,6 +124,7 @@ class WatchManager:
         self._catalogs = Catalogs(
             self.sources, describe=describe, on_list_failed=self._list_failed, clock=self.clock
         )
+        self._offload = Offload()
         self._runs: dict[str, _Run] = {}
         self._feeds: dict[tuple[str, str], Feed] = {}
         self._save_lock = anyio.Lock()
@@ -174,6 +176,7 @@ class WatchManager:
                 for run in runs:
                     if run.scope is not None:
                         await run.done.wait()
+                await self._offload.aclose()
             if tg is None:
                 return None
             tg.cancel_scope.cancel()
@@ -307,7 +310,10 @@ class WatchManager:
             core = Watch(spec.name, spec.uri, self.limits)
             body = await self._subscribe(run, source)
             try:
-                core.baseline(body)
+                if body.parsed:
+                    core.baseline(body)
+                else:
+                    await self._offload.baseline(core, body)
             except BaseException:
                 self._leave(run)
                 raise
@@ -356,6 +362,9 @@ class WatchManager:
                     await self._give_up(run, gave_up)
         finally:
             self._leave(run)
+            if run.core is not None and run.core.remote:
+                with anyio.CancelScope(shield=True):
+                    await self._offload.forget(run.core)
             run.done.set()
 
     async def _serve(self, run: _Run, jobs: anyio.abc.TaskGroup) -> GaveUp:
@@ -397,7 +406,7 @@ class WatchManager:
 
     async def _process(self, run: _Run, update: Body | str) -> None:
         assert run.core is not None
-        run.result = await lines_for(run.core, update, run.session)
+        run.result = await lines_for(run.core, update, run.session, self._offload)
         run.inbox.wake()
 
     async def _give_up(self, run: _Run, gave_up: GaveUp) -> None:

@@ -30,7 +30,7 @@ from asyncai_watch.source import ResourceSource
 __all__ = ["LARGE_BODY", "Down", "Feed", "GaveUp", "Inbox", "Subscriber", "Up", "describe"]
 
 LARGE_BODY: Final = 256 * 1024
-"""Bodies longer than this (characters) are parsed off the event loop."""
+"""Bodies longer than this (characters) are parsed and diffed in a worker process."""
 
 
 def describe(exc: BaseException) -> str:
@@ -326,9 +326,9 @@ class Feed:
         result = await self.source.read(self.uri)
         self.reads += 1
         if len(result.text) > LARGE_BODY:
-            # Parsing holds the GIL, but a worker thread at least lets the loop run between
-            # the parse and the diffs (see docs/architecture.md, "Large bodies").
-            return await anyio.to_thread.run_sync(Body.parse, result.text, result.mime_type)
+            # Parsing holds the GIL: a large body is parsed in the large-body worker instead
+            # (asyncai_watch.offload), never on the event loop.
+            return Body.raw(result.text, result.mime_type)
         return Body.parse(result.text, result.mime_type)
 
     # -- joiners --------------------------------------------------------------------------------

@@ -73,6 +73,8 @@ class Body:
     mime_type: str | None = None
     value: Any = None
     error: str | None = None
+    parsed: bool = True
+    """``False`` for a :meth:`raw` body: parsed by whoever extracts its events."""
 
     @classmethod
     def parse(cls, text: str, mime_type: str | None = None) -> Body:
@@ -80,6 +82,14 @@ class Body:
             return cls(text, mime_type, parse_json(text), None)
         except JsonError as exc:
             return cls(text, mime_type, text, str(exc))
+
+    @classmethod
+    def raw(cls, text: str, mime_type: str | None = None) -> Body:
+        """A body left unparsed (a large one: it is parsed where its events are extracted)."""
+        return cls(text, mime_type, None, None, parsed=False)
+
+    def parsed_body(self) -> Body:
+        return self if self.parsed else Body.parse(self.text, self.mime_type)
 
 
 @attrs.frozen
@@ -132,6 +142,11 @@ class Watch:
     events: int = 0
     """Events that reached a filter or a default line (no-ops excluded)."""
     notices: int = 0
+    remote: bool = False
+    """Extraction happens elsewhere (a worker process, for large bodies): :meth:`baseline` and
+    :meth:`read` run there, and this object keeps delivery and the counters."""
+    last_text: str | None = None
+    """The text of the last read taken here (what a worker takes over as its baseline)."""
     _json: bool = False  # the mimeType promises JSON: a body that is not JSON is an error
     _previous: Any = None
     _sequencer: Sequencer = attrs.field(factory=Sequencer)
@@ -148,6 +163,8 @@ class Watch:
 
     def baseline(self, body: Body) -> Shape:
         """Take the first read; raises :class:`WatchError` when it cannot be a baseline."""
+        body = body.parsed_body()
+        self.last_text = body.text
         shape = shape_for_mime_type(body.mime_type)
         if shape == "event-log":
             error = self._sequencer.prime(body.value if body.error is None else body.text)
@@ -169,6 +186,8 @@ class Watch:
 
     def read(self, body: Body) -> Pending:
         """The events of a later read (annotated; no-op ``MODIFIED`` dropped) and its final lines."""
+        body = body.parsed_body()
+        self.last_text = body.text
         limit = self.limits.events_per_update
         lines: list[Line] = []
         if self.shape == "event-log":
@@ -203,6 +222,17 @@ class Watch:
                 kept.append(annotated)
         self.events += len(kept)
         return Pending(tuple(kept), tuple(lines), tuple(noops))
+
+    def moved(self, shape: Shape) -> None:
+        """Extraction moved to a worker that took over with ``shape``: drop the local state."""
+        self.remote, self.shape = True, shape
+        self._previous = self.last_text = None
+        self._sequencer = Sequencer()
+
+    def extracted(self, pending: Pending) -> Pending:
+        """Count the events of a read extracted elsewhere."""
+        self.events += len(pending.events)
+        return pending
 
     def read_failed(self, error: str) -> Pending:
         """A read after an update signal failed: one error line, the baseline kept."""

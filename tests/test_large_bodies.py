@@ -46,7 +46,8 @@ async def test_a_large_state_is_diffed_in_the_worker_and_notices_are_right() -> 
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock()) as m:
         await m.watch_start("big", BIG)
         (run,) = m._runs.values()
-        assert run.core is not None and run.core.remote  # the baseline lives in the worker
+        assert run.core is not None
+        assert run.core.remote
         fake.update(BIG, items(10_000, **{"item-7": "changed"})[:-1])
         text = await next_text(m)
         assert text.splitlines() == [
@@ -64,7 +65,8 @@ async def test_a_watch_that_grows_large_moves_to_the_worker_with_its_baseline() 
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock()) as m:
         await m.watch_start("big", BIG)
         (run,) = m._runs.values()
-        assert run.core is not None and not run.core.remote
+        assert run.core is not None
+        assert not run.core.remote
         fake.update(BIG, items(10_000))  # now large: diffed against the small baseline, in the worker
         text = await next_text(m)
         assert run.core.remote

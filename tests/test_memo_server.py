@@ -83,7 +83,7 @@ async def test_stdio_contract_and_listen_roundtrip() -> None:
         assert "Example: await watch_start(" in template.description
 
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-        assert set(tools) == {"memo_set", "memo_get", "memo_delete"}
+        assert set(tools) == {"memo_set", "memo_get", "memo_delete", "memo_stats"}
         get_notes = tools["memo_get"].annotations
         set_notes = tools["memo_set"].annotations
         delete_notes = tools["memo_delete"].annotations

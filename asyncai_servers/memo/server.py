@@ -65,6 +65,8 @@ class MemoState:
 
     def __init__(self, bus: InMemorySubscriptionBus | None = None) -> None:
         self.notes: dict[str, Any] = {}
+        self.reads = 0
+        """``resources/read`` requests served (the ``memo_stats`` tool reports it)."""
         self.bus = bus if bus is not None else InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
 
@@ -150,6 +152,12 @@ _TOOLS: Final = [
             read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
         ),
     ),
+    types.Tool(
+        name="memo_stats",
+        description="How many resources/read requests this server has answered (to see what watching costs).",
+        input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    ),
 ]
 _TOOL_NAMES: Final = [tool.name for tool in _TOOLS]
 
@@ -232,6 +240,7 @@ def build_server(state: MemoState | None = None) -> Server[Any]:
         _ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         text = memo.read(params.uri)
+        memo.reads += 1
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=params.uri, mime_type=MIME_TYPE, text=text)]
         )
@@ -265,6 +274,8 @@ def build_server(state: MemoState | None = None) -> Server[Any]:
                 return key
             existed = await memo.delete(key)
             return _tool_ok("deleted" if existed else "absent", {"key": key, "deleted": existed})
+        if params.name == "memo_stats":
+            return _tool_ok(str(memo.reads), {"reads": memo.reads})
         return _tool_error(f"memo: unknown tool {params.name!r}; tools: {_TOOL_NAMES}")
 
     return Server(

@@ -1,0 +1,90 @@
+"""Shared bench plumbing: memo over stdio for the watcher and HTTP for a separate writer process."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from asyncai_watch import McpResourceSource
+
+HERE = Path(__file__).resolve().parent
+
+
+@asynccontextmanager
+async def memo(name: str = "memo") -> AsyncIterator[tuple[McpResourceSource, str]]:
+    """memo as a subprocess: this process speaks stdio to it; its HTTP URL is for other processes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ready = Path(tmp) / "ready"
+        argv = [sys.executable, "-m", "asyncai_servers.memo", "--also-http", "127.0.0.1:0", "--ready-file", str(ready)]
+        async with McpResourceSource.stdio(argv, name=name) as source:
+            # --ready-file is written before stdio answers, so it is there once we are connected.
+            url = ready.read_text().split()[1]
+            yield source, url
+
+
+class Writer:
+    """A separate process that changes memo on its own HTTP connection (bench/_writer.py)."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self._process = process
+        self._buf = b""
+
+    async def _line(self) -> str:
+        assert self._process.stdout is not None
+        with anyio.fail_after(60):
+            while b"\n" not in self._buf:
+                self._buf += await self._process.stdout.receive()
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode()
+
+    async def _send(self, text: str) -> None:
+        assert self._process.stdin is not None
+        await self._process.stdin.send(text.encode() + b"\n")
+
+    async def set(self, key: str, value: Any) -> float:
+        """Change memo; returns the writer's clock just before its memo_set call."""
+        await self._send(f"set {key} {json.dumps(value)}")
+        return float(await self._line())
+
+    async def reads(self) -> int:
+        """memo's own count of the resources/read requests it answered."""
+        await self._send("stats")
+        return int(await self._line())
+
+
+@asynccontextmanager
+async def writer(url: str) -> AsyncIterator[Writer]:
+    async with await anyio.open_process([sys.executable, str(HERE / "_writer.py"), url], stderr=None) as proc:
+        w = Writer(proc)
+        assert await w._line() == "ready"
+        try:
+            yield w
+        finally:
+            assert proc.stdin is not None
+            await proc.stdin.aclose()
+            with anyio.move_on_after(10):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def row(label: str, value: float, baseline: float | None, unit: str, target: str = "", *, lower_is_better: bool = True) -> None:
+    """One figure beside its baseline (measured in the same run) and the ratio."""
+    ratio = ""
+    if baseline and value:
+        ratio = f"{(baseline / value if lower_is_better else value / baseline):8.1f}x"
+    base = f"{baseline:10.2f} {unit}" if baseline is not None else " " * 13
+    print(f"  {label:<38} {value:10.2f} {unit}   baseline {base}   {ratio:>9}   {target}", flush=True)

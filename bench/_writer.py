@@ -1,0 +1,45 @@
+"""A writer in its own process, on its own connection: what every real user of a watch has.
+
+    python bench/_writer.py URL
+
+Reads commands on stdin, one per line, and answers each with one line on stdout:
+
+- ``set KEY JSON`` -> calls ``memo_set``; answers the ``time.monotonic()`` taken just before
+  the call (CLOCK_MONOTONIC is one clock for every process on the machine);
+- ``stats`` -> answers memo's ``resources/read`` count (the ``memo_stats`` tool).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import anyio
+
+from asyncai_watch import McpResourceSource
+
+
+async def main(url: str) -> None:
+    async with McpResourceSource.http(url, name="writer") as memo:
+        print("ready", flush=True)
+        async for raw in _lines():
+            command, _, rest = raw.partition(" ")
+            if command == "set":
+                key, _, value = rest.partition(" ")
+                t0 = time.monotonic()
+                await memo.call_tool("memo_set", {"key": key, "value": json.loads(value)})
+                print(repr(t0), flush=True)
+            elif command == "stats":
+                result = await memo.call_tool("memo_stats", {})
+                print(result.structured["reads"], flush=True)
+
+
+async def _lines() -> object:
+    stdin = anyio.wrap_file(sys.stdin)
+    async for line in stdin:
+        yield line.rstrip("\n")
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1])

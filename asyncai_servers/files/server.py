@@ -277,14 +277,13 @@ class _Watcher:
             if batch is None:
                 return False
             self._failures = 0
-            # A deleted or moved directory reports itself as deleted. The inode check is
+            # A deleted or moved directory reports itself as gone. The inode check is
             # not enough there: a directory made at once in its place may reuse the freed
             # inode number. A moved ancestor reports nothing, but the path then names
             # another directory (or none) while the watches follow the moved inode and
             # name its changes by the old path: one lstat per batch catches that.
-            if batch.gone or await _run(_dir_identity, watched) != identity:
+            if batch.gone or not await self._on_batch(batch, watched, identity):
                 return True
-            await self._on_batch(batch)
 
     async def _await_directory(self, path: str) -> bool:
         """Watch the nearest existing ancestor until ``path`` is a directory; False once stopped."""
@@ -376,26 +375,43 @@ class _Watcher:
         async with state.lock:
             return await state.take_stock(self.target.spec)
 
-    async def _on_batch(self, batch: Batch) -> None:
+    async def _on_batch(self, batch: Batch, watched: str, identity: DirIdentity) -> bool:
+        """Turn a batch into updates; False (and nothing done) when ``watched`` is no longer ``identity``.
+
+        The identity check and the look at the changed paths share one worker-thread
+        call: each thread hop is two wake-ups on the way from a write to its notice.
+        """
         if isinstance(self.target, FileTarget):
-            if self.target.path in batch.paths or batch.overflow:
-                self.existed = self.existed or await _run(os.path.lexists, self.target.path)
+            path = self.target.path
+            now, exists = await _run(lambda: (_dir_identity(watched), os.path.lexists(path)))
+            if now != identity:
+                return False
+            if path in batch.paths or batch.overflow:
+                self.existed = self.existed or exists
                 await self.publish()
-            return
+            return True
         spec = self.target.spec
         state = self.owner.dir_state(spec)
         async with state.lock:
             if batch.overflow:
                 # The kernel dropped events: which paths changed is unknown, so look at all of them.
+                if await _run(_dir_identity, watched) != identity:
+                    return False
                 news = await state.take_stock(spec)
             else:
-                observed = await anyio.to_thread.run_sync(observe, spec, batch.paths, tuple(state.known))
+                known = tuple(state.known)
+                now, observed = await _run(
+                    lambda: (_dir_identity(watched), observe(spec, batch.paths, known))
+                )
+                if now != identity:
+                    return False
                 events = reconcile(state.known, observed)
                 for event in events:
                     state.ring.append(event)
                 news = bool(events)
         if news:
             await self.publish()
+        return True
 
 
 class FilesServer:

@@ -11,6 +11,8 @@
 2. Baseline for latency: what users write without the library, a loop that reads the same
    file through the same MCP connection every 1 s and compares, timed from the same writer
    process, with writes at random phases of the poll period.
+   Also printed: write -> ResourceUpdated at a stock ``mcp`` client on its own server
+   process (the server's part, without the re-read and the diff).
 3. Wake-ups while idle. With a ``file://`` and a recursive ``dir-events://`` watch open and
    nothing changing, the server process's context switches (voluntary + involuntary, summed
    over all its threads from /proc/PID/task/*/status) and CPU time over the idle window
@@ -38,6 +40,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+from mcp import Client, StdioServerParameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -94,18 +97,29 @@ def _server_pid(name: str) -> int | None:
     return None
 
 
-def _switches(pid: int) -> int:
-    """Voluntary + involuntary context switches of every thread of ``pid``."""
-    total = 0
+def _switches(pid: int) -> dict[str, int]:
+    """Voluntary + involuntary context switches of each thread of ``pid``, by thread id."""
+    out: dict[str, int] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/status") as f:
-                for line in f:
-                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                        total += int(line.split()[1])
+                out[tid] = sum(
+                    int(line.split()[1])
+                    for line in f
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
+                )
         except OSError:
             continue  # a thread that just ended
-    return total
+    return out
+
+
+def _switches_since(pid: int, before: dict[str, int]) -> tuple[int, int]:
+    """Context switches of ``pid`` since ``before``, and how many threads ended meanwhile.
+
+    A thread that ended took its count with it, so with ended threads the figure is a lower bound.
+    """
+    now = _switches(pid)
+    return sum(n - before.get(tid, 0) for tid, n in now.items()), len(set(before) - set(now))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -174,10 +188,29 @@ async def _watch_latencies(
     return out
 
 
+async def _update_latencies(root: Path, writer: Writer, path: Path, samples: int) -> list[float]:
+    """The server's part alone: write -> ResourceUpdated at a stock ``mcp`` client (no read, no diff)."""
+    uri = f"file://{path}"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "asyncai_servers.files", str(root), "--debounce-ms", "0"]
+    )
+    out: list[float] = []
+    async with Client(params) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        await client.read_resource(uri)
+        for i in range(samples):
+            await anyio.sleep(random.uniform(0.0, 0.005))  # benchmark pacing, as above
+            written = await writer.write(json.dumps({"u": i}))
+            with anyio.fail_after(10):
+                await sub.__anext__()
+            out.append(_now() - written)
+            await client.read_resource(uri)  # re-arms the server's level trigger
+    return out
+
+
 async def _poll_latencies(source: McpResourceSource, writer: Writer, path: Path, samples: int) -> list[float]:
     uri = f"file://{path}"
     out: list[float] = []
-    changed_at: dict[str, float] = {}
+    seen_at: dict[str, float] = {}  # text -> when the poller first read it
     seen = anyio.Event()
 
     async def poller() -> None:
@@ -187,9 +220,8 @@ async def _poll_latencies(source: McpResourceSource, writer: Writer, path: Path,
             text = (await source.read(uri)).text
             if text != last:
                 last = text
-                if text in changed_at:
-                    out.append(_now() - changed_at[text])
-                    seen.set()
+                seen_at[text] = _now()
+                seen.set()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(poller)
@@ -197,9 +229,12 @@ async def _poll_latencies(source: McpResourceSource, writer: Writer, path: Path,
             await anyio.sleep(random.uniform(0.0, 1.0))  # benchmark pacing: writes at random phases
             seen = anyio.Event()
             text = json.dumps({"poll": i})
-            changed_at[text] = await writer.write(text)
+            written = await writer.write(text)  # the poller may read it before this returns
             with anyio.fail_after(10):
-                await seen.wait()
+                while text not in seen_at:
+                    await seen.wait()
+                    seen = anyio.Event()
+            out.append(seen_at[text] - written)
         tg.cancel_scope.cancel()
     return out
 
@@ -218,7 +253,7 @@ async def _old_source_idle(root: Path, seconds: float) -> int | None:
             await anyio.sleep(0.5)  # let the thread settle into its loop
             before = _switches(process.pid)
             await anyio.sleep(seconds)  # benchmark: an idle window, nothing else to wait for
-            return _switches(process.pid) - before
+            return _switches_since(process.pid, before)[0]
         finally:
             process.kill()
 
@@ -235,7 +270,7 @@ async def _idle(source: McpResourceSource, root: Path, path: Path, seconds: floa
             await anyio.sleep(0.5)  # let the startup reads' replies drain
             switches, cpu = _switches(pid), _cpu_seconds(pid)
             await anyio.sleep(seconds)  # benchmark: what idle watches cost, nothing else running
-            out["switches"] = _switches(pid) - switches
+            out["switches"], out["ended"] = _switches_since(pid, switches)
             out["cpu_ms"] = (_cpu_seconds(pid) - cpu) * 1000
             out["threads"] = _threads(pid)
 
@@ -255,9 +290,13 @@ async def _idle(source: McpResourceSource, root: Path, path: Path, seconds: floa
             await anyio.sleep(1.0)
             await source.read(uri)
             polls += 1
-    out["poll_switches"] = _switches(pid) - switches
+    out["poll_switches"], out["poll_ended"] = _switches_since(pid, switches)
     out["polls"] = polls
     return out
+
+
+def _ended(threads: float | None) -> str:
+    return f" (at least: {threads:.0f} threads ended in the window)" if threads else ""
 
 
 async def main(quick: bool) -> None:
@@ -269,6 +308,7 @@ async def main(quick: bool) -> None:
         argv = [sys.executable, "-m", "asyncai_servers.files", str(root), "--debounce-ms", "0"]
         async with McpResourceSource.stdio(argv, name="files") as source, writer_process(path) as writer:
             watch = await _watch_latencies(source, writer, path, samples)
+            updates = await _update_latencies(root, writer, path, samples)
             poll = await _poll_latencies(source, writer, path, poll_samples)
             idle_figures = await _idle(source, root, path, idle)
     w50, w99 = _pct(watch, 50) * 1000, _pct(watch, 99) * 1000
@@ -283,10 +323,15 @@ async def main(quick: bool) -> None:
     print(
         f"  mean  watch {statistics.mean(watch) * 1000:8.2f} ms   1 s polling {statistics.mean(poll) * 1000:8.1f} ms"
     )
+    print(
+        f"  the server's part, write -> ResourceUpdated at a stock mcp client: p50 {_pct(updates, 50) * 1000:.2f} ms, "
+        f"p99 {_pct(updates, 99) * 1000:.2f} ms"
+    )
     switches, cpu = idle_figures["switches"], idle_figures["cpu_ms"]
     print(
         f"  idle {idle:.0f} s, a file:// and a recursive dir-events:// watch open: files server "
         f"{switches:.0f} context switches, {cpu:.0f} ms CPU, {idle_figures['threads']:.0f} threads (target 0 switches)"
+        + _ended(idle_figures["ended"])
     )
     old = idle_figures["old_switches"]
     if old is not None:
@@ -298,6 +343,7 @@ async def main(quick: bool) -> None:
     print(
         f"    next {idle:.0f} s, a client polling every 1 s ({idle_figures['polls']:.0f} reads): "
         f"files server {idle_figures['poll_switches']:.0f} context switches"
+        + _ended(idle_figures["poll_ended"])
     )
 
 

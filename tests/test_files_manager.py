@@ -57,7 +57,9 @@ async def test_burst_of_1000_writes_gives_few_notices_and_the_final_state_is_rig
         for i in range(1000):
             target.write_text(json.dumps({"n": i}))  # in place: the server may catch torn states
 
-    async with manager(tmp_path, Limits(debounce_quiet=1.0, debounce_max_wait=10.0)) as m:
+    # The design's default debounce (3 s quiet, 15 s at most): a loaded machine can stall a
+    # burst for over a second, which would split a shorter quiet window into more notices.
+    async with manager(tmp_path, Limits(debounce_quiet=3.0, debounce_max_wait=15.0)) as m:
         assert await m.watch_start(name="burst", uri=uri) == {"name": "burst", "uri": uri, "shape": "state"}
         await anyio.to_thread.run_sync(burst)
         # The burst ends with a whole document carrying a new key: "ADDED end" proves the

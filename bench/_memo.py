@@ -23,7 +23,15 @@ async def memo(name: str = "memo") -> AsyncIterator[tuple[McpResourceSource, str
     """memo as a subprocess: this process speaks stdio to it; its HTTP URL is for other processes."""
     with tempfile.TemporaryDirectory() as tmp:
         ready = Path(tmp) / "ready"
-        argv = [sys.executable, "-m", "asyncai_servers.memo", "--also-http", "127.0.0.1:0", "--ready-file", str(ready)]
+        argv = [
+            sys.executable,
+            "-m",
+            "asyncai_servers.memo",
+            "--also-http",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(ready),
+        ]
         async with McpResourceSource.stdio(argv, name=name) as source:
             # --ready-file is written before stdio answers, so it is there once we are connected.
             url = ready.read_text().split()[1]
@@ -81,7 +89,15 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def row(label: str, value: float, baseline: float | None, unit: str, target: str = "", *, lower_is_better: bool = True) -> None:
+def row(
+    label: str,
+    value: float,
+    baseline: float | None,
+    unit: str,
+    target: str = "",
+    *,
+    lower_is_better: bool = True,
+) -> None:
     """One figure beside its baseline (measured in the same run) and the ratio."""
     ratio = ""
     if baseline and value:

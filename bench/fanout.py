@@ -28,15 +28,17 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _memo import memo, pct, row, writer  # noqa: E402
+from _memo import memo, pct, row, writer
 
-from asyncai_watch import Limits, McpResourceSource, Notice, WatchManager  # noqa: E402
+from asyncai_watch import Limits, McpResourceSource, Notice, WatchManager
 
 NOTES = "memo://notes"
 IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0, max_watches=64)
 
 
-async def run(source: McpResourceSource, url: str, n: int, changes: int, shared: bool) -> tuple[list[float], float]:
+async def run(
+    source: McpResourceSource, url: str, n: int, changes: int, shared: bool
+) -> tuple[list[float], float]:
     """Latencies of every notice, and memo's reads per change."""
     async with AsyncExitStack() as stack:
         managers = (
@@ -92,6 +94,8 @@ async def main(quick: bool) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a short run")
     sys.exit(anyio.run(main, parser.parse_args().quick))

@@ -28,10 +28,10 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _memo import memo, pct, row, writer  # noqa: E402
+from _memo import memo, pct, row, writer
 
-import asyncai_watch.subscriptions as subscriptions  # noqa: E402
-from asyncai_watch import Limits, WatchManager  # noqa: E402
+import asyncai_watch.subscriptions as subscriptions
+from asyncai_watch import Limits, WatchManager
 
 NOTES = "memo://notes"
 IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
@@ -98,7 +98,9 @@ async def run(megabytes: int, seconds: float, offload: bool) -> tuple[list[float
 
 async def main(quick: bool) -> int:
     megabytes, seconds = (20, 4.0) if quick else (50, 10.0)
-    print(f"large-body bench: a {megabytes} MB state changed every 1 s beside a small watch changed every 100 ms")
+    print(
+        f"large-body bench: a {megabytes} MB state changed every 1 s beside a small watch changed every 100 ms"
+    )
     delays, big = await run(megabytes, seconds, offload=True)
     bdelays, bbig = await run(megabytes, seconds, offload=False)
     worst, bworst = max(delays) * 1e3, max(bdelays) * 1e3
@@ -111,6 +113,8 @@ async def main(quick: bool) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a short run")
     sys.exit(anyio.run(main, parser.parse_args().quick))

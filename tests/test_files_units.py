@@ -123,6 +123,35 @@ def test_read_state_refuses_a_symlink_swapped_in(tmp_path: Path) -> None:
         read_state(checked, roots, shown=checked)
 
 
+def test_refusals_do_not_say_where_a_symlink_leads(tmp_path: Path) -> None:
+    """A refusal says the path leaves the roots, never where to: that would map the outside."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "d").mkdir(parents=True)
+    (outside / "hidden").mkdir(parents=True)
+    (outside / "hidden" / "secret.txt").write_text("s")
+    (root / "escape").symlink_to(outside / "hidden")
+    (root / "file-link").symlink_to(outside / "hidden" / "secret.txt")
+    (root / "dangling").symlink_to(outside / "hidden" / "not-yet")
+    roots = Roots.from_args([str(root)])
+    messages = []
+    for path in (f"{root}/escape/secret.txt", f"{root}/file-link", f"{root}/dangling", f"{root}/escape"):
+        with pytest.raises(PathRefused) as caught:
+            roots.resolve(path)
+        messages.append(str(caught.value))
+    # A directory swapped for a link after the check: caught on the opened descriptor.
+    checked = roots.resolve(f"{root}/d/secret.txt")
+    (root / "d").rmdir()
+    (root / "d").symlink_to(outside / "hidden")
+    with pytest.raises(PathRefused) as caught:
+        read_state(checked, roots, shown=checked)
+    messages.append(str(caught.value))
+    for message in messages:
+        assert "outside the served roots" in message, message
+        assert str(outside) not in message, message
+        assert "hidden" not in message, message
+        assert str(root) in message, message
+
+
 def test_check_inotify_explains_why_it_is_unavailable() -> None:
     check_inotify()  # real inotify works here
     for code, expect in [
@@ -137,8 +166,9 @@ def test_check_inotify_explains_why_it_is_unavailable() -> None:
 
 
 def test_timing_is_validated() -> None:
-    with pytest.raises(ValueError, match="step_ms"):
-        NotifyTiming(step_ms=0)
+    assert NotifyTiming().debounce_ms == 0  # each change is handled at once unless asked otherwise
+    with pytest.raises(ValueError, match="debounce_ms"):
+        NotifyTiming(debounce_ms=-1)
 
 
 def test_observe_and_reconcile_a_directory(tmp_path: Path) -> None:

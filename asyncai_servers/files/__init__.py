@@ -3,7 +3,7 @@
 - ``file://{+path}``: a file's content as a state resource (JSON parsed for ``*.json``).
 - ``dir-events://{+path}{?recursive,glob}``: a directory's changes as an event log.
 
-Change source: inotify through watchfiles (:mod:`.change_source`), never polling.
+Change source: inotify, its descriptor waited on by the event loop (:mod:`.change_source`), never polling.
 Path safety: :mod:`.paths`. Reading without torn JSON: :mod:`.content`.
 Directory events: :mod:`.dirlog`. The MCP server and its watchers: :class:`.server.FilesServer`.
 """

@@ -28,14 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--debounce-ms",
         type=int,
-        default=50,
-        help="longest time watchfiles groups a burst of changes into one batch (default 50)",
-    )
-    p.add_argument(
-        "--step-ms",
-        type=int,
-        default=10,
-        help="watchfiles' wait step: a batch ends after a step with no new change (default 10)",
+        default=0,
+        help="hold a batch of changes open this long after its first change, to group a burst "
+        "(default 0: handle each change at once; bursts still group while a batch is handled)",
     )
     p.add_argument(
         "--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="largest file file:// serves (default 4 MiB)"
@@ -70,10 +65,9 @@ async def serve_http(server: FilesServer, host: str, port: int) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.step_ms < 1 or args.debounce_ms < 0 or args.max_bytes < 1:
+    if args.debounce_ms < 0 or args.max_bytes < 1:
         parser.error(
-            "--step-ms must be >= 1, --debounce-ms >= 0 and --max-bytes >= 1 "
-            f"(got {args.step_ms}, {args.debounce_ms}, {args.max_bytes})"
+            f"--debounce-ms must be >= 0 and --max-bytes >= 1 (got {args.debounce_ms}, {args.max_bytes})"
         )
     http: tuple[str, int] | None = None
     if args.http is not None:
@@ -85,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(str(exc))
     try:
         roots = Roots.from_args(args.roots)
-        timing = NotifyTiming(debounce_ms=args.debounce_ms, step_ms=args.step_ms)
+        timing = NotifyTiming(debounce_ms=args.debounce_ms)
         check_inotify()
     except (RootError, InotifyUnavailable) as exc:
         print(f"asyncai-mcp-files: {exc}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Turning inotify batches for a directory into ADDED / MODIFIED / DELETED events.
 
-watchfiles' change kinds are hints (a rename is a delete plus an add, a burst
-of writes is one "modified"). The truth is what ``lstat`` says now, so a
+inotify's event kinds are hints (a rename is a delete plus an add, a burst
+of writes is many "modified"). The truth is what ``lstat`` says now, so a
 batch only names *which* paths to look at: :func:`observe` stats them and
 :func:`reconcile` compares the result with the last known objects. This makes
 coalesced or reordered batches, and a restart after changes made while nobody
@@ -11,7 +11,7 @@ An object is ``{"path", "name", "size", "mtime", "type"}``: ``path`` absolute,
 ``name`` relative to the watched directory (also the item key the client
 uses), ``type`` one of ``file``, ``dir``, ``symlink``, ``other``. Symlinks are
 reported as themselves and never followed. Names that are not UTF-8 are skipped:
-they cannot be carried in JSON (and watchfiles itself fails on them, see the docs).
+they cannot be carried in JSON.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _representable(path: str) -> bool:
 def _lstat(path: str) -> os.stat_result | None:
     try:
         return os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:  # gone (ENOENT, ENOTDIR), or a path too long to address: never reported
         return None
 
 
@@ -92,14 +92,14 @@ def _walk(spec: DirSpec, top: str, into: MutableMapping[str, FileObject | None])
     """Record every entry below ``top`` (without following symlinks)."""
     try:
         entries = list(os.scandir(top))
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
+    except OSError:  # gone, no longer a directory, unreadable, or a path too long to address
         return
     for entry in entries:
         if not _representable(entry.path):
             continue
         try:
             st = entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
+        except OSError:  # gone meanwhile, or a path too long to address
             continue
         if spec.matches(entry.path):
             into[entry.path] = make_object(entry.path, spec.path, st)
@@ -115,8 +115,8 @@ def scan(spec: DirSpec) -> dict[str, FileObject]:
 
 
 def _symlink_free(path: str) -> bool:
-    # notify follows symlinked directories; a path reached through one is an
-    # alias (or leads outside the root), so it is not ours to report.
+    # The watches never follow a symlink, but a path whose parent was swapped for a
+    # symlink meanwhile is an alias (or leads outside the root): not ours to report.
     parent = os.path.dirname(path)
     return os.path.realpath(parent) == parent
 

@@ -84,7 +84,8 @@ class Roots:
             raise self._refuse(path, "it is outside the served roots")
         real = os.path.realpath(lexical)
         if not self.contains_real(real):
-            raise self._refuse(path, f"it resolves through a symlink to {real!r}, outside the served roots")
+            # Where the link leads is not said: that would map the file system outside the roots.
+            raise self._refuse(path, "it resolves through a symlink to a place outside the served roots")
         return real
 
     def contains_real(self, real: str) -> bool:
@@ -99,6 +100,6 @@ def check_fd_inside(fd: int, roots: Roots, shown: str) -> None:
         return
     if not roots.contains_real(actual):
         raise PathRefused(
-            f"{shown!r} is refused: it was replaced by a link to {actual!r}, outside the served roots; "
+            f"{shown!r} is refused: it was replaced by a link to a place outside the served roots; "
             f"this server serves only under: {roots.describe()}"
         )

@@ -10,8 +10,12 @@ listeners used, since the bus matches URIs as exact strings.
 Updates are level-triggered: after one ``ResourceUpdated`` the watcher stays
 quiet until a read of the target starts (see :meth:`_Watcher.publish`).
 
-The first read of a watched URI waits for the watcher's inotify watches to
-exist (an event, not a poll), so the client's baseline read is always covered.
+A listen is acknowledged only once the inotify watches of its targets exist
+(the wrapper waits on the watcher's ``ready`` event before the SDK handler sends
+the ack), so a change made after the ack is always seen. A read of a watched URI
+waits the same way, so the client's baseline read is covered too. A read of a
+``dir-events://`` URI that nobody watches takes stock itself, so each URI has one
+log (one ``log_id``) and a later read or watch reports what changed since.
 
 A watched directory that is deleted or moved away is reported in-band, and the
 watcher then waits on the nearest existing ancestor for it to come back (see
@@ -39,6 +43,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 
 from asyncai_servers._eventlog import EventRing
 from asyncai_servers.files.change_source import (
+    Batch,
     ChangeSource,
     ChangeSourceError,
     InotifyUnavailable,
@@ -54,6 +59,7 @@ from asyncai_servers.files.content import (
 )
 from asyncai_servers.files.dirlog import DirSpec, FileObject, observe, reconcile, scan
 from asyncai_servers.files.paths import PathRefused, Roots
+from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 __all__ = ["DIR_TEMPLATE", "FILE_TEMPLATE", "FilesServer", "UriError"]
@@ -104,6 +110,27 @@ class DirState:
     known: dict[str, FileObject] = attrs.field(factory=dict)
     seeded: bool = False
     present: bool = False  # the directory existed when last looked at (its loss is reported once)
+    # Held while a scan or batch is turned into events: a read (with no watcher) and a
+    # starting watcher may both take stock, and an older scan must not land after a newer one.
+    lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+
+    async def take_stock(self, spec: DirSpec) -> bool:
+        """Scan the directory; the first time that is the baseline, later ones append what changed.
+
+        True when events were appended. Call with :attr:`lock` held.
+        """
+        found = await anyio.to_thread.run_sync(scan, spec)
+        self.present = True
+        if not self.seeded:
+            self.known = found
+            self.seeded = True  # the ring's last_seq (0 here) gives baselines a seq to measure GAPs from
+            return False
+        observed: dict[str, FileObject | None] = dict.fromkeys(self.known)
+        observed.update(found)
+        events = reconcile(self.known, observed)
+        for event in events:
+            self.ring.append(event)
+        return bool(events)
 
 
 def _bool_param(name: str, value: object, uri: str) -> bool:
@@ -116,7 +143,6 @@ def _bool_param(name: str, value: object, uri: str) -> bool:
 
 
 DirIdentity = tuple[int, int]
-_DELETED: Final = 3  # watchfiles' change kind for a path that is gone (deleted or moved away)
 
 
 def _dir_identity(path: str) -> DirIdentity | None:
@@ -188,7 +214,7 @@ class _Watcher:
         return self.target.spec.path, self.target.spec.recursive
 
     async def _open(self, path: str, recursive: bool) -> ChangeSource:
-        source = ChangeSource(path, recursive=recursive, timing=self.owner.timing)
+        source = ChangeSource(path, recursive=recursive, timing=self.owner.timing, clock=self.owner.clock)
         self._source = source
         if self._stopping:
             source.stop()
@@ -251,14 +277,13 @@ class _Watcher:
             if batch is None:
                 return False
             self._failures = 0
-            # A deleted or moved directory reports itself as deleted. The inode check is
+            # A deleted or moved directory reports itself as gone. The inode check is
             # not enough there: a directory made at once in its place may reuse the freed
             # inode number. A moved ancestor reports nothing, but the path then names
             # another directory (or none) while the watches follow the moved inode and
             # name its changes by the old path: one lstat per batch catches that.
-            if (_DELETED, watched) in batch or await _run(_dir_identity, watched) != identity:
+            if batch.gone or not await self._on_batch(batch, watched, identity):
                 return True
-            await self._on_batch({path for _change, path in batch})
 
     async def _await_directory(self, path: str) -> bool:
         """Watch the nearest existing ancestor until ``path`` is a directory; False once stopped."""
@@ -289,7 +314,7 @@ class _Watcher:
                         return False
                     self._failures = 0
                     # Only the next step down (created) or the ancestor itself (gone) matters.
-                    if any(changed in (ancestor, step) for _change, changed in batch):
+                    if batch.gone or batch.overflow or step in batch.paths or ancestor in batch.paths:
                         break
             finally:
                 source.close()
@@ -303,15 +328,16 @@ class _Watcher:
             return
         spec = self.target.spec
         state = self.owner.dir_state(spec)
-        if not (state.seeded and state.present):
-            return  # never seen (a read says it does not exist) or already reported
-        state.present = False
-        for path in sorted(state.known):
-            state.ring.append({"type": "DELETED", "object": state.known.pop(path)})
-        state.ring.error(
-            f"directory {spec.path} was deleted or moved away; its entries are reported DELETED. "
-            f"The watch goes on: once {spec.path} exists again, its entries are reported ADDED"
-        )
+        async with state.lock:
+            if not (state.seeded and state.present):
+                return  # never seen (a read says it does not exist) or already reported
+            state.present = False
+            for path in sorted(state.known):
+                state.ring.append({"type": "DELETED", "object": state.known.pop(path)})
+            state.ring.error(
+                f"directory {spec.path} was deleted or moved away; its entries are reported DELETED. "
+                f"The watch goes on: once {spec.path} exists again, its entries are reported ADDED"
+            )
         await self.publish()
 
     async def _give_up(self, message: str) -> None:
@@ -344,36 +370,48 @@ class _Watcher:
         if isinstance(self.target, FileTarget):
             self.existed = self.existed or await _run(os.path.lexists, self.target.path)
             return True  # only matters on a restart: the file may have changed meanwhile
-        spec = self.target.spec
-        state = self.owner.dir_state(spec)
-        found = await anyio.to_thread.run_sync(scan, spec)
-        state.present = True
-        if not state.seeded:
-            state.known = found
-            state.seeded = True  # the ring's last_seq (0 here) gives baselines a seq to measure GAPs from
-            return False
-        # Restarted, recreated, or a watch of this URI ran before: report what changed meanwhile.
-        observed: dict[str, FileObject | None] = dict.fromkeys(state.known)
-        observed.update(found)
-        events = reconcile(state.known, observed)
-        for event in events:
-            state.ring.append(event)
-        return bool(events)
+        # Restarted, recreated, read or watched before: the scan reports what changed meanwhile.
+        state = self.owner.dir_state(self.target.spec)
+        async with state.lock:
+            return await state.take_stock(self.target.spec)
 
-    async def _on_batch(self, paths: set[str]) -> None:
+    async def _on_batch(self, batch: Batch, watched: str, identity: DirIdentity) -> bool:
+        """Turn a batch into updates; False (and nothing done) when ``watched`` is no longer ``identity``.
+
+        The identity check and the look at the changed paths share one worker-thread
+        call: each thread hop is two wake-ups on the way from a write to its notice.
+        """
         if isinstance(self.target, FileTarget):
-            if self.target.path in paths:
-                self.existed = self.existed or await _run(os.path.lexists, self.target.path)
+            path = self.target.path
+            now, exists = await _run(lambda: (_dir_identity(watched), os.path.lexists(path)))
+            if now != identity:
+                return False
+            if path in batch.paths or batch.overflow:
+                self.existed = self.existed or exists
                 await self.publish()
-            return
+            return True
         spec = self.target.spec
         state = self.owner.dir_state(spec)
-        observed = await anyio.to_thread.run_sync(observe, spec, paths, tuple(state.known))
-        events = reconcile(state.known, observed)
-        for event in events:
-            state.ring.append(event)
-        if events:
+        async with state.lock:
+            if batch.overflow:
+                # The kernel dropped events: which paths changed is unknown, so look at all of them.
+                if await _run(_dir_identity, watched) != identity:
+                    return False
+                news = await state.take_stock(spec)
+            else:
+                known = tuple(state.known)
+                now, observed = await _run(
+                    lambda: (_dir_identity(watched), observe(spec, batch.paths, known))
+                )
+                if now != identity:
+                    return False
+                events = reconcile(state.known, observed)
+                for event in events:
+                    state.ring.append(event)
+                news = bool(events)
+        if news:
             await self.publish()
+        return True
 
 
 class FilesServer:
@@ -385,9 +423,11 @@ class FilesServer:
         *,
         timing: NotifyTiming | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Clock | None = None,
     ) -> None:
         self.roots = roots
         self.timing = timing if timing is not None else NotifyTiming()
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_bytes = max_bytes
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
@@ -418,8 +458,8 @@ class FilesServer:
             try:
                 yield self
             finally:
-                # Stop, don't cancel: each watcher's thread sees its stop event
-                # within one step and the task returns by itself.
+                # Stop, don't cancel: each watcher's wait ends and its task closes its
+                # inotify instance on the way out.
                 for watcher in list(self._watchers.values()):
                     watcher.stop()
                 self._tg = None
@@ -466,7 +506,7 @@ class FilesServer:
 
     # -- listeners ---------------------------------------------------------
 
-    def _acquire(self, target: Target, uri: str) -> None:
+    def _acquire(self, target: Target, uri: str) -> _Watcher:
         watcher = self._watchers.get(target)
         if watcher is None or not watcher.alive:
             if self._tg is None:
@@ -474,6 +514,7 @@ class FilesServer:
             watcher = self._watchers[target] = _Watcher(self, target)
             self._tg.start_soon(watcher.run)
         watcher.uris[uri] += 1
+        return watcher
 
     def _release(self, target: Target, uri: str) -> None:
         watcher = self._watchers.get(target)
@@ -490,14 +531,27 @@ class FilesServer:
         self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         acquired: list[tuple[Target, str]] = []
+        watchers: list[_Watcher] = []
         for uri in params.notifications.resource_subscriptions or ():
             try:
                 target = self.parse(uri)
             except (UriError, PathRefused):
                 continue  # the listen is honoured; the (baseline) read reports what is wrong
-            self._acquire(target, uri)
+            watchers.append(self._acquire(target, uri))
             acquired.append((target, uri))
         try:
+            # The ack (sent first thing by the SDK's handler) must mean "watched": a change
+            # made once the client has it is then always seen. So wait for the inotify
+            # watches first, on an event. A watcher that cannot start does not hold the
+            # ack up; the read that follows says why.
+            with anyio.move_on_after(READY_TIMEOUT):
+                for watcher in watchers:
+                    await watcher.ready.wait()
+            for watcher in watchers:
+                # This listener had no update yet: the next change must signal it, even if
+                # an earlier one is still unread by another listener. The handler subscribes
+                # to the bus before it yields, so nothing can be published in between.
+                watcher.pending = False
             return await self._listen(ctx, params)
         finally:
             for target, uri in acquired:
@@ -633,7 +687,16 @@ class FilesServer:
                     f"{uri}: {spec.path} is not a directory; watch a file with file://{spec.path}",
                 )
             raise MCPError(types.INVALID_PARAMS, f"{uri}: {spec.path} is not an existing directory")
-        return state.ring.text() if state is not None else EventRing().text()
+        state = self.dir_state(spec)
+        if watcher is None or not watcher.alive:
+            # Nobody watches: this read takes stock itself. The log is then one log per URI
+            # (one log_id), the first read is its baseline, and a later read or watch
+            # reports what changed since as events, so a read before a listen loses nothing.
+            # With a watcher, its events are the log; a read adds none (other listeners
+            # would not be told of them).
+            async with state.lock:
+                await state.take_stock(spec)
+        return state.ring.text()
 
     async def _on_read(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams

@@ -33,7 +33,6 @@ puller was built with ``verbose=True``).
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from collections import OrderedDict
@@ -48,6 +47,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict
 
 from asyncai_watch import log
+from asyncai_watch.core.text import unescape
 from asyncai_watch.notice import SOURCE_CHANNEL, Notice
 
 __all__ = [
@@ -86,7 +86,7 @@ def _meta(raw: Mapping[str, Any] | None) -> dict[str, str]:
         if isinstance(value, bool):
             out[key] = "true" if value else "false"
         elif isinstance(value, str | int | float):
-            out[key] = html.unescape(str(value))
+            out[key] = unescape(str(value))
     return out
 
 
@@ -103,12 +103,14 @@ class ChannelExtension(ClientExtension):
         return [NotificationBinding(method=CHANNEL_METHOD, params_type=ChannelParams, handler=self._handle)]
 
     async def _handle(self, params: ChannelParams) -> None:
-        # The server neutralized markup for harnesses that paste content raw; the agent's renderer
-        # escapes everything itself, so undo the entities rather than show them twice-escaped.
+        # The server escaped markup for harnesses that paste content raw. A Notice carries plain
+        # text (the agent's renderer escapes once, and a library user may show it elsewhere), so
+        # the five XML entities are decoded; numeric and HTML references are not (they could
+        # spell a control character).
         self._on_notice(
             Notice(
                 SOURCE_CHANNEL,
-                html.unescape(params.content),
+                unescape(params.content),
                 meta={"server": self.server, **_meta(params.meta)},
             )
         )

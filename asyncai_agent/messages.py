@@ -1,10 +1,15 @@
 """How a Notice becomes the user-role message the model sees, and the NO_REPLY rule.
 
-Notices reach the model as ordinary user-role turns (ADR "Delivery to the
-agent"), wrapped so the model can tell them apart from a person. Everything a
-notice carries comes from outside the agent (object names, event text), so
-attribute values and bodies are XML-escaped: no event content can close the
-wrapper or forge a new one.
+Notices reach the model as ordinary user-role turns (docs/design.md, "Delivery
+to the agent"), wrapped so the model can tell them apart from a person.
+Everything a notice carries comes from outside the agent (object names, event
+text), so attribute values and bodies go through the project's one rendering
+of untrusted text (:func:`asyncai_watch.core.text.render`): controls, line and
+paragraph separators and bidi controls are replaced, and ``& < > "`` are
+escaped once, so no event content can close the wrapper or forge a new one and
+text that arrives already escaped is not escaped twice. Watch and restore
+bodies keep their line breaks (one line per event); attribute values and a
+channel's content are single-line.
 """
 
 from __future__ import annotations
@@ -12,10 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Final
-from xml.sax.saxutils import escape as _xml_escape
 
 import attrs
 
+from asyncai_watch.core.text import render
 from asyncai_watch.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
 
 __all__ = [
@@ -49,7 +54,6 @@ OTHER_INSTRUCTION: Final = (
     "to what was asked; otherwise reply exactly NO_REPLY."
 )
 
-_ATTR_ESCAPES: Final = {'"': "&quot;"}
 # An attribute name from a doorbell's meta is only used if it is a plain
 # identifier: anything else could break out of the tag, so it is dropped.
 _ATTR_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
@@ -57,8 +61,8 @@ _NO_REPLY_LINE: Final = re.compile(r"^\s*NO_REPLY\s*$", re.MULTILINE)
 
 
 def escape(text: str) -> str:
-    """Escape ``&``, ``<``, ``>`` and ``"`` so ``text`` is inert inside a tag or its attributes."""
-    return _xml_escape(text, _ATTR_ESCAPES)
+    """``text`` made inert inside a tag or its attributes, on one line (:func:`~asyncai_watch.core.text.render`)."""
+    return render(text)
 
 
 def _attrs(pairs: Mapping[str, str]) -> str:
@@ -82,7 +86,7 @@ class RenderedNotice:
 def render_notice(notice: Notice) -> RenderedNotice:
     """Render any notice; watches, restores and channel doorbells each get their own wrapper."""
     meta = notice.meta
-    body = escape(notice.text.strip("\n"))
+    body = render(notice.text.strip("\n"), multiline=True)
     if notice.source == SOURCE_WATCH:
         name, uri = meta.get("name", ""), meta.get("uri", "")
         # Extra meta (e.g. failed="true" when a watch gave up) follows name and uri.
@@ -107,7 +111,8 @@ def render_notice(notice: Notice) -> RenderedNotice:
         server = meta.get("server", "")
         # "via" (doorbell vs pull) is bookkeeping for logs, not part of the channel tag's shape.
         rest = {k: v for k, v in meta.items() if k not in ("server", "source", "via")}
-        wrapper = f'<channel source="{escape(server)}"{_attrs(rest)}>{body}</channel>'
+        # A channel's content is a one-line summary (a doorbell's shape), so it stays on one line.
+        wrapper = f'<channel source="{escape(server)}"{_attrs(rest)}>{escape(notice.text.strip())}</channel>'
         return RenderedNotice(
             text=f"{wrapper}\n{CHANNEL_INSTRUCTION}",
             task_id=f"channel-{server}",

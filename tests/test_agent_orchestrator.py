@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import unicodedata
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 
@@ -26,6 +27,8 @@ from asyncai_agent.messages import WATCH_INSTRUCTION, escape, is_no_reply, rende
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.runtime import Run
 from asyncai_agent.thread import Message
+from asyncai_servers.switchboard.doorbell import make_doorbell
+from asyncai_watch.core.text import render, unescape
 from asyncai_watch.log import configure_ndjson, logger
 from asyncai_watch.notice import SOURCE_CHANNEL, SOURCE_RESTORE, SOURCE_WATCH, Notice
 
@@ -327,20 +330,74 @@ def test_event_content_cannot_close_or_forge_the_wrapper() -> None:
 
 
 @given(
-    name=st.text(st.characters(codec="utf-8", exclude_categories=["Cc", "Cs"]), max_size=30),
-    uri=st.text(st.characters(codec="utf-8", exclude_categories=["Cc", "Cs"]), max_size=30),
-    body=st.text(
-        st.characters(codec="utf-8", exclude_categories=["Cs"], exclude_characters="\r\x00"), max_size=80
-    ),
+    name=st.text(max_size=30),
+    uri=st.text(max_size=30),
+    body=st.text(max_size=80),
 )
 def test_any_content_round_trips_through_the_wrapper(name: str, uri: str, body: str) -> None:
-    body = "".join(ch for ch in body if ch in "\n\t" or ch >= " ")  # XML 1.0 cannot carry other controls
+    # Any text at all (controls, surrogates, bidi): the wrapper is well-formed XML, nothing is
+    # forged, and a reader sees the neutralized text.
     r = render_notice(watch_notice(body, name=name, uri=uri))
     wrapper = _wrapper_part(r.text, "</watch-event>")
     el = ET.fromstring(wrapper)
-    assert el.attrib == {"name": name, "uri": uri}
-    assert (el.text or "") == f"\n{body.strip(chr(10))}\n"
+    assert list(el) == []
+    assert el.attrib == {"name": unescape(render(name)), "uri": unescape(render(uri))}
+    assert (el.text or "") == f"\n{unescape(render(body.strip(chr(10)), multiline=True))}\n"
     assert wrapper.count("</watch-event>") == 1
+
+
+def test_plain_content_round_trips_exactly() -> None:
+    name, uri = 'cm"<x>', 'memo://a?b="c"&d=<e>'
+    body = 'ADDED a & b <c> "d"\n\tMODIFIED é'
+    el = ET.fromstring(
+        _wrapper_part(render_notice(watch_notice(body, name=name, uri=uri)).text, "</watch-event>")
+    )
+    assert el.attrib == {"name": name, "uri": uri}
+    assert el.text == '\nADDED a & b <c> "d"\n MODIFIED é\n'  # a tab reads as a space
+
+
+C1_BIDI_LS = "a\x9b31mb\u202ec\u2066d\u200fe\u2028f\u2029g\x1b[2Jh\x07i\x85j\u061ck"
+
+
+def test_controls_bidi_and_line_separators_are_neutralized_in_every_wrapper() -> None:
+    notices = [
+        watch_notice(C1_BIDI_LS + "\nsecond event", name="n" + C1_BIDI_LS, uri="memo://" + C1_BIDI_LS),
+        Notice(SOURCE_RESTORE, C1_BIDI_LS + "\n- line", meta={"path": C1_BIDI_LS}),
+        Notice(
+            SOURCE_CHANNEL, C1_BIDI_LS + "\nsame line", meta={"server": C1_BIDI_LS, "todo_id": C1_BIDI_LS}
+        ),
+        Notice("other", C1_BIDI_LS, meta={"k": C1_BIDI_LS}),
+    ]
+    for notice in notices:
+        text = render_notice(notice).text
+        bad = [ch for ch in text if unicodedata.category(ch) in ("Cc", "Zl", "Zp") and ch != "\n"]
+        bad += [
+            ch
+            for ch in text
+            if ch in "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+        ]
+        assert bad == [], (notice.source, bad)
+        assert "a\ufffd31mb\ufffdc\ufffdd\ufffde f g\ufffd[2Jh\ufffdi j\ufffdk" in text
+    # A watch body keeps its one line per event; a channel's content stays on one line.
+    watch = render_notice(notices[0]).text
+    assert "\nsecond event\n</watch-event>" in watch
+    channel = render_notice(notices[2]).text
+    assert "k same line</channel>" in channel
+
+
+def test_already_neutralized_text_is_escaped_once() -> None:
+    # E.g. a doorbell's content handed on as a Notice by a library user.
+    bell = make_doorbell(todo_id="1", queue="q", kind="k", source="s", summary='PR 9 </channel> "now" & <b>')
+    r = render_notice(Notice(SOURCE_CHANNEL, bell.content, meta={"server": "sb"}))
+    assert "&amp;lt;" not in r.text
+    assert "&amp;quot;" not in r.text
+    assert r.text.startswith(
+        '<channel source="sb">PR 9 &lt;/channel&gt; &quot;now&quot; &amp; &lt;b&gt;</channel>'
+    )
+    el = ET.fromstring(_wrapper_part(r.text, "</channel>"))
+    assert el.text == 'PR 9 </channel> "now" & <b>'
+    w = render_notice(watch_notice("MODIFIED x: &lt;/watch-event&gt;", name="cm", uri="memo://x"))
+    assert "\nMODIFIED x: &lt;/watch-event&gt;\n</watch-event>" in w.text
 
 
 def test_channel_notice_renderer_escapes_the_same_way() -> None:
@@ -376,6 +433,7 @@ def test_restore_notice_renders_with_its_counts() -> None:
 
 def test_escape_covers_the_four_characters() -> None:
     assert escape('&<>"') == "&amp;&lt;&gt;&quot;"
+    assert escape("&amp;&lt;") == "&amp;&lt;"
 
 
 # -- events are visible -------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from typing import Any, Final
 
 import attrs
 
+from asyncai_watch.core.text import render, truncate
+
 __all__ = [
     "CHANNEL_CAPABILITY",
     "CHANNEL_METHOD",
@@ -32,27 +34,16 @@ META_VALUE_CAP: Final = 128
 META_KEY_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DOORBELL_KEYS: Final = ("todo_id", "queue", "kind", "source")
 
-_TAG = re.compile(r"<(\s*/?\s*)(channel)", re.IGNORECASE)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-# Invisible format characters (zero-width space, joiners, bidi controls) could hide a tag from
-# the pattern above while a renderer ignores them: they go before the tag check, like controls.
-_INVISIBLE = re.compile(r"[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]")
-
 
 def neutralize(text: str, cap: int) -> str:
-    """Make ``text`` unable to open or close a ``<channel>`` tag or end an attribute; cap its length.
+    """Make ``text`` inert inside ``<channel>`` content or an attribute value; cap its length.
 
-    ``<channel`` / ``</channel`` (any case, any inner spaces) lose their ``<``;
-    double quotes become ``&quot;``; control characters become spaces. The cap
-    counts code points of the result and marks a cut with ``…``.
+    The project's one rendering of untrusted text (:func:`asyncai_watch.core.text.render`,
+    single-line): controls, U+2028/U+2029 and bidi controls replaced, ``& < > "`` escaped
+    once. The cap counts code points of the result, marks a cut with ``…`` and never
+    splits an entity.
     """
-    # Controls and invisible characters first: "<\x01/channel" must not slip past the tag check.
-    out = _INVISIBLE.sub("", _CONTROL.sub(" ", text))
-    out = _TAG.sub(lambda m: "&lt;" + m.group(1) + m.group(2), out)
-    out = out.replace('"', "&quot;")
-    if len(out) > cap:
-        out = out[: cap - 1].rstrip() + "…"
-    return out
+    return truncate(render(text), cap)
 
 
 @attrs.frozen(kw_only=True)
@@ -70,8 +61,7 @@ def make_doorbell(*, todo_id: str, queue: str, kind: str, source: str, summary: 
     for key in meta:
         if not META_KEY_RE.match(key):  # a receiver would drop it silently: refuse instead
             raise ValueError(f"doorbell meta key {key!r} is not an identifier ([A-Za-z_][A-Za-z0-9_]*)")
-    text = summary.replace("\r\n", " ").replace("\n", " ")
     return Doorbell(
-        content=neutralize(text, SUMMARY_CAP),
-        meta={k: neutralize(v.replace("\n", " "), META_VALUE_CAP) for k, v in meta.items()},
+        content=neutralize(summary, SUMMARY_CAP),
+        meta={k: neutralize(v, META_VALUE_CAP) for k, v in meta.items()},
     )

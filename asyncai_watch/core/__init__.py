@@ -1,0 +1,1 @@
+"""The pure, sans-IO core."""

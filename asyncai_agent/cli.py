@@ -2,7 +2,8 @@
 
 Replies go to stdout; NDJSON events go to stderr. A bad argument, a server
 that will not start or a missing key prints one ``asyncai-agent: error: ...``
-line and exits non-zero (2 for bad arguments, 1 for failures at run time).
+line and exits non-zero (2 for bad arguments, including a ``--watch-state``
+file that cannot be used; 1 for failures at run time).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from asyncai_agent.backends.base import Backend
 from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
 from asyncai_agent.transcript import TranscriptError
-from asyncai_watch.errors import WatchError
+from asyncai_watch.errors import StateFileError, WatchError
 from asyncai_watch.log import configure_ndjson
 
 __all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
@@ -203,4 +204,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = known_error(exc)
         if known is None:
             raise
-        return fail(str(known) or type(known).__name__)
+        # A --watch-state file that does not load is bad input, like a bad argument.
+        return fail(str(known) or type(known).__name__, 2 if isinstance(known, StateFileError) else 1)

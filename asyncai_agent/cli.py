@@ -23,12 +23,15 @@ from asyncai_agent.backends.base import Backend
 from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
 from asyncai_agent.transcript import TranscriptError
+from asyncai_watch._signals import sigterm_cancels
 from asyncai_watch.errors import StateFileError, WatchError
 from asyncai_watch.log import configure_ndjson
 
 __all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
 
 PROG: Final = "asyncai-agent"
+EXIT_SIGTERM: Final = 128 + 15
+"""The exit status after SIGTERM, as a shell reports a process the signal ended."""
 _KNOWN_ERRORS: Final = (WatchError, BackendError, TranscriptError, ValueError, OSError)
 
 
@@ -137,11 +140,17 @@ async def _inputs(channel: TerminalChannel, fd: int) -> AsyncIterator[Input]:
 
 async def _interactive(config: SessionConfig, backend: Backend, sources: PendingSources) -> int:
     terminal = TerminalChannel()
-    async with open_session(config, backend, default_channel=terminal, sources=sources) as session:
+    # SIGTERM stops reading and waiting, not the session: it then closes in order (runs,
+    # watches, servers, transcript) with nothing in flight, so stdio servers see their
+    # client leave instead of a broken pipe.
+    async with (
+        open_session(config, backend, default_channel=terminal, sources=sources) as session,
+        sigterm_cancels() as termination,
+    ):
         await session.orchestrator.feed(_inputs(terminal, sys.stdin.fileno()))
         # Shutdown waits for idle: every input claimed and no run active or queued.
         await session.orchestrator.wait_idle()
-    return 0
+    return EXIT_SIGTERM if termination.received else 0
 
 
 def leaves(exc: BaseException) -> list[BaseException]:

@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session", type=Path, metavar="PATH", help="append a JSONL transcript to PATH")
     p.add_argument("--verbose", action="store_true", help="log every NDJSON event, not only watch.notice")
     p.add_argument(
+        "--log",
+        type=Path,
+        metavar="PATH",
+        help="append the NDJSON log to PATH instead of stderr (with --demo the log is off unless given)",
+    )
+    p.add_argument(
         "--max-rounds", type=int, default=25, metavar="N", help="model rounds per turn (default 25)"
     )
     p.add_argument("--demo", action="store_true", help="run the offline demo (memo server + scripted model)")
@@ -172,15 +178,30 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
+def _log_stream(args: argparse.Namespace) -> TextIO:
+    """Where NDJSON log records go: ``--log PATH``, else stderr; the demo keeps them off the terminal."""
+    log: Path | None = args.log
+    if log is not None:
+        # Line-buffered and never closed before exit: each record is on disk once written.
+        return log.open("a", encoding="utf-8", buffering=1)
+    if args.demo:  # interleaved with the transcript lines, each notice would read twice
+        return open(os.devnull, "w", encoding="utf-8")  # lives as long as the process
+    return sys.stderr
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_ndjson(sys.stderr, verbose=args.verbose)
+    try:
+        log_stream = _log_stream(args)
+    except OSError as exc:
+        return fail(f"--log: cannot open {str(args.log)!r} for appending: {exc.strerror or exc}", 2)
+    configure_ndjson(log_stream, verbose=args.verbose)
     if args.max_rounds < 1:
         return fail(f"--max-rounds must be >= 1, got {args.max_rounds}", 2)
     if args.demo:
         from asyncai_agent.demo import run_demo
 
-        return run_demo(verbose=args.verbose, session_path=args.session)
+        return run_demo(verbose=args.verbose, session_path=args.session, log_path=args.log)
     if args.model is None:
         return fail("--model is required: openai:MODEL, anthropic:MODEL or scripted:FILE (or try --demo)", 2)
     token = None

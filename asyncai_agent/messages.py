@@ -129,7 +129,7 @@ def render_notice(notice: Notice) -> RenderedNotice:
 
 
 def is_no_reply(reply: str | None) -> bool:
-    """The ADR rule: an empty reply, or one with a line that is only ``NO_REPLY``, is not published."""
+    """The NO_REPLY rule: an empty reply, or one with a line that is only ``NO_REPLY``, is not published."""
     if reply is None or not reply.strip():
         return True
     return _NO_REPLY_LINE.search(reply) is not None

@@ -1,6 +1,6 @@
 """The reactor: input sources, the notice stream and the runtime, multiplexed with anyio.
 
-Input and notices take the same path (ADR "Delivery to the agent"): add a
+Input and notices take the same path (docs/design.md, "Delivery to the agent"): add a
 user-role message, then run the thread. Coalescing is the runtime's
 ``queued_run``. Reply routing:
 

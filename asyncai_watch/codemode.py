@@ -1,4 +1,4 @@
-"""The code-mode built-ins (ADR "Code-mode built-ins") and the MCP tools as functions.
+"""The code-mode built-ins (docs/watch-manager.md) and the MCP tools as functions.
 
 Model-written code calls these with keyword arguments, e.g.
 ``await watch_start(name="notes", uri="memo://notes")``. Bad calls (positional

@@ -34,7 +34,7 @@ Shape = Literal["state", "event-log"]
 
 
 def shape_for_mime_type(mime_type: str | None) -> Shape:
-    """The ADR's read-shape rule: the event-log mimeType, else state."""
+    """The read-shape rule: the event-log mimeType, else state."""
     if mime_type is not None and mime_type.split(";", 1)[0].strip().lower() == EVENTS_MIME_TYPE:
         return "event-log"
     return "state"
@@ -59,7 +59,7 @@ class Event:
     fields: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
 
     def to_filter_dict(self, *, watch: str, uri: str) -> dict[str, Any]:
-        """The ``event`` dict an ``on_event`` filter sees (ADR "Event dict")."""
+        """The ``event`` dict an ``on_event`` filter sees (docs/filters.md)."""
         if self.fields:
             out: dict[str, Any] = dict(self.fields)
         else:

@@ -1,4 +1,4 @@
-"""The ADR's limits as one value, validated where it is built."""
+"""The watch limits as one value, validated where it is built (docs/design.md, "Limits")."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _non_negative(_inst: object, attr: attrs.Attribute[Any], value: float) -> No
 
 @attrs.frozen(kw_only=True)
 class Limits:
-    """Per-agent limits; the defaults are the ADR's table."""
+    """Per-agent limits; the defaults are the table in docs/design.md."""
 
     max_watches: int = attrs.field(default=5, validator=_positive)
     filter_timeout: float = attrs.field(default=2.0, validator=_positive)

@@ -2,7 +2,8 @@
 
 Replies go to stdout; NDJSON events go to stderr. A bad argument, a server
 that will not start or a missing key prints one ``asyncai-agent: error: ...``
-line and exits non-zero (2 for bad arguments, 1 for failures at run time).
+line and exits non-zero (2 for bad arguments, including a ``--watch-state``
+file that cannot be used; 1 for failures at run time).
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from asyncai_agent.backends.base import Backend
 from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
 from asyncai_agent.transcript import TranscriptError
-from asyncai_watch.errors import WatchError
+from asyncai_watch._signals import sigterm_cancels
+from asyncai_watch.errors import StateFileError, WatchError
 from asyncai_watch.log import configure_ndjson
 
 __all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
 
 PROG: Final = "asyncai-agent"
+EXIT_SIGTERM: Final = 128 + 15
+"""The exit status after SIGTERM, as a shell reports a process the signal ended."""
 _KNOWN_ERRORS: Final = (WatchError, BackendError, TranscriptError, ValueError, OSError)
 
 
@@ -76,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--session", type=Path, metavar="PATH", help="append a JSONL transcript to PATH")
     p.add_argument("--verbose", action="store_true", help="log every NDJSON event, not only watch.notice")
+    p.add_argument(
+        "--log",
+        type=Path,
+        metavar="PATH",
+        help="append the NDJSON log to PATH instead of stderr (with --demo the log is off unless given)",
+    )
     p.add_argument(
         "--max-rounds", type=int, default=25, metavar="N", help="model rounds per turn (default 25)"
     )
@@ -136,11 +146,17 @@ async def _inputs(channel: TerminalChannel, fd: int) -> AsyncIterator[Input]:
 
 async def _interactive(config: SessionConfig, backend: Backend, sources: PendingSources) -> int:
     terminal = TerminalChannel()
-    async with open_session(config, backend, default_channel=terminal, sources=sources) as session:
+    # SIGTERM stops reading and waiting, not the session: it then closes in order (runs,
+    # watches, servers, transcript) with nothing in flight, so stdio servers see their
+    # client leave instead of a broken pipe.
+    async with (
+        open_session(config, backend, default_channel=terminal, sources=sources) as session,
+        sigterm_cancels() as termination,
+    ):
         await session.orchestrator.feed(_inputs(terminal, sys.stdin.fileno()))
         # Shutdown waits for idle: every input claimed and no run active or queued.
         await session.orchestrator.wait_idle()
-    return 0
+    return EXIT_SIGTERM if termination.received else 0
 
 
 def leaves(exc: BaseException) -> list[BaseException]:
@@ -162,15 +178,30 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
+def _log_stream(args: argparse.Namespace) -> TextIO:
+    """Where NDJSON log records go: ``--log PATH``, else stderr; the demo keeps them off the terminal."""
+    log: Path | None = args.log
+    if log is not None:
+        # Line-buffered and never closed before exit: each record is on disk once written.
+        return log.open("a", encoding="utf-8", buffering=1)
+    if args.demo:  # interleaved with the transcript lines, each notice would read twice
+        return open(os.devnull, "w", encoding="utf-8")  # lives as long as the process
+    return sys.stderr
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_ndjson(sys.stderr, verbose=args.verbose)
+    try:
+        log_stream = _log_stream(args)
+    except OSError as exc:
+        return fail(f"--log: cannot open {str(args.log)!r} for appending: {exc.strerror or exc}", 2)
+    configure_ndjson(log_stream, verbose=args.verbose)
     if args.max_rounds < 1:
         return fail(f"--max-rounds must be >= 1, got {args.max_rounds}", 2)
     if args.demo:
         from asyncai_agent.demo import run_demo
 
-        return run_demo(verbose=args.verbose, session_path=args.session)
+        return run_demo(verbose=args.verbose, session_path=args.session, log_path=args.log)
     if args.model is None:
         return fail("--model is required: openai:MODEL, anthropic:MODEL or scripted:FILE (or try --demo)", 2)
     token = None
@@ -203,4 +234,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = known_error(exc)
         if known is None:
             raise
-        return fail(str(known) or type(known).__name__)
+        # A --watch-state file that does not load is bad input, like a bad argument.
+        return fail(str(known) or type(known).__name__, 2 if isinstance(known, StateFileError) else 1)

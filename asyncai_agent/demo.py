@@ -9,6 +9,10 @@
 4. each notice arrives as a turn; the terminal shows it, the code the model
    runs, and the reply, including one ``NO_REPLY`` that is suppressed.
 
+The terminal shows only the transcript: NDJSON log records go to ``--log PATH``
+when given and nowhere otherwise (on stderr they would repeat every notice
+between the transcript lines), and the demo says which.
+
 The demo waits on the agent's events (a turn completing), never on a timer;
 a step that does not happen within its deadline fails the demo with a
 message saying which.
@@ -58,24 +62,34 @@ def _indent(prefix: str, text: str) -> str:
     return "\n".join([prefix + lines[0], *(pad + line for line in lines[1:])])
 
 
+LEGEND: Final = (
+    "demo: you> is your message, outside> a write by another MCP client, notice> what the watch "
+    "hands the model, agent> its reply"
+)
+
+
 class DemoPrinter:
     """Shows each event as a terminal line: input, notice, turn, code, result, reply."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.suppressed = 0
+        self._unread: list[str] = []  # what arrived since the last turn started: "input" / "notice"
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
 
     def __call__(self, event: AgentEvent) -> None:
         if isinstance(event, InputReceived):
+            self._unread.append("input")
             self.say(_indent("you> ", event.text))
         elif isinstance(event, NoticeReceived):
+            self._unread.append("notice")
             wrapper, _, _instruction = event.rendered.text.rpartition("\n")
             self.say(_indent("notice> ", wrapper))
         elif isinstance(event, RunStarted):
-            self.say(f"--- turn {event.run_id} ({event.picked_up} new message(s), reply to {event.channel})")
+            self.say(f"--- turn {event.run_id}: the model reads {self._what(event.picked_up)}")
+            self._unread = self._unread[event.picked_up :]
         elif isinstance(event, ModelMessage):
             for call in event.message.tool_calls:
                 if event.message.text:
@@ -86,6 +100,19 @@ class DemoPrinter:
         elif isinstance(event, ReplySuppressed):
             self.suppressed += 1
             self.say(f"agent: {event.text.strip() or '(empty)'} -> reply suppressed, nothing published")
+
+    def _what(self, picked_up: int) -> str:
+        """What a turn reads, in words: "your message", "the notice above", "2 notices above"."""
+        seen = self._unread[:picked_up]
+        if len(seen) != picked_up or picked_up == 0:
+            return f"{picked_up} new message{'s' if picked_up != 1 else ''}"
+        inputs, notices = seen.count("input"), seen.count("notice")
+        parts = []
+        if inputs:
+            parts.append("your message" if inputs == 1 else f"your {inputs} messages")
+        if notices:
+            parts.append("the notice above" if notices == 1 else f"the {notices} notices above")
+        return " and ".join(parts)
 
 
 class _DemoChannel:
@@ -130,6 +157,12 @@ async def _write(writer: McpResourceSource, printer: DemoPrinter, tool: str, **a
 async def _demo(printer: DemoPrinter, *, verbose: bool, session_path: Path | None) -> None:
     async with AsyncExitStack() as stack:
         await _demo_steps(stack, printer, verbose=verbose, session_path=session_path)
+
+
+def _log_line(log_path: Path | None) -> str:
+    if log_path is None:
+        return "demo: the NDJSON log is off in the demo; --log FILE writes it to FILE"
+    return f"demo: NDJSON log records go to {log_path} (--verbose for every event)"
 
 
 async def _demo_steps(
@@ -191,8 +224,17 @@ async def _demo_steps(
             raise DemoError(f"the script has turns left: {backend.turns_used} used")
 
 
-def run_demo(*, verbose: bool = False, session_path: Path | None = None, out: TextIO | None = None) -> int:
+def run_demo(
+    *,
+    verbose: bool = False,
+    session_path: Path | None = None,
+    log_path: Path | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """Run the demo; ``log_path`` is only reported here (the caller points the NDJSON log at it)."""
     printer = DemoPrinter(out if out is not None else sys.stdout)
+    printer.say(_log_line(log_path))
+    printer.say(LEGEND)
     try:
         anyio.run(lambda: _demo(printer, verbose=verbose, session_path=session_path))
     except KeyboardInterrupt:

@@ -9,6 +9,13 @@ then). Only pipes, sockets and terminals can block; other stdins (a file,
 
 Like the SDK, fd 0 points at the null device while serving, so handlers and child
 processes (kubectl) never read the wire; it is restored on exit.
+
+A server is a child of its client, and ends quietly when that client goes: a
+closed stdin ends ``server.run``; SIGTERM (a parent stopped by ``timeout``, or
+its whole process group signalled) ends the input the same way, so the server
+shuts down as after a closed stdin and exits 0; a broken stdout (the client
+exited while a response or notification was being written) ends the transport
+without a traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from typing import Any, cast
 
 import anyio
 from mcp.server.stdio import stdio_server as sdk_stdio_server
+
+from asyncai_watch._signals import on_sigterm
 
 __all__ = ["stdio_server"]
 
@@ -46,6 +55,12 @@ class _Lines:
         self._lines: deque[str] = deque()
         self._partial = ""
         self._eof = False
+        self._waiting = anyio.CancelScope()
+
+    def end(self) -> None:
+        """End the input now, as if stdin had closed (lines already read are still served)."""
+        self._eof = True
+        self._waiting.cancel()
 
     def __aiter__(self) -> _Lines:
         return self
@@ -54,7 +69,11 @@ class _Lines:
         while not self._lines:
             if self._eof:
                 raise StopAsyncIteration
-            await anyio.wait_readable(self._fd)
+            with self._waiting:  # end() cancels only this wait
+                await anyio.wait_readable(self._fd)
+            if self._eof:
+                continue
+            self._waiting = anyio.CancelScope()
             chunk = os.read(self._fd, _CHUNK)  # readable: returns at once (data or EOF)
             text = self._partial + self._decoder.decode(chunk, final=not chunk)
             *complete, self._partial = text.split("\n")
@@ -69,8 +88,34 @@ class _Lines:
 
 @asynccontextmanager
 async def stdio_server() -> AsyncIterator[tuple[Any, Any]]:
-    """``mcp.server.stdio.stdio_server()``, but Ctrl-C does not wait for stdin to close."""
+    """``mcp.server.stdio.stdio_server()``, but Ctrl-C does not wait for stdin to close.
+
+    SIGTERM ends the input like a closed stdin (``server.run`` then returns), and a client
+    that went away mid-write (``BrokenPipeError``) ends the transport quietly instead of
+    with a traceback.
+    """
+    try:
+        async with _transport() as streams:
+            yield streams
+    except* (BrokenPipeError, ConnectionResetError):
+        # The client is gone: nothing can be said to it, and nobody is left to read an error.
+        _detach_stdout()
+
+
+def _detach_stdout() -> None:
+    # Point fd 1 at the null device so the interpreter's final flush of sys.stdout cannot print
+    # "Exception ignored ... BrokenPipeError" on the way out.
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+    finally:
+        os.close(null)
+
+
+@asynccontextmanager
+async def _transport() -> AsyncIterator[tuple[Any, Any]]:
     if not _can_block(0):
+        # A file or /dev/null: EOF comes by itself, and SIGTERM keeps its default action.
         async with sdk_stdio_server() as streams:
             yield streams
         return
@@ -79,9 +124,12 @@ async def stdio_server() -> AsyncIterator[tuple[Any, Any]]:
     null = os.open(os.devnull, os.O_RDONLY)
     try:
         os.dup2(null, 0)
+        lines = _Lines(wire)
         # The SDK iterates stdin with ``async for``; that is all of AsyncFile it uses.
-        lines = cast(anyio.AsyncFile[str], _Lines(wire))
-        async with sdk_stdio_server(stdin=lines) as streams:
+        async with (
+            on_sigterm(lines.end),
+            sdk_stdio_server(stdin=cast(anyio.AsyncFile[str], lines)) as streams,
+        ):
             yield streams
     finally:
         os.dup2(wire, 0)

@@ -76,6 +76,14 @@ class StateFile:
             raise StateFileError(f"watch state file {self.path}: cannot read it: {exc}") from exc
         try:
             data = json.loads(raw)
+        except RecursionError:
+            # The decoder recurses once per nesting level; a file of 100k "[" would otherwise
+            # escape as a RecursionError with a traceback instead of naming the file.
+            raise StateFileError(
+                f"watch state file {self.path} is nested too deeply to be a watch state file; "
+                'it was left untouched. Fix or remove it; the expected shape is {"version": 1, '
+                '"watches": [{"name": ..., "uri": ..., "on_event": ...}]}'
+            ) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise StateFileError(
                 f"watch state file {self.path} is not valid JSON ({exc}); it was left untouched. "
@@ -89,6 +97,11 @@ class StateFile:
             )
         try:
             doc = converter.structure(data, _StateDoc)
+        except RecursionError:  # a value nested just under the decoder's limit
+            raise StateFileError(
+                f"watch state file {self.path} is nested too deeply to be a watch state file; "
+                "it was left untouched"
+            ) from None
         except Exception as exc:  # cattrs raises ClassValidationError / TypeError / KeyError
             detail = (
                 "; ".join(cattrs.transform_error(exc))

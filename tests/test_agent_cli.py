@@ -157,29 +157,63 @@ def test_a_failing_model_is_reported_to_the_user_not_swallowed(tmp_path: Path) -
 
 def test_demo_runs_offline_and_shows_notices_replies_and_a_suppression(tmp_path: Path) -> None:
     session = tmp_path / "demo.jsonl"
-    proc = run_agent(["--demo", "--session", str(session)], timeout=100)
+    log = tmp_path / "demo.ndjson"
+    proc = run_agent(["--demo", "--session", str(session), "--log", str(log)], timeout=100)
     out = proc.stdout
     assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{proc.stderr}"
+    assert out.startswith(f"demo: NDJSON log records go to {log} (--verbose for every event)\n")
     # The watch is set up through run_code with a filter.
     assert 'run_code> notes = await read_resource(uri="memo://notes")' in out
     assert "'shape': 'state'" in out
     # Each external write arrives as a notice turn; the filter dropped the draft key.
     notices = [line for line in out.splitlines() if line.startswith("notice> ")]
     assert notices == ['notice> <watch-event name="todo" uri="memo://notes">'] * 3
-    assert "added todo = 'buy milk'" in out
-    assert "modified todo = 'buy milk '" in out
-    assert "deleted todo = None" in out
-    bodies = [block.split("</watch-event>")[0] for block in out.split("notice> ")[1:]]
-    assert len(bodies) == 3
+    bodies = [block.split("</watch-event>")[0] for block in out.split("\nnotice> ")[1:]]
+    assert [body.split("\n")[1].strip() for body in bodies] == [
+        "added todo = 'buy milk'",
+        "modified todo = 'buy milk '",
+        "deleted todo",  # a deletion reads as one, not "deleted todo = None"
+    ]
+    assert "todo = None" not in out
     assert all("draft" not in body for body in bodies)
+    # Each turn says what the model reads.
+    turns = [line for line in out.splitlines() if line.startswith("--- turn")]
+    assert turns == [
+        "--- turn 1: the model reads your message",
+        "--- turn 2: the model reads the notice above",
+        "--- turn 3: the model reads the notice above",
+        "--- turn 4: the model reads the notice above",
+    ]
     assert "agent> Your todo is now: buy milk" in out
     assert "agent: NO_REPLY -> reply suppressed, nothing published" in out
     assert "agent> Your todo was deleted." in out
     assert out.rstrip().endswith("demo: done, 4 turns, 1 reply suppressed (NO_REPLY)")
-    # NDJSON on stderr: one watch.notice per notice.
-    events = [json.loads(line)["event"] for line in proc.stderr.splitlines() if line.startswith("{")]
-    assert events.count("watch.notice") == 3
+    # Nothing on stderr: in a terminal it would land between the transcript lines.
+    assert proc.stderr == ""
+    # The NDJSON log went to --log: one watch.notice per notice.
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["event"] for r in records].count("watch.notice") == 3
     records = [json.loads(line) for line in session.read_text().splitlines()]
     monitors = [r for r in records if r["type"] == "monitor_event"]
     assert [m["task_id"] for m in monitors] == ["watch-todo"] * 3
     assert [r["type"] for r in records].count("user") == 1
+
+
+def test_demo_on_a_terminal_shows_each_notice_once(tmp_path: Path) -> None:
+    # stdout and stderr on one stream, as a terminal shows them; no --log.
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    proc = subprocess.run(
+        [*AGENT, "--demo"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=100,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "demo: the NDJSON log is off in the demo; --log FILE writes it to FILE"
+    assert [line for line in lines if line.lstrip().startswith("{")] == []
+    assert sum("added todo = 'buy milk'" in line for line in lines) == 1

@@ -1,4 +1,7 @@
-"""Ctrl-C ends every reference server's stdio mode at once, while its client still holds stdin."""
+"""Ctrl-C, SIGTERM and a broken pipe end every reference server's stdio mode at once and quietly.
+
+The client still holds stdin in each case; the server must exit 0 with no traceback.
+"""
 
 from __future__ import annotations
 
@@ -14,33 +17,41 @@ from kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
 
 pytestmark = pytest.mark.anyio
 
+ENDINGS = ["SIGINT", "SIGTERM", "broken-pipe"]
 
-async def test_memo(tmp_path: Path) -> None:
-    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.memo"])
+
+@pytest.mark.parametrize("how", ENDINGS)
+async def test_memo(tmp_path: Path, how: str) -> None:
+    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.memo"], how=how)
 
 
 async def test_memo_on_a_terminal(tmp_path: Path) -> None:
     await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.memo"], terminal=True)
 
 
-async def test_memo_also_http(tmp_path: Path) -> None:
-    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.memo", "--also-http", "127.0.0.1:0"])
+@pytest.mark.parametrize("how", ENDINGS)
+async def test_memo_also_http(tmp_path: Path, how: str) -> None:
+    argv = [sys.executable, "-m", "asyncai_servers.memo", "--also-http", "127.0.0.1:0"]
+    await assert_ctrl_c_ends(argv, how=how)
 
 
-async def test_files(tmp_path: Path) -> None:
-    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.files", str(tmp_path)])
+@pytest.mark.parametrize("how", ENDINGS)
+async def test_files(tmp_path: Path, how: str) -> None:
+    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_servers.files", str(tmp_path)], how=how)
 
 
-async def test_kcp(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ENDINGS)
+async def test_kcp(tmp_path: Path, how: str) -> None:
     cluster = FakeCluster(tmp_path / "cluster")
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig.json", "https://kcp.test:6443/clusters/root")
-    await assert_ctrl_c_ends([sys.executable, *kcp_argv(kubeconfig)], env=kcp_env(cluster, tmp_path))
+    await assert_ctrl_c_ends([sys.executable, *kcp_argv(kubeconfig)], env=kcp_env(cluster, tmp_path), how=how)
 
 
-async def test_switchboard(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ENDINGS)
+async def test_switchboard(tmp_path: Path, how: str) -> None:
     config = tmp_path / "switchboard.json"
     credential = {"name": "alice", "token": "alice-token", "queues": ["ops"], "attribution": "human"}
     config.write_text(json.dumps({"credentials": [credential]}))
     argv = [sys.executable, "-m", "asyncai_servers.switchboard", "--config", str(config)]
     argv += ["--sqlite", str(tmp_path / "switchboard.db")]
-    await assert_ctrl_c_ends(argv, env={**os.environ, "SWITCHBOARD_TOKEN": "alice-token"})
+    await assert_ctrl_c_ends(argv, env={**os.environ, "SWITCHBOARD_TOKEN": "alice-token"}, how=how)

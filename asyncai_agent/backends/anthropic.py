@@ -10,6 +10,7 @@ import anyio
 
 from asyncai_agent.backends.base import MAX_TOKENS, TIMEOUT_SECONDS, BackendError
 from asyncai_agent.thread import Message, ToolCall, ToolSpec
+from asyncai_watch._extras import MissingExtraError, require
 
 __all__ = ["AnthropicBackend", "to_wire_messages", "to_wire_tools"]
 
@@ -63,11 +64,9 @@ class AnthropicBackend:
         timeout: float = TIMEOUT_SECONDS,
     ) -> None:
         try:
-            import anthropic
-        except ImportError as exc:  # an optional extra
-            raise BackendError(
-                "anthropic:MODEL needs the 'anthropic' package: pip install 'asyncai-watch[anthropic]'"
-            ) from exc
+            anthropic = require("anthropic", feature="anthropic:MODEL")  # an optional extra
+        except MissingExtraError as exc:
+            raise BackendError(str(exc)) from exc
         if not model:
             raise BackendError("--model anthropic:MODEL needs a model name, e.g. anthropic:claude-sonnet-4-5")
         key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")

@@ -10,7 +10,7 @@ from asyncai_agent.thread import Message, ToolSpec
 __all__ = ["MAX_TOKENS", "TIMEOUT_SECONDS", "Backend", "BackendError"]
 
 MAX_TOKENS: Final = 8192
-"""Output cap per request: an uncapped local model once decoded 71 486 tokens (ADR live results)."""
+"""Output cap per request: an uncapped local model once decoded 71 486 tokens (seen in a live run)."""
 TIMEOUT_SECONDS: Final = 600.0
 
 

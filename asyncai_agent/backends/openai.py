@@ -11,6 +11,7 @@ import anyio
 
 from asyncai_agent.backends.base import MAX_TOKENS, TIMEOUT_SECONDS, BackendError
 from asyncai_agent.thread import Message, ToolCall, ToolSpec
+from asyncai_watch._extras import MissingExtraError, require
 
 __all__ = ["OpenAIBackend", "to_wire_messages", "to_wire_tools"]
 
@@ -79,11 +80,9 @@ class OpenAIBackend:
         timeout: float = TIMEOUT_SECONDS,
     ) -> None:
         try:
-            import openai
-        except ImportError as exc:  # an optional extra
-            raise BackendError(
-                "openai:MODEL needs the 'openai' package: pip install 'asyncai-watch[openai]'"
-            ) from exc
+            openai = require("openai", feature="openai:MODEL")  # an optional extra
+        except MissingExtraError as exc:
+            raise BackendError(str(exc)) from exc
         if not model:
             raise BackendError("--model openai:MODEL needs a model name, e.g. openai:gpt-4o-mini")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")

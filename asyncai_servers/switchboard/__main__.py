@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 
 from asyncai_servers._http import parse_host_port, serve_http
+from asyncai_watch._extras import MissingExtraError, require
 
 from .config import ConfigError, Credential, Credentials, load_credentials
 from .core import DEFAULT_LEASE_SECONDS, Switchboard
@@ -108,6 +109,12 @@ async def _run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.postgres:
+        try:  # before anything starts: a missing driver is a one-line install hint
+            require("postgres", feature="--postgres")
+        except MissingExtraError as exc:
+            print(f"asyncai-switchboard: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
     try:
         anyio.run(_run, args)

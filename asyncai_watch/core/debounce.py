@@ -1,6 +1,6 @@
 """Trailing debounce with a cap: lines in, one notice text out per burst.
 
-Pure: ``now`` is always passed in, nothing reads a clock (docs/design.md, "Debounce"). Each line moves
+Pure: ``now`` is always passed in, nothing reads a clock (docs/design.md, "From events to a notice"). Each line moves
 the flush to ``quiet`` seconds after it, but never later than ``max_wait`` after the
 burst's first line. A notice lists the burst's distinct lines in first-arrival order,
 a line that came N times as ``line ×N``, at most ``max_lines`` of them, then ``+N more``

@@ -1,6 +1,6 @@
 """State diff: the previous read of a state resource vs the current one, as events.
 
-Pure: no I/O, no clock. The rules (docs/design.md, "Read shapes"):
+Pure: no I/O, no clock. The rules (docs/design.md, "Read shapes"; state):
 
 - two JSON lists: items are matched by :func:`~asyncai_watch.core.identity.item_key`; an item in ``new`` only is
   ``ADDED``, in ``old`` only ``DELETED``, in both but different ``MODIFIED``;

@@ -1,7 +1,7 @@
 """Event-log sequencer: read bodies in, each event out at most once, GAPs when seqs were missed.
 
 Pure: no I/O, no clock. A read body is ``{"events": [{"seq": int, "type": str, ...}]}``
-(docs/design.md, "Read shapes"). The :class:`Sequencer` remembers the newest ``seq`` it
+(docs/design.md, "Event logs and GAP"). The :class:`Sequencer` remembers the newest ``seq`` it
 has seen and, per read:
 
 - delivers the events with ``seq`` above it, sorted by ``seq``, each seq once (a body may

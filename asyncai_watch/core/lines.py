@@ -1,6 +1,6 @@
 """The default notice line of an event (used when a watch has no ``on_event`` filter).
 
-Pure. The forms (docs/design.md, "Notice lines"):
+Pure. The forms (docs/core.md, "Default line"):
 
 - Kubernetes-like object (a ``metadata.name``): ``TYPE namespace/name`` (``TYPE name``
   without a namespace);

@@ -33,7 +33,7 @@ import threading
 import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, TextIO, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
@@ -51,6 +51,7 @@ from pydantic import AnyUrl, BaseModel, ValidationError
 
 __all__ = [
     "AUTH_MODES",
+    "DEFAULT_AUTHORIZATION_TIMEOUT",
     "DEFAULT_REDIRECT_PORT",
     "FileTokenStorage",
     "HttpAuth",
@@ -65,6 +66,8 @@ __all__ = [
 AUTH_MODES: Final = ("oauth", "client-credentials")
 DEFAULT_REDIRECT_PORT: Final = 33418
 """Where :class:`LoopbackAuthorization` waits for the browser (``http://127.0.0.1:33418/callback``)."""
+DEFAULT_AUTHORIZATION_TIMEOUT: Final = 300.0
+"""Seconds :class:`LoopbackAuthorization` waits for the person to finish in the browser."""
 CLIENT_NAME: Final = "asyncai-watch"
 _EXPIRED: Final = 1.0  # a token expiry time long past (0 and None mean "never expires" to the SDK)
 _MAX_REQUEST: Final = 65536
@@ -182,21 +185,30 @@ def _parse(model: type[_M], raw: Any) -> _M | None:
 class LoopbackAuthorization:
     """The person-in-the-loop part of the authorization-code flow, for a terminal.
 
-    ``redirect`` starts listening on ``127.0.0.1:PORT`` and prints the authorization
-    URL; the person opens it, signs in, and the browser is redirected to
-    ``http://127.0.0.1:PORT/callback?code=...``, which ``callback`` receives (RFC 8252
-    loopback redirect). Pass ``redirect`` and ``callback`` to ``OAuthClientProvider``
-    as ``redirect_handler`` and ``callback_handler``.
+    ``redirect`` starts listening on ``127.0.0.1:PORT`` and shows the authorization
+    URL (``show``; default: two lines on stderr); the person opens it, signs in, and
+    the browser is redirected to ``http://127.0.0.1:PORT/callback?code=...``, which
+    ``callback`` receives (RFC 8252 loopback redirect) within ``timeout`` seconds.
+    Pass ``redirect`` and ``callback`` to ``OAuthClientProvider`` as
+    ``redirect_handler`` and ``callback_handler``. Several servers may share one: their
+    authorizations take turns on the port.
     """
 
     def __init__(
-        self, port: int = DEFAULT_REDIRECT_PORT, *, out: TextIO | None = None, timeout: float = 300.0
+        self,
+        port: int = DEFAULT_REDIRECT_PORT,
+        *,
+        show: Callable[[str], None] | None = None,
+        timeout: float = DEFAULT_AUTHORIZATION_TIMEOUT,
     ) -> None:
         if not 0 < port <= 65535:
             raise ValueError(f"the OAuth redirect port must be 1..65535, got {port}")
+        if timeout <= 0:
+            raise ValueError(f"the OAuth authorization timeout must be > 0 seconds, got {timeout!r}")
         self.port = port
         self.timeout = timeout
-        self._out = out
+        self._show = show if show is not None else _show_on_stderr
+        self._turn = anyio.Lock()  # held from redirect to the end of callback
         self._listener: anyio.abc.SocketListener | None = None
 
     @property
@@ -204,26 +216,24 @@ class LoopbackAuthorization:
         return f"http://127.0.0.1:{self.port}/callback"
 
     async def redirect(self, authorization_url: str) -> None:
-        await self._close()
+        await self._turn.acquire()
         try:
             multi = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
-        except OSError as exc:
-            raise OAuthFlowError(
-                f"cannot listen on 127.0.0.1:{self.port} for the OAuth redirect ({exc.strerror or exc}); "
-                "choose another port with --oauth-redirect-port"
-            ) from None
+        except BaseException as exc:
+            self._turn.release()
+            if isinstance(exc, OSError):
+                raise OAuthFlowError(
+                    f"cannot listen on 127.0.0.1:{self.port} for the OAuth redirect ({exc.strerror or exc}); "
+                    "choose another port with --oauth-redirect-port"
+                ) from None
+            raise
         (listener,) = multi.listeners  # one address: 127.0.0.1
         assert isinstance(listener, anyio.abc.SocketListener)
         self._listener = listener
-        out = self._out if self._out is not None else sys.stderr
-        print(
-            f"To authorize access to the MCP server, open this URL in a browser:\n{authorization_url}",
-            file=out,
-            flush=True,
-        )
+        self._show(authorization_url)
 
     async def callback(self) -> AuthorizationCodeResult:
-        listener = self._listener
+        listener, self._listener = self._listener, None
         if listener is None:
             raise OAuthFlowError("the OAuth callback was awaited before the redirect was shown")
         try:
@@ -238,12 +248,17 @@ class LoopbackAuthorization:
                 f"no OAuth authorization arrived at {self.redirect_uri} within {self.timeout:g} s"
             ) from None
         finally:
-            await self._close()
+            with anyio.CancelScope(shield=True):
+                await listener.aclose()
+            self._turn.release()
 
-    async def _close(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            await listener.aclose()
+
+def _show_on_stderr(url: str) -> None:
+    print(
+        f"To authorize access to the MCP server, open this URL in a browser:\n{url}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 async def _serve_callback(stream: anyio.abc.SocketStream) -> AuthorizationCodeResult | None:
@@ -340,6 +355,8 @@ class HttpAuth:
     headers: Mapping[str, str] | None = None
     make_auth: Callable[[str], httpx2.Auth] | None = None
     """Builds the OAuth provider for one server URL (each server gets its own)."""
+    connect_timeout: float | None = None
+    """A connect may take this long (a person authorizing in a browser); ``None``: the usual bound."""
 
     def auth_for(self, url: str) -> httpx2.Auth | None:
         return self.make_auth(url) if self.make_auth is not None else None
@@ -404,11 +421,13 @@ def _read_secret(path: Path, option: str) -> str:
     return value
 
 
-def http_auth_from_args(args: argparse.Namespace, *, out: TextIO | None = None) -> HttpAuth:
+def http_auth_from_args(
+    args: argparse.Namespace, *, show_url: Callable[[str], None] | None = None
+) -> HttpAuth:
     """The :class:`HttpAuth` the options of :func:`add_http_auth_arguments` describe.
 
     Raises ``ValueError`` with a one-line message for a bad combination or an unreadable file.
-    ``out`` is where ``--auth oauth`` prints the URL to open (default stderr).
+    ``show_url`` shows ``--auth oauth``'s authorization URL to the person (default: stderr).
     """
     mode: str | None = args.auth
     headers = None
@@ -456,7 +475,9 @@ def http_auth_from_args(args: argparse.Namespace, *, out: TextIO | None = None) 
 
         return HttpAuth(make_auth=client_credentials)
 
-    loopback = LoopbackAuthorization(args.oauth_redirect_port, out=out)
+    if not 0 < args.oauth_redirect_port <= 65535:
+        raise ValueError(f"--oauth-redirect-port must be 1..65535, got {args.oauth_redirect_port}")
+    loopback = LoopbackAuthorization(args.oauth_redirect_port, show=show_url)
     metadata_url: str | None = args.oauth_client_metadata_url
     if metadata_url is not None and not metadata_url.startswith("https://"):
         raise ValueError(f"--oauth-client-metadata-url must be an https:// URL, got {metadata_url!r}")
@@ -474,7 +495,8 @@ def http_auth_from_args(args: argparse.Namespace, *, out: TextIO | None = None) 
             client_metadata_url=metadata_url,
         )
 
-    return HttpAuth(make_auth=authorization_code)
+    # The first connect waits for the person in the browser; a connect is otherwise bounded tighter.
+    return HttpAuth(make_auth=authorization_code, connect_timeout=loopback.timeout + 30)
 
 
 def oauth_provider(

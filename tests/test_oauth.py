@@ -10,11 +10,11 @@ refresh (no second authorization), and the watch keeps delivering.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import socket
 import stat
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,6 +25,7 @@ import anyio
 import anyio.abc
 import httpx2
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp.client.auth import TokenStorage
 
 from asyncai_servers._http import running_http_server
@@ -92,7 +93,7 @@ async def oauth_server() -> AsyncIterator[OAuthServer]:
 
 
 def authorized_source(url: str, browser: Browser, storage: TokenStorage) -> McpResourceSource:
-    loopback = LoopbackAuthorization(free_port(), out=io.StringIO())
+    loopback = LoopbackAuthorization(free_port(), show=lambda _url: None)  # the browser is told below
 
     async def redirect(authorization_url: str) -> None:
         await loopback.redirect(authorization_url)  # listening from here on
@@ -167,3 +168,112 @@ async def test_a_token_file_spares_the_next_run_an_authorization(tmp_path: Path)
         assert (stats["authorize"], stats["code"], len(browser.opened)) == (1, 1, 1)
         assert stats["refresh"] == 1
         tg.cancel_scope.cancel()
+
+
+# -- the agent's command line ------------------------------------------------------------------------
+
+AGENT = [sys.executable, "-m", "asyncai_agent"]
+
+
+def agent_script(path: Path) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "turns": [
+                    {
+                        "expect": "set a",
+                        "steps": [
+                            {
+                                "run_code": 'await memo_set(key="a", value=1)\n(await memo_get(key="a"))["value"]'
+                            },
+                            {"expect": "1", "reply": "a is {result}"},
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    return path
+
+
+async def run_agent_with_oauth(args: list[str], browser: Browser) -> tuple[int, str, list[dict[str, Any]]]:
+    """Run the agent on one input line; visit each URL it asks the person to open. Returns
+    (exit code, stdout, stderr NDJSON records)."""
+    env = {k: v for k, v in os.environ.items() if k not in {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"}}
+    records: list[dict[str, Any]] = []
+    async with await anyio.open_process([*AGENT, *args], env=env) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        await proc.stdin.send(b"set a to 1\n")
+        await proc.stdin.aclose()
+        stderr = BufferedByteReceiveStream(proc.stderr)
+        out = b""
+
+        async def read_stdout() -> None:
+            nonlocal out
+            assert proc.stdout is not None
+            async for chunk in proc.stdout:
+                out += chunk
+
+        with anyio.fail_after(90):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_stdout)
+                while True:
+                    try:
+                        line = await stderr.receive_until(b"\n", 1 << 20)
+                    except (anyio.IncompleteRead, anyio.EndOfStream):
+                        break
+                    record = json.loads(line)
+                    records.append(record)
+                    if record.get("event") == "auth.authorize":
+                        browser.open(record["url"])
+            code = await proc.wait()
+    return code, out.decode(), records
+
+
+@pytest.mark.anyio
+async def test_the_agent_authorizes_once_and_keeps_the_tokens_in_its_store(tmp_path: Path) -> None:
+    script = agent_script(tmp_path / "script.json")
+    store = tmp_path / "tokens.json"
+    async with oauth_server() as server, anyio.create_task_group() as tg:
+        browser = Browser(tg)
+        args = ["--model", f"scripted:{script}", "--mcp-http", server.url, "--auth", "oauth"]
+        args += ["--oauth-store", str(store), "--oauth-redirect-port", str(free_port())]
+        code, out, records = await run_agent_with_oauth(args, browser)
+        assert (code, out) == (0, "a is 1\n"), records
+        (shown,) = [r for r in records if r.get("event") == "auth.authorize"]
+        assert shown["level"] == "WARNING"  # shown without --verbose
+        assert shown["url"].startswith(server.url.removesuffix("/mcp") + "/authorize?")
+
+        # The next run finds the tokens in the store: no browser, no new authorization.
+        code, out, records = await run_agent_with_oauth(args, browser)
+        assert (code, out) == (0, "a is 1\n"), records
+        assert not [r for r in records if r.get("event") == "auth.authorize"]
+        stats = await server.stats()
+        assert (stats["authorize"], stats["code"], len(browser.opened)) == (1, 1, 1)
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--auth", "client-credentials"], "--auth client-credentials needs --oauth-client-id"),
+        (["--oauth-scope", "x"], "--oauth-scope need --auth oauth or --auth client-credentials"),
+        (["--auth", "oauth", "--token-file", "t"], "use either --token-file"),
+        (["--auth", "oauth", "--oauth-redirect-port", "70000"], "--oauth-redirect-port must be 1..65535"),
+        (["--auth", "oauth", "--oauth-client-metadata-url", "http://x/c.json"], "must be an https:// URL"),
+        (["--auth", "oauth", "--oauth-client-secret-file", "s"], "--oauth-client-secret-file needs"),
+    ],
+)
+def test_bad_auth_options_are_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    script = agent_script(tmp_path / "script.json")
+    argv = [*AGENT, "--model", f"scripted:{script}", "--mcp-http", "http://127.0.0.1:1/mcp", *args]
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("asyncai-agent: error:")]
+    assert proc.returncode == 2, proc.stderr
+    assert len(errors) == 1, proc.stderr
+    assert message in errors[0]
+    assert "Traceback" not in proc.stderr

@@ -208,7 +208,7 @@ class LoopbackAuthorization:
         self.port = port
         self.timeout = timeout
         self._show = show if show is not None else _show_on_stderr
-        self._turn = anyio.Lock()  # held from redirect to the end of callback
+        self._turn = anyio.Semaphore(1)  # taken from redirect to the end of callback
         self._listener: anyio.abc.SocketListener | None = None
 
     @property
@@ -396,6 +396,12 @@ def add_http_auth_arguments(parser: argparse.ArgumentParser) -> None:
         "--oauth-client-secret-file", type=Path, metavar="PATH", help="the client secret of --oauth-client-id"
     )
     group.add_argument(
+        "--oauth-issuer",
+        metavar="URL",
+        help="--auth client-credentials: the authorization server the client ID belongs to; the "
+        "secret is only ever sent there",
+    )
+    group.add_argument(
         "--oauth-client-metadata-url",
         metavar="URL",
         help="an HTTPS URL serving this client's metadata document, used as its client ID where the "
@@ -441,6 +447,7 @@ def http_auth_from_args(
         "--oauth-client-id": args.oauth_client_id,
         "--oauth-client-secret-file": args.oauth_client_secret_file,
         "--oauth-client-metadata-url": args.oauth_client_metadata_url,
+        "--oauth-issuer": args.oauth_issuer,
     }
     if mode is None:
         given = [name for name, value in oauth_only.items() if value is not None]
@@ -460,23 +467,33 @@ def http_auth_from_args(
         return FileTokenStorage(store, url) if store is not None else MemoryTokenStorage()
 
     if mode == "client-credentials":
-        if client_id is None or secret is None:
+        if client_id is None or secret is None or args.oauth_issuer is None:
             raise ValueError(
-                "--auth client-credentials needs --oauth-client-id and --oauth-client-secret-file"
+                "--auth client-credentials needs --oauth-client-id, --oauth-client-secret-file and "
+                "--oauth-issuer (the authorization server the client belongs to)"
             )
         if args.oauth_client_metadata_url is not None:
             raise ValueError("--oauth-client-metadata-url is for --auth oauth, not client-credentials")
-        cc_id, cc_secret = client_id, secret
+        cc_id, cc_secret, issuer = client_id, secret, str(args.oauth_issuer)
 
         def client_credentials(url: str) -> httpx2.Auth:
             return ClientCredentialsOAuthProvider(
-                server_url=url, storage=storage(url), client_id=cc_id, client_secret=cc_secret, scope=scope
+                server_url=url,
+                storage=storage(url),
+                client_id=cc_id,
+                client_secret=cc_secret,
+                scope=scope,
+                issuer=issuer,
             )
 
         return HttpAuth(make_auth=client_credentials)
 
     if not 0 < args.oauth_redirect_port <= 65535:
         raise ValueError(f"--oauth-redirect-port must be 1..65535, got {args.oauth_redirect_port}")
+    if args.oauth_issuer is not None:
+        raise ValueError(
+            "--oauth-issuer is for --auth client-credentials (--auth oauth discovers its server)"
+        )
     loopback = LoopbackAuthorization(args.oauth_redirect_port, show=show_url)
     metadata_url: str | None = args.oauth_client_metadata_url
     if metadata_url is not None and not metadata_url.startswith("https://"):

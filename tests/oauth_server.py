@@ -34,8 +34,10 @@ from mcp.server.auth.provider import (
     AccessToken,
     AuthorizationCode,
     AuthorizationParams,
+    IdentityAssertionParams,
     ProviderTokenVerifier,
     RefreshToken,
+    TokenError,
     construct_redirect_uri,
 )
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
@@ -118,6 +120,11 @@ class Provider:
         self.access.pop(token.token, None)
         self.refresh.pop(token.token, None)
 
+    async def exchange_identity_assertion(
+        self, client: OAuthClientInformationFull, params: IdentityAssertionParams
+    ) -> OAuthToken:
+        raise TokenError("unsupported_grant_type", "identity assertions are not accepted here")
+
     def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
         access, refresh = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         self.access[access] = AccessToken(
@@ -179,7 +186,7 @@ def main() -> None:
             ),
         ),
         auth_server_provider=provider,
-        token_verifier=ProviderTokenVerifier(provider),  # type: ignore[arg-type]
+        token_verifier=ProviderTokenVerifier(provider),
         custom_starlette_routes=[
             Route("/test/expire", expire, methods=["POST"]),
             Route("/test/stats", stats, methods=["GET"]),

@@ -259,6 +259,10 @@ async def test_the_agent_authorizes_once_and_keeps_the_tokens_in_its_store(tmp_p
     ("args", "message"),
     [
         (["--auth", "client-credentials"], "--auth client-credentials needs --oauth-client-id"),
+        (
+            ["--auth", "oauth", "--oauth-issuer", "https://as"],
+            "--oauth-issuer is for --auth client-credentials",
+        ),
         (["--oauth-scope", "x"], "--oauth-scope need --auth oauth or --auth client-credentials"),
         (["--auth", "oauth", "--token-file", "t"], "use either --token-file"),
         (["--auth", "oauth", "--oauth-redirect-port", "70000"], "--oauth-redirect-port must be 1..65535"),

@@ -98,7 +98,11 @@ def _auth(scenario: str, url: str, context: dict[str, Any]) -> httpx2.Auth | Non
 
 
 async def run(url: str, scenario: str, context: dict[str, Any]) -> None:
-    async with McpResourceSource.http(url, auth=_auth(scenario, url, context)) as source:
+    # The suite starts every scenario's client at once: on a busy machine the handshake can take
+    # longer than the library's default 30 s. The suite itself gives a client 120 s here.
+    async with McpResourceSource.http(
+        url, auth=_auth(scenario, url, context), connect_timeout=100, request_timeout=100
+    ) as source:
         tools = await source.list_tools()
         if scenario in TOOL_CALLS:
             name, arguments = TOOL_CALLS[scenario]

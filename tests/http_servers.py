@@ -2,16 +2,22 @@
 
 memo, files (over an empty root), switchboard (SQLite, one credential: requests
 need its bearer token) and kcp (the fake kubectl; nothing here reaches a
-cluster). ``reference_server`` yields the URL and the headers a client must send.
+cluster). ``reference_server`` (async) and ``reference_server_process`` (sync, for
+fixtures wider than one test) yield the URL and the headers a client must send.
 """
 
 from __future__ import annotations
 
 import json
+import selectors
+import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import IO
 
 import attrs
 from fake_kubectl import FakeCluster
@@ -62,3 +68,49 @@ async def reference_server(name: str, work: Path) -> AsyncIterator[Served]:
     argv, env, headers = _prepare(name, work)
     async with running_http_server(argv, env=env) as (url, _proc):
         yield Served(name, url, headers)
+
+
+@contextmanager
+def reference_server_process(name: str, work: Path, ready_timeout: float = 60.0) -> Iterator[Served]:
+    """:func:`reference_server` without an event loop: a module-scoped fixture can hold it."""
+    argv, env, headers = _prepare(name, work)
+    with subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    ) as proc:
+        assert proc.stderr is not None
+        drain: threading.Thread | None = None
+        try:
+            url = _await_ready(proc.stderr, ready_timeout, argv)
+            # Keep reading stderr so a chatty server never blocks on a full pipe; ends at its EOF.
+            drain = threading.Thread(target=proc.stderr.read, name=f"{name}-stderr")
+            drain.start()
+            yield Served(name, url, headers)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if drain is not None:
+                drain.join()
+
+
+def _await_ready(stderr: IO[bytes], timeout: float, argv: list[str]) -> str:
+    """The URL of the server's ``READY <url>`` line, waiting on its stderr (not polling a port)."""
+    deadline = time.monotonic() + timeout
+    seen = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(stderr, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                raise TimeoutError(
+                    f"{' '.join(argv)} printed no READY line within {timeout:g} s: {seen[-2000:]!r}"
+                )
+            line = stderr.readline()
+            if not line:
+                raise RuntimeError(f"{' '.join(argv)} exited before READY: {seen[-2000:]!r}")
+            seen += line
+            if line.startswith(b"READY "):
+                return line.decode().split(" ", 1)[1].strip()

@@ -10,7 +10,8 @@ installed with a Node >= 22 under ``.tools/``) runs, once per target:
 
 Then one test per (target, scenario) reads the suite's checks. A scenario fails
 when one of its checks is a FAILURE (warnings are the suite's "should"s and are
-printed, not judged). ``tests/conformance.toml`` lists every scenario: ``pass``,
+printed, not judged; so are the few checks ``tests/conformance.toml`` lists under
+``ignored_checks``, such as wall-clock timings). ``tests/conformance.toml`` lists every scenario: ``pass``,
 or why it cannot pass here (a feature we do not offer). Any other failure fails,
 and so does a listed scenario that passes (delete its reason then). The suite
 covers protocol 2025-06-18 and 2025-11-25 only; our 2026-07-28 features
@@ -46,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPECTED_FILE = Path(__file__).with_name("conformance.toml")
 CLIENT = ROOT / "scripts" / "conformance_client.py"
 SUITE_TIMEOUT = 600  # seconds for one suite invocation (all of a target's scenarios)
+CLIENT_TIMEOUT = 120  # seconds the suite gives one client command
 
 pytestmark = [pytest.mark.conformance, pytest.mark.timeout(900)]
 
@@ -142,7 +144,9 @@ class Runs:
         command = f"{sys.executable} {CLIENT}"
         if len(shlex.split(command)) != 2:
             raise AssertionError(f"the suite splits --command at spaces; {command!r} has a path with one")
-        await self._run_suite(out, "client", "--command", command, "--suite", "all")
+        # The suite starts every client at once; on a busy machine one may need more than its 30 s.
+        timeout = str(CLIENT_TIMEOUT * 1000)
+        await self._run_suite(out, "client", "--command", command, "--suite", "all", "--timeout", timeout)
 
     async def _server(self, name: str, out: Path) -> None:
         async with AsyncExitStack() as stack:
@@ -196,10 +200,11 @@ def judge(results: Mapping[str, Checks], kind: str, target: str, scenario: str) 
     checks = results.get(scenario)
     assert checks is not None, f"the suite reported nothing for {scenario!r} (it has: {sorted(results)})"
     expected = expectation(kind, target, scenario)
-    failed = [c for c in checks if c.get("status") == "FAILURE"]
-    warned = [c for c in checks if c.get("status") == "WARNING"]
-    if warned:
-        print(f"{target} {scenario} warnings:\n{_describe(warned)}")
+    ignored = EXPECTED["ignored_checks"]
+    failed = [c for c in checks if c.get("status") == "FAILURE" and c.get("id") not in ignored]
+    noted = [c for c in checks if c.get("status") == "WARNING" or c.get("id") in ignored]
+    if noted:
+        print(f"{target} {scenario} warnings and unjudged checks:\n{_describe(noted)}")
     if expected == "pass":
         assert not failed, f"{target} fails {scenario}:\n{_describe(failed)}"
     else:

@@ -13,14 +13,14 @@ are only visible on the raw wire, so those tests speak HTTP themselves.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import httpx2
 import pytest
-from http_servers import SERVERS, Served, reference_server
+from http_servers import SERVERS, Served, reference_server_process
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
@@ -30,16 +30,11 @@ WAIT = 30
 MODERN, LEGACY = "auto", "legacy"
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module", params=SERVERS)
-async def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Served]:
-    async with reference_server(request.param, tmp_path_factory.mktemp(request.param)) as served:
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    # Sync and module-scoped: one server process per server for all of this module's tests
+    # (an async module-scoped fixture would share the event loop runner across modules).
+    with reference_server_process(request.param, tmp_path_factory.mktemp(request.param)) as served:
         yield served
 
 

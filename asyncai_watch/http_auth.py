@@ -229,8 +229,13 @@ class LoopbackAuthorization:
             raise
         (listener,) = multi.listeners  # one address: 127.0.0.1
         assert isinstance(listener, anyio.abc.SocketListener)
+        try:
+            self._show(authorization_url)
+        except BaseException:
+            await listener.aclose()
+            self._turn.release()
+            raise
         self._listener = listener
-        self._show(authorization_url)
 
     async def callback(self) -> AuthorizationCodeResult:
         listener, self._listener = self._listener, None

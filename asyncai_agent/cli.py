@@ -25,7 +25,8 @@ from asyncai_agent.session import PendingSources, SessionConfig, make_sources, o
 from asyncai_agent.transcript import TranscriptError
 from asyncai_watch._signals import sigterm_cancels
 from asyncai_watch.errors import StateFileError, WatchError
-from asyncai_watch.log import configure_ndjson
+from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
+from asyncai_watch.log import configure_ndjson, logger
 
 __all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
 
@@ -59,12 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect to a Streamable HTTP MCP server (repeatable), e.g. http://127.0.0.1:8765/mcp",
     )
     p.add_argument(
-        "--token-file",
-        type=Path,
-        metavar="PATH",
-        help="a bearer token (file contents) sent to every --mcp-http server, e.g. a switchboard credential",
-    )
-    p.add_argument(
         "--model",
         metavar="SPEC",
         help="openai:MODEL (OPENAI_API_KEY; optional with --base-url), anthropic:MODEL "
@@ -90,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-rounds", type=int, default=25, metavar="N", help="model rounds per turn (default 25)"
     )
     p.add_argument("--demo", action="store_true", help="run the offline demo (memo server + scripted model)")
+    add_http_auth_arguments(p)  # --token-file, --auth oauth|client-credentials, --oauth-*
     return p
 
 
@@ -173,6 +169,13 @@ def known_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+def _show_authorization_url(url: str) -> None:
+    # One NDJSON record like every other stderr line; WARNING, so it shows without --verbose.
+    logger.warning(
+        "auth.authorize", extra={"url": url, "do": "open this URL in a browser to authorize access"}
+    )
+
+
 def fail(message: str, code: int = 1) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
     return code
@@ -204,18 +207,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(verbose=args.verbose, session_path=args.session, log_path=args.log)
     if args.model is None:
         return fail("--model is required: openai:MODEL, anthropic:MODEL or scripted:FILE (or try --demo)", 2)
-    token = None
-    if args.token_file is not None:
-        try:
-            token = args.token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            return fail(f"--token-file: cannot read {str(args.token_file)!r}: {exc.strerror or exc}", 2)
-        if not token:
-            return fail(f"--token-file: {str(args.token_file)!r} is empty; it must hold the bearer token", 2)
+    try:
+        http_auth = http_auth_from_args(args, show_url=_show_authorization_url)
+    except ValueError as exc:
+        return fail(str(exc), 2)
+    if (args.token_file is not None or args.auth is not None) and not args.mcp_http:
+        return fail(
+            "--token-file and --auth apply to --mcp-http servers; give at least one --mcp-http URL", 2
+        )
     config = SessionConfig(
         mcp_stdio=tuple(args.mcp_stdio),
         mcp_http=tuple(args.mcp_http),
-        http_token=token,
+        http_auth=http_auth,
         watch_state=args.watch_state,
         session_path=args.session,
         verbose=args.verbose,

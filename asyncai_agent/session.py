@@ -20,8 +20,9 @@ from asyncai_agent.prompt import build_system_prompt
 from asyncai_agent.transcript import Transcript
 from asyncai_watch.codemode import builtins
 from asyncai_watch.core.limits import Limits
+from asyncai_watch.http_auth import HttpAuth
 from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp_source import DEFAULT_CONNECT_TIMEOUT, McpResourceSource
 from asyncai_watch.tools import tool_functions
 
 __all__ = ["AgentSession", "SessionConfig", "open_session"]
@@ -34,6 +35,8 @@ class SessionConfig:
     mcp_http: tuple[str, ...] = ()
     http_token: str | None = None
     """Sent as ``Authorization: Bearer TOKEN`` to every --mcp-http server (``--token-file``)."""
+    http_auth: HttpAuth | None = None
+    """Bearer headers and/or an OAuth provider per --mcp-http server (``--token-file``, ``--auth``)."""
     watch_state: Path | None = None
     session_path: Path | None = None
     verbose: bool = False
@@ -74,11 +77,20 @@ def make_sources(config: SessionConfig) -> PendingSources:
             McpResourceSource.stdio(cmd if isinstance(cmd, str) else list(cmd), extensions=[puller.extension])
         )
         pullers.append(puller)
-    headers = {"Authorization": f"Bearer {config.http_token}"} if config.http_token else None
+    auth = config.http_auth if config.http_auth is not None else HttpAuth()
+    headers = {"Authorization": f"Bearer {config.http_token}"} if config.http_token else auth.headers
     for url in config.mcp_http:
         puller = ChannelPuller(verbose=config.verbose)
         try:
-            sources.append(McpResourceSource.http(url, headers=headers, extensions=[puller.extension]))
+            sources.append(
+                McpResourceSource.http(
+                    url,
+                    headers=headers,
+                    auth=auth.auth_for(url),
+                    extensions=[puller.extension],
+                    connect_timeout=auth.connect_timeout or DEFAULT_CONNECT_TIMEOUT,
+                )
+            )
         except ValueError as exc:
             raise ValueError(f"--mcp-http: {exc}") from exc
         pullers.append(puller)

@@ -72,6 +72,7 @@ from asyncai_watch.errors import (
     ServerTimeoutError,
     SubscriptionLostError,
 )
+from asyncai_watch.http_auth import refresh_first
 from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
 
 __all__ = [
@@ -200,6 +201,7 @@ class McpResourceSource:
         fallback_name: str,
         name: str | None = None,
         headers: Mapping[str, str] | None = None,
+        auth: httpx2.Auth | None = None,
         extensions: Sequence[ClientExtension] = (),
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
@@ -225,6 +227,7 @@ class McpResourceSource:
         self._fallback_name = fallback_name
         self._name_override = name
         self._headers = dict(headers) if headers is not None else None
+        self._auth = auth
         self._extensions = list(extensions)
         self._connect_timeout = connect_timeout
         self._ack_timeout = ack_timeout
@@ -293,6 +296,7 @@ class McpResourceSource:
         *,
         name: str | None = None,
         headers: Mapping[str, str] | None = None,
+        auth: httpx2.Auth | None = None,
         extensions: Sequence[ClientExtension] = (),
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
@@ -302,6 +306,16 @@ class McpResourceSource:
         """A Streamable HTTP server at ``url`` (e.g. ``http://127.0.0.1:8765/mcp``).
 
         ``headers`` go on every request, e.g. ``{"Authorization": "Bearer TOKEN"}``.
+
+        ``auth`` authenticates every request: the SDK's OAuth client provider
+        (``mcp.client.auth.OAuthClientProvider``: discovery, registration,
+        authorization code with PKCE, refresh; or a client-credentials provider
+        from ``mcp.client.auth.extensions``), or any other ``httpx2.Auth``. The
+        same object serves every reconnect, so the tokens it holds (and its
+        ``TokenStorage``) carry over: a watch whose token expired is
+        re-authenticated when it resubscribes, with a refresh first when the
+        provider holds a refresh token (:func:`~asyncai_watch.http_auth.refresh_first`).
+        See :mod:`asyncai_watch.http_auth`.
 
         Timeouts, in seconds on ``clock`` (default: the system clock): ``connect_timeout``
         for the connect handshake, ``ack_timeout`` for a listen's acknowledgment, and
@@ -322,6 +336,7 @@ class McpResourceSource:
             fallback_name=parsed.hostname,
             name=name,
             headers=headers,
+            auth=refresh_first(auth) if auth is not None else None,
             extensions=extensions,
             connect_timeout=connect_timeout,
             ack_timeout=ack_timeout,
@@ -427,7 +442,9 @@ class McpResourceSource:
         if isinstance(self._target, str):
             # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
             # listen stream is idle between events; modern servers ping it every 15 s).
-            http_client = httpx2.AsyncClient(headers=self._headers, timeout=httpx2.Timeout(30.0, read=300.0))
+            http_client = httpx2.AsyncClient(
+                headers=self._headers, auth=self._auth, timeout=httpx2.Timeout(30.0, read=300.0)
+            )
             await stack.enter_async_context(http_client)
 
             async def note_status(response: httpx2.Response) -> None:

@@ -212,7 +212,7 @@ async def test_tools_and_server_errors() -> None:
 
         with pytest.raises(ServerError, match=r"unknown resource 'memo://nope'") as caught:
             await src.read("memo://nope")
-        assert caught.value.code == -32002
+        assert caught.value.code == -32602
         assert "memo://notes" in caught.value.server_message
         assert isinstance(caught.value, WatchError)
         with pytest.raises(ServerError, match=r"cannot subscribe to \['memo://nope'\]"):
@@ -362,6 +362,6 @@ def test_request_timeout_must_be_positive_or_none() -> None:
 async def test_errors_are_the_same_on_an_injected_clock() -> None:
     # The timeouts' helper task must not wrap a server's answer in an ExceptionGroup.
     async with McpResourceSource.stdio(MEMO, clock=FakeClock()) as src:
-        with anyio.fail_after(WAIT), pytest.raises(ServerError, match=r"-32002"):
+        with anyio.fail_after(WAIT), pytest.raises(ServerError, match=r"-32602"):
             await src.read("nope://x")
         assert await read_json(src) == {}

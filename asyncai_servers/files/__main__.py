@@ -54,11 +54,12 @@ async def serve_stdio(server: FilesServer) -> None:
 async def serve_http(server: FilesServer, host: str, port: int) -> None:
     """Serve ``server`` at ``http://HOST:PORT/mcp`` until SIGTERM/SIGINT, announcing ``READY <url>``."""
     from asyncai_servers._http import serve_http as serve_asgi
+    from asyncai_servers._resumable import streamable_http_app
 
     async with server.running():
         # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
         await serve_asgi(
-            server.server.streamable_http_app(host=host), host, port, on_shutdown=server.close_listeners
+            streamable_http_app(server.server, host=host), host, port, on_shutdown=server.close_listeners
         )
 
 

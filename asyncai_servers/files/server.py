@@ -41,6 +41,7 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 
+from asyncai_servers._errors import unknown_tool
 from asyncai_servers._eventlog import EventRing
 from asyncai_servers.files.change_source import (
     Batch,
@@ -446,6 +447,7 @@ class FilesServer:
             on_list_resource_templates=self._on_list_templates,
             on_read_resource=self._on_read,
             on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
             on_subscriptions_listen=self._on_listen,
         )
 
@@ -618,6 +620,13 @@ class FilesServer:
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[])  # resources only; writes stay outside this server
+
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        # The tools capability is advertised (with an empty list) so clients that list every
+        # server's tools need no special case; a call is then answered as the spec says.
+        raise unknown_tool(self.server.name, params.name, [])
 
     async def _wait_ready(self, watcher: _Watcher | None) -> None:
         if watcher is None:

@@ -17,6 +17,7 @@ import sys
 import anyio
 
 from asyncai_servers._http import parse_host_port, serve_http
+from asyncai_servers._resumable import streamable_http_app
 from asyncai_servers._stdio import stdio_server
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.server import KcpServer
@@ -116,7 +117,7 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
         async with anyio.create_task_group() as tg:
             kcp.attach_pool(WatcherPool(tg, kcp.kubectl, kcp.publish, backoff=lambda: Backoff(lo, hi)))
             if http is not None:
-                await serve_http(kcp.server.streamable_http_app(host=http[0]), *http)
+                await serve_http(streamable_http_app(kcp.server, host=http[0]), *http)
             else:
                 async with stdio_server() as (read, write):
                     await kcp.server.run(read, write, kcp.server.create_initialization_options())

@@ -18,6 +18,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
+from asyncai_servers._errors import unknown_tool
 from asyncai_servers.kcp.kubectl import Kubectl, KubectlError
 from asyncai_servers.kcp.state import strip_managed_fields
 from asyncai_servers.kcp.uri import (
@@ -258,7 +259,7 @@ class KcpServer:
             handlers |= {"apply": self._tool_apply, "delete": self._tool_delete}
         handler = handlers.get(params.name)
         if handler is None:
-            return _error(f"unknown tool {params.name!r}; available: {', '.join(handlers)}")
+            raise unknown_tool(self.server.name, params.name, handlers)
         args = dict(params.arguments or {})
         try:
             validate_tool_args(args)  # model-supplied values go on kubectl's command line

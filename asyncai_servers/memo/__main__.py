@@ -14,6 +14,7 @@ import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from asyncai_servers._http import bind_error, parse_host_port, serve_http
+from asyncai_servers._resumable import streamable_http_app
 from asyncai_servers._stdio import stdio_server
 from asyncai_servers.memo.server import MemoState, build_server
 
@@ -57,7 +58,7 @@ async def _serve_stdio(state: MemoState | None = None) -> None:
 
 async def _serve_stdio_and_http(host: str, port: int, ready_file: str | None, token: str | None) -> None:
     memo = MemoState()  # one memo and one bus behind both transports
-    app: ASGIApp = build_server(memo).streamable_http_app(host=host)
+    app: ASGIApp = streamable_http_app(build_server(memo), host=host)
     if token:
         app = _require_bearer(app, token)
     http_up, stop = anyio.Event(), anyio.Event()
@@ -104,7 +105,7 @@ def _require_bearer(app: ASGIApp, token: str) -> ASGIApp:
 
 async def _serve_http(host: str, port: int, token: str | None) -> None:
     memo = MemoState()
-    app: ASGIApp = build_server(memo).streamable_http_app(host=host)
+    app: ASGIApp = streamable_http_app(build_server(memo), host=host)
     if token:
         app = _require_bearer(app, token)
     # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.

@@ -24,6 +24,8 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 
+from asyncai_servers._errors import RESOURCE_NOT_FOUND, resource_not_found, unknown_tool
+
 __all__ = [
     "MIME_TYPE",
     "NOTES_URI",
@@ -36,12 +38,10 @@ __all__ = [
 NOTES_URI: Final = "memo://notes"
 NOTE_TEMPLATE: Final = "memo://notes/{key}"
 MIME_TYPE: Final = "application/json"
-RESOURCE_NOT_FOUND: Final = -32002
-"""The MCP spec's error code for a URI the server does not serve."""
-
 SERVER_NAME: Final = "memo"
 
 _NOTE = UriTemplate.parse(NOTE_TEMPLATE)
+_SERVED: Final = f"this server serves {NOTES_URI!r} and {NOTE_TEMPLATE!r}"
 
 _NOTES_DESCRIPTION = (
     "The whole memo as a JSON object (key -> any JSON value). Changes with memo_set / memo_delete; "
@@ -98,10 +98,7 @@ class MemoState:
         key = match.get("key") if match is not None else None
         if isinstance(key, str) and key:
             return _json(self.notes.get(key))
-        raise MCPError(
-            RESOURCE_NOT_FOUND,
-            f"memo: unknown resource {uri!r}; this server serves {NOTES_URI!r} and {NOTE_TEMPLATE!r}",
-        )
+        raise resource_not_found(SERVER_NAME, uri, _SERVED)
 
     def serves(self, uri: str) -> bool:
         try:
@@ -202,7 +199,7 @@ class _ValidatingListen:
         if unknown:
             raise MCPError(
                 RESOURCE_NOT_FOUND,
-                f"memo: cannot subscribe to {unknown}; this server serves {NOTES_URI!r} and {NOTE_TEMPLATE!r}",
+                f"{SERVER_NAME}: cannot subscribe to {unknown}; {_SERVED}",
             )
         return await self._inner(ctx, params)
 
@@ -276,7 +273,7 @@ def build_server(state: MemoState | None = None) -> Server[Any]:
             return _tool_ok("deleted" if existed else "absent", {"key": key, "deleted": existed})
         if params.name == "memo_stats":
             return _tool_ok(str(memo.reads), {"reads": memo.reads})
-        return _tool_error(f"memo: unknown tool {params.name!r}; tools: {_TOOL_NAMES}")
+        raise unknown_tool(SERVER_NAME, params.name, _TOOL_NAMES)
 
     return Server(
         SERVER_NAME,

@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 
 from asyncai_servers._http import parse_host_port, serve_http
+from asyncai_servers._resumable import streamable_http_app
 from asyncai_watch._extras import MissingExtraError, require
 
 from .config import ConfigError, Credential, Credentials, load_credentials
@@ -95,7 +96,7 @@ async def _run(args: argparse.Namespace) -> None:
     async with board:
         if address is not None:
             host, port = address
-            app = BearerAuth(server.streamable_http_app(host=host), creds)
+            app = BearerAuth(streamable_http_app(server, host=host), creds)
             await serve_http(app, host, port, on_shutdown=board.hub.close)
         else:
             from asyncai_servers._stdio import stdio_server

@@ -31,6 +31,7 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ResourceUpdated, 
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from asyncai_servers._errors import resource_not_found, unknown_tool
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 from .config import Credential, Credentials
@@ -336,7 +337,7 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
     ) -> types.CallToolResult:
         handler = handlers.get(params.name)
         if handler is None:
-            return _error(f"unknown tool {params.name!r}; tools: {', '.join(handlers)}")
+            raise unknown_tool("switchboard", params.name, handlers)
         cred = credential(ctx)
         try:
             return _json_result(await handler(cred, params.arguments or {}))
@@ -347,7 +348,7 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
         match = _QUEUE_T.match(uri)
         queue = match.get("queue") if match else None
         if not isinstance(queue, str):
-            raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}; resources look like {QUEUE_TEMPLATE}")
+            raise resource_not_found("switchboard", uri, f"resources look like {QUEUE_TEMPLATE}")
         try:
             cred.scope(queue)
         except (ValueError, PermissionError) as exc:

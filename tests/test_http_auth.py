@@ -1,0 +1,157 @@
+"""asyncai_watch.http_auth without a server: the token file, the loopback callback, the options."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp.client.auth import OAuthFlowError
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+from asyncai_watch.http_auth import (
+    FileTokenStorage,
+    LoopbackAuthorization,
+    add_http_auth_arguments,
+    http_auth_from_args,
+    refresh_first,
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.anyio
+async def test_a_token_file_keeps_each_server_apart_and_survives_a_new_process(tmp_path: Path) -> None:
+    path = tmp_path / "dir" / "tokens.json"
+    a, b = FileTokenStorage(path, "https://a/mcp"), FileTokenStorage(path, "https://b/mcp")
+    assert await a.get_tokens() is None
+    await a.set_tokens(OAuthToken(access_token="at-a", refresh_token="rt-a", expires_in=60))
+    await b.set_client_info(OAuthClientInformationFull(client_id="client-b"))
+    again = FileTokenStorage(path, "https://a/mcp")  # as a later run would open it
+    tokens = await again.get_tokens()
+    assert tokens is not None
+    assert (tokens.access_token, tokens.refresh_token) == ("at-a", "rt-a")
+    assert await again.get_client_info() is None
+    info = await FileTokenStorage(path, "https://b/mcp").get_client_info()
+    assert info is not None
+    assert info.client_id == "client-b"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert set(json.loads(path.read_text())) == {"https://a/mcp", "https://b/mcp"}
+
+
+@pytest.mark.anyio
+async def test_a_token_file_that_is_not_json_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    path.write_text("{not json")
+    with pytest.raises(OAuthFlowError, match=r"tokens\.json' is not valid JSON"):
+        await FileTokenStorage(path, "https://a/mcp").get_tokens()
+
+
+@pytest.mark.anyio
+async def test_the_loopback_answers_the_browser_and_returns_the_code() -> None:
+    shown: list[str] = []
+    loopback = LoopbackAuthorization(free_port(), show=shown.append, timeout=30)
+    await loopback.redirect("https://as.example/authorize?x=1")
+    assert shown == ["https://as.example/authorize?x=1"]
+    got: list[object] = []
+
+    async def wait_for_callback() -> None:
+        got.append(await loopback.callback())
+
+    async with anyio.create_task_group() as tg, httpx2.AsyncClient(timeout=30) as browser:
+        tg.start_soon(wait_for_callback)
+        favicon = await browser.get(f"http://127.0.0.1:{loopback.port}/favicon.ico")
+        assert favicon.status_code == 404  # not the callback: keep waiting
+        done = await browser.get(f"{loopback.redirect_uri}?code=abc&state=s1&iss=https://as.example")
+        assert done.status_code == 200
+        assert "Authorized" in done.text
+    (result,) = got
+    assert (result.code, result.state, result.iss) == ("abc", "s1", "https://as.example")  # type: ignore[attr-defined]
+    with pytest.raises(httpx2.ConnectError):  # the port is closed again
+        async with httpx2.AsyncClient() as browser:
+            await browser.get(loopback.redirect_uri)
+
+
+@pytest.mark.anyio
+async def test_a_refused_authorization_is_an_error_naming_the_reason() -> None:
+    loopback = LoopbackAuthorization(free_port(), show=lambda _url: None, timeout=30)
+    await loopback.redirect("https://as.example/authorize")
+    errors: list[BaseException] = []
+
+    async def wait_for_callback() -> None:
+        try:
+            await loopback.callback()
+        except OAuthFlowError as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg, httpx2.AsyncClient(timeout=30) as browser:
+        tg.start_soon(wait_for_callback)
+        denied = await browser.get(f"{loopback.redirect_uri}?error=access_denied&error_description=no+thanks")
+        assert denied.status_code == 400
+    assert [str(e) for e in errors] == ["the authorization server refused: access_denied no thanks"]
+
+
+def test_a_taken_redirect_port_is_a_clear_error() -> None:
+    async def main() -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            loopback = LoopbackAuthorization(taken.getsockname()[1], show=lambda _url: None)
+            with pytest.raises(OAuthFlowError, match="choose another port with --oauth-redirect-port"):
+                await loopback.redirect("https://as.example/authorize")
+            # The turn was given back: the next authorization may try again.
+            with pytest.raises(OAuthFlowError):
+                await loopback.redirect("https://as.example/authorize")
+
+    anyio.run(main)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_http_auth_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_options_build_a_bearer_header_or_a_provider_per_server(tmp_path: Path) -> None:
+    token = tmp_path / "t"
+    token.write_text("s3cret\n")
+    bearer = http_auth_from_args(parse("--token-file", str(token)))
+    assert bearer.headers == {"Authorization": "Bearer s3cret"}
+    assert bearer.auth_for("https://a/mcp") is None
+
+    oauth = http_auth_from_args(parse("--auth", "oauth", "--oauth-store", str(tmp_path / "s.json")))
+    first, second = oauth.auth_for("https://a/mcp"), oauth.auth_for("https://b/mcp")
+    assert first is not None
+    assert first is not second
+    assert oauth.connect_timeout is not None
+    assert oauth.connect_timeout > 300  # a person signs in within the first connect
+
+    secret = tmp_path / "secret"
+    secret.write_text("cs")
+    cc = http_auth_from_args(
+        parse(
+            "--auth",
+            "client-credentials",
+            "--oauth-client-id",
+            "me",
+            "--oauth-client-secret-file",
+            str(secret),
+            "--oauth-issuer",
+            "https://as.example",
+        )
+    )
+    assert cc.auth_for("https://a/mcp") is not None
+    assert cc.connect_timeout is None
+
+
+def test_refresh_first_wraps_only_oauth_providers() -> None:
+    basic = httpx2.BasicAuth("u", "p")
+    assert refresh_first(basic) is basic

@@ -85,8 +85,8 @@ TOOLS: Final = [
             'Returns {"name", "uri", "shape"}. on_event is optional Python source run once per event with '
             "`event` (a dict: type, key, new, old, changed, object, ...): its last expression is the notice "
             "line, None drops the event; it is checked now (a SyntaxError or NameError fails the call). "
-            'Example: {"name": "cfg", "uri": "file:///srv/app/config.json", '
-            '"on_event": "event[\\"type\\"] + \\" \\" + str(event[\\"key\\"]) if event[\\"key\\"] != \\"ts\\" else None"}'
+            'Example: name="cfg", uri="file:///srv/app/config.json", '
+            "on_event=\"None if event['key'] == 'ts' else event['type'] + ' ' + event['key']\""
         ),
         input_schema={
             "type": "object",
@@ -312,12 +312,21 @@ def build_server(
                 related_request_id=rid,
             )
             log.emit("serve.attached", via="listen", subscription=str(rid))
-            while (batch := await outlet.next_batch()) is not None:
-                for entry in batch:
-                    await ctx.session.send_notification(
-                        channel_notification(entry, rid),  # type: ignore[arg-type]  # custom method
-                        related_request_id=rid,
-                    )
+            try:
+                while (batch := await outlet.next_batch()) is not None:
+                    for entry in batch:
+                        await ctx.session.send_notification(
+                            channel_notification(entry, rid),  # type: ignore[arg-type]  # custom method
+                            related_request_id=rid,
+                        )
+            finally:
+                log.emit(
+                    "serve.detached",
+                    via="listen",
+                    subscription=str(rid),
+                    pushed=outlet.pushed,
+                    dropped=outlet.dropped,
+                )
         return types.SubscriptionsListenResult(_meta=meta)
 
     return WatchServer(
@@ -375,4 +384,9 @@ class ConnectionAttach:
             # transport closing); there is no public hook for that yet.
             session._connection.exit_stack.callback(outlet.close)
             log.emit("serve.attached", via="legacy-http-session")
-            await connection_writer(outlet, session)
+            try:
+                await connection_writer(outlet, session)
+            finally:
+                log.emit(
+                    "serve.detached", via="legacy-http-session", pushed=outlet.pushed, dropped=outlet.dropped
+                )

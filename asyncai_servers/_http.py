@@ -68,7 +68,11 @@ async def serve_http(
     lifespan shutdown).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY on an accepted connection only
+    # when its socket says it is TCP (accepted sockets inherit the listener's proto). Without it,
+    # Nagle holds the response body (h11 writes headers and body separately) until the client's
+    # delayed ACK, 40 ms later, on every request of a kept-alive connection.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)

@@ -506,3 +506,17 @@ def test_config_errors_name_the_field() -> None:
     assert CREDS.lookup("alice-token") == ALICE
     assert CREDS.lookup("nope") is None
     assert CREDS.lookup(None) is None
+
+
+def test_credential_lookup_is_exact_among_many() -> None:
+    """1,000 credentials (a fleet of agents): each token finds its own credential, near misses none."""
+    creds = parse_credentials(
+        {"credentials": [{"name": f"a{i}", "token": f"token-{i:04d}", "queues": ["q"]} for i in range(1000)]}
+    )
+    assert [c.name for c in (creds.lookup(f"token-{i:04d}") for i in range(1000)) if c] == [
+        f"a{i}" for i in range(1000)
+    ]
+    for near in ("token-0001 ", "token-000", "TOKEN-0001", "token-10000", ""):
+        assert creds.lookup(near) is None
+    assert creds.by_name("a999") is not None
+    assert creds.by_name("nobody") is None

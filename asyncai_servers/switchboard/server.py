@@ -173,6 +173,8 @@ TOOLS: Final = [
     ),
 ]
 
+TOOL_SCHEMAS: Final[Mapping[str, Mapping[str, Any]]] = {tool.name: tool.input_schema for tool in TOOLS}
+
 
 def channel_notification(
     bell: Doorbell, subscription_id: types.RequestId
@@ -449,6 +451,9 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
         "switchboard",
         version="0.1.0",
         instructions=INSTRUCTIONS,
+        # Over HTTP the SDK checks a tools/call's Mcp-Param headers against the tool's schema; without
+        # this lookup it finds the schema by running a whole tools/list dispatch on every call.
+        get_tool_input_schema=TOOL_SCHEMAS.get,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,

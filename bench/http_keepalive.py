@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from asyncai_servers._http import running_http_server
 from asyncai_watch.mcp_source import McpResourceSource
 
+ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = "2026-07-28"
 TARGET_P50 = 0.002
 
@@ -203,18 +204,22 @@ async def main(quick: bool) -> None:
             ("files", [py, "-m", "asyncai_servers.files", str(tmp / "files"), "--http", "127.0.0.1:0"], None),
             (
                 "kcp",
-                [py, "-m", "asyncai_servers.kcp", "--kubectl", "false", "--kubeconfig", str(kubeconfig)]
-                + ["--http", "127.0.0.1:0"],
+                [
+                    *(py, "-m", "asyncai_servers.kcp", "--kubectl", "false", "--kubeconfig", str(kubeconfig)),
+                    *("--http", "127.0.0.1:0"),
+                ],
                 None,
             ),
             (
                 "switchboard",
-                [py, "-m", "asyncai_servers.switchboard", "--config", str(config)]
-                + ["--sqlite", str(tmp / "sb.db"), "--http", "127.0.0.1:0"],
+                [
+                    *(py, "-m", "asyncai_servers.switchboard", "--config", str(config)),
+                    *("--sqlite", str(tmp / "sb.db"), "--http", "127.0.0.1:0"),
+                ],
                 "bench-token",
             ),
         ]
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         print(f"1. tools/list per request, lean HTTP/1.1 client, {n} requests (target p50 <= 2 ms)")
         print(f"  {'server':<12} {'kept-alive p50':>16} {'p99':>12} {'fresh conn p50':>16} {'ratio':>7}")
         for name, argv, token in servers:

@@ -30,6 +30,7 @@ process on its own connection. Parts:
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -113,7 +114,8 @@ class Helper:
     """A helper process speaking lines on stdin/stdout."""
 
     def __init__(self, proc: anyio.abc.Process) -> None:
-        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stdin is not None
         self.proc = proc
         self.lines = BufferedByteReceiveStream(proc.stdout)
 
@@ -137,10 +139,9 @@ async def helpers(argvs: list[list[str]]) -> AsyncIterator[list[Helper]]:
         try:
             yield out
         finally:
-            with anyio.CancelScope(shield=True):
-                for h in out:
-                    if h.proc.returncode is None:
-                        h.proc.kill()
+            for h in out:
+                if h.proc.returncode is None:
+                    h.proc.kill()
 
 
 def listener_argvs(url: str, sessions: int, stall: bool = False, first: int = 0) -> list[list[str]]:
@@ -221,11 +222,19 @@ async def create_rate(config: Path, store: list[str], total: int, workers: int) 
     return n / elapsed, server_cpu / n * 1000, clients_cpu / n * 1000
 
 
-def fsync_floor(pg: Any, srv: Any, dsn: str, tmp: Path) -> tuple[float | None, float | None]:
+def pg_tool(name: str, bindir: Path) -> Path | None:
+    """A PostgreSQL client tool: next to the server's binaries, on PATH, or in Debian's versioned dirs."""
+    for candidate in (bindir / name, shutil.which(name), *sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))):
+        if candidate and Path(candidate).exists():
+            return Path(candidate)
+    return None
+
+
+def fsync_floor(srv: Any, dsn: str, tmp: Path) -> tuple[float | None, float | None]:
     """fdatasync'd 8 kB writes/s (pg_test_fsync) and the same INSERT's TPS from 8 pgbench clients."""
     fsync_rate = pgbench_tps = None
-    test_fsync = srv.bindir / "pg_test_fsync"
-    if test_fsync.exists():
+    test_fsync = pg_tool("pg_test_fsync", srv.bindir)
+    if test_fsync is not None:
         out = subprocess.run(
             [str(test_fsync), "-s", "2", "-f", str(tmp / "fsync.test")],
             capture_output=True,
@@ -234,8 +243,8 @@ def fsync_floor(pg: Any, srv: Any, dsn: str, tmp: Path) -> tuple[float | None, f
         ).stdout
         match = re.search(r"^\s+fdatasync\s+([\d.]+) ops/sec", out, re.MULTILINE)
         fsync_rate = float(match.group(1)) if match else None
-    pgbench = srv.bindir / "pgbench"
-    if pgbench.exists():
+    pgbench = pg_tool("pgbench", srv.bindir)
+    if pgbench is not None:
         script = tmp / "insert.sql"
         script.write_text(
             "INSERT INTO todos (queue, kind, summary, payload, creator, creator_attribution, creator_verified,"
@@ -244,8 +253,10 @@ def fsync_floor(pg: Any, srv: Any, dsn: str, tmp: Path) -> tuple[float | None, f
         )
         dbname = dsn.rsplit("dbname=", 1)[1]
         out = subprocess.run(
-            [str(pgbench), "-n", "-f", str(script), "-c", "8", "-j", "2", "-T", "5"]
-            + ["-h", "127.0.0.1", "-p", str(srv.port), "-U", "postgres", dbname],
+            [
+                *(str(pgbench), "-n", "-f", str(script), "-c", "8", "-j", "2", "-T", "5"),
+                *("-h", "127.0.0.1", "-p", str(srv.port), "-U", "postgres", dbname),
+            ],
             capture_output=True,
             text=True,
             check=False,
@@ -353,7 +364,7 @@ async def main(quick: bool) -> None:
                 try:
                     dsn = srv.create_database()
                     rate, server_ms, clients_ms = await create_rate(config, ["--postgres", dsn], total, 8)
-                    fsync_rate, pgbench_tps = fsync_floor(pg, srv, dsn, tmp)
+                    fsync_rate, pgbench_tps = fsync_floor(srv, dsn, tmp)
                 finally:
                     srv.stop()
                     shutil.rmtree(pgdir, ignore_errors=True)

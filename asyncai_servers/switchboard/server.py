@@ -168,7 +168,7 @@ TOOLS: Final = [
         name="switchboard_stats",
         description=(
             "Open listen streams (subscribers), attached sessions (credentials; each gets a doorbell once), "
-            "doorbells rung and dropped (full buffers), leases expired."
+            "doorbells rung, dropped (full buffers) and buffered (waiting for a slow stream), leases expired."
         ),
         input_schema={"type": "object", "properties": {}, "additionalProperties": False},
         annotations=_RO,
@@ -362,6 +362,7 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
             "sessions": s.sessions,
             "rung": s.rung,
             "dropped": s.dropped,
+            "buffered": s.buffered,
             "expired": board.expired,
         }
 

@@ -157,17 +157,20 @@ def listener_argvs(url: str, sessions: int, stall: bool = False, first: int = 0)
     return argvs
 
 
-async def create(c: Client, queue: str, summary: str) -> str:
-    result = await c.call_tool("todo_create", {"queue": queue, "kind": "k", "summary": summary})
+async def create(c: Client, queue: str, summary: str, kind: str = "k") -> str:
+    result = await c.call_tool("todo_create", {"queue": queue, "kind": kind, "summary": summary})
     if result.is_error or result.structured_content is None:
         raise RuntimeError(f"todo_create failed: {result.content}")
     return str(result.structured_content["todo"]["id"])
 
 
-async def fanout(config: Path, tmp: Path, sessions: int, creates: int) -> tuple[list[float], list[float]]:
-    """Doorbell latencies (every session, every create) and the creator's todo_create round trips."""
+async def fanout(
+    config: Path, tmp: Path, sessions: int, creates: int
+) -> tuple[list[float], list[float], float]:
+    """Doorbell latencies (every session, every create), the creator's todo_create round trips, and
+    the server's CPU seconds per doorbell delivered (the fan-out's cost per session)."""
     async with (
-        server(config, ["--sqlite", str(tmp / f"fan{sessions}.db")]) as (url, _pid),
+        server(config, ["--sqlite", str(tmp / f"fan{sessions}.db")]) as (url, pid),
         helpers(listener_argvs(url, sessions)) as listeners,
         client(url, "alice-token") as alice,
     ):
@@ -177,7 +180,10 @@ async def fanout(config: Path, tmp: Path, sessions: int, creates: int) -> tuple[
                     raise RuntimeError("listener did not get ready")
         sent: dict[str, float] = {}
         round_trips: list[float] = []
+        cpu0 = 0.0
         for i in range(creates + 1):  # the first is a warm-up
+            if i == 1:
+                cpu0 = cpu_seconds(pid)
             t0 = time.perf_counter()
             todo_id = await create(alice, "bench", f"n{i}")
             round_trips.append(time.perf_counter() - t0)
@@ -186,6 +192,7 @@ async def fanout(config: Path, tmp: Path, sessions: int, creates: int) -> tuple[
                 for h in listeners:
                     if (await h.line()).strip() != f"all {todo_id}":
                         raise RuntimeError("listener out of step")
+        cpu = cpu_seconds(pid) - cpu0
         received: dict[str, list[float]] = {}
         for h in listeners:
             await h.say("report")
@@ -193,7 +200,7 @@ async def fanout(config: Path, tmp: Path, sessions: int, creates: int) -> tuple[
                 received.setdefault(todo_id, []).extend(times)
     warm = next(iter(sent))
     samples = [t - t0 for todo_id, t0 in sent.items() if todo_id != warm for t in received[todo_id]]
-    return samples, round_trips[1:]
+    return samples, round_trips[1:], cpu / (creates * sessions)
 
 
 async def create_rate(config: Path, store: list[str], total: int, workers: int) -> tuple[float, float, float]:
@@ -224,7 +231,11 @@ async def create_rate(config: Path, store: list[str], total: int, workers: int) 
 
 def pg_tool(name: str, bindir: Path) -> Path | None:
     """A PostgreSQL client tool: next to the server's binaries, on PATH, or in Debian's versioned dirs."""
-    for candidate in (bindir / name, shutil.which(name), *sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))):
+    for candidate in (
+        bindir / name,
+        shutil.which(name),
+        *sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")),
+    ):
         if candidate and Path(candidate).exists():
             return Path(candidate)
     return None
@@ -267,7 +278,7 @@ def fsync_floor(srv: Any, dsn: str, tmp: Path) -> tuple[float | None, float | No
 
 
 async def stalled(config: Path, tmp: Path, creates: int) -> dict[str, Any]:
-    summary = "s" * 190  # a full-size doorbell, so the stalled stream's buffers fill sooner
+    summary, kind = "s" * 200, "k" * 60  # full-size doorbells, so the stalled stream's buffers fill sooner
     async with (
         server(config, ["--sqlite", str(tmp / "healthy.db")]) as (healthy_url, _),
         server(config, ["--sqlite", str(tmp / "stalled.db")]) as (stalled_url, stalled_pid),
@@ -280,16 +291,16 @@ async def stalled(config: Path, tmp: Path, creates: int) -> dict[str, Any]:
             for h in listeners:
                 if (await h.line()).strip() != "ready":
                     raise RuntimeError("listener did not get ready")
-        await create(to_stalled, "q", summary)  # warm-up both
-        await create(to_healthy, "q", summary)
+        await create(to_stalled, "q", summary, kind)  # warm-up both
+        await create(to_healthy, "q", summary, kind)
         await listeners[0].line()
         rss0 = rss_kib(stalled_pid)
         lat_healthy: list[float] = []
         lat_stalled: list[float] = []
-        for i in range(creates):
+        for _ in range(creates):
             for c, lat in ((to_healthy, lat_healthy), (to_stalled, lat_stalled)):
                 t0 = time.perf_counter()
-                await create(c, "q", f"{summary}{i}")
+                await create(c, "q", summary, kind)
                 lat.append(time.perf_counter() - t0)
             with anyio.fail_after(60):
                 await listeners[0].line()  # the healthy session read its doorbell
@@ -328,7 +339,7 @@ async def main(quick: bool) -> None:
         )
         targets = {100: 0.010, 1000: 0.050}
         for sessions, creates in plan:
-            samples, trips = await fanout(config, tmp, sessions, creates)
+            samples, trips, cpu = await fanout(config, tmp, sessions, creates)
             p50 = statistics.median(samples)
             base_p50 = base_p50 or p50
             target = targets.get(sessions)
@@ -338,7 +349,8 @@ async def main(quick: bool) -> None:
             print(
                 f"  {sessions:>5} sessions: p50 {ms(p50):>9}  p99 {ms(pct(samples, 99)):>9}"
                 f"  ({len(samples)} doorbells; vs 1 session x{p50 / base_p50:.2f})"
-                f"  todo_create round trip p50 {ms(statistics.median(trips))}{verdict}"
+                f"  todo_create round trip p50 {ms(statistics.median(trips))}"
+                f"  server CPU per doorbell {cpu * 1e6:.0f} us{verdict}"
             )
         print(
             f"  pull-only alternative (every {PULL_INTERVAL:.0f} s, computed): p50 {PULL_INTERVAL / 2:.1f} s,"
@@ -387,7 +399,7 @@ async def main(quick: bool) -> None:
             sys.path.pop(0)
 
         print("3. todo_create p50 with a stalled subscriber (stops reading its HTTP stream) vs a healthy one")
-        r = await stalled(config, tmp, 150 if quick else 600)
+        r = await stalled(config, tmp, 600 if quick else 1500)
         ratio = r["stalled_p50"] / r["healthy_p50"]
         print(
             f"  stalled {ms(r['stalled_p50'])} vs healthy {ms(r['healthy_p50'])}: ratio {ratio:.3f}"

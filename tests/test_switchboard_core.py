@@ -7,6 +7,7 @@ expiry happens without waiting.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -666,3 +667,36 @@ def test_credential_lookup_is_exact_among_many() -> None:
         assert creds.lookup(near) is None
     assert creds.by_name("a999") is not None
     assert creds.by_name("nobody") is None
+
+
+def test_hub_knows_which_queues_its_sessions_can_see() -> None:
+    # A replica fetches a trimmed todo only when a session here can see its queue.
+    hub = Hub()
+    assert not hub.in_scope("ops")
+    with hub.subscribe(EVE):  # ops only
+        assert hub.in_scope("ops")
+        assert not hub.in_scope("other")
+        with hub.subscribe(EVE), hub.subscribe(BOT):  # a second stream of eve; bot sees every queue
+            assert hub.in_scope("other")
+        assert hub.in_scope("ops")  # eve's first stream is still open
+        assert not hub.in_scope("other")
+    assert not hub.in_scope("ops")
+
+
+@pytest.mark.anyio
+async def test_hub_publishes_in_o1_and_its_task_fans_out_in_order() -> None:
+    hub = Hub(buffer=1000)
+    bells = [make_doorbell(todo_id=str(i), queue="ops", kind="k", source="s", summary="x") for i in range(5)]
+    creds = parse_credentials(
+        {"credentials": [{"name": f"a{i}", "token": f"token-{i:04d}", "queues": ["ops"]} for i in range(100)]}
+    )
+    with contextlib.ExitStack() as stack:
+        subs = [stack.enter_context(hub.subscribe(c)) for c in creds]
+        for bell in bells:
+            hub.ring(bell, "ops", None)
+        assert all(not s.doorbells for s in subs)  # publishing touched no session
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hub.run)
+            for sub in subs:
+                assert await collect(sub, 5) == ["0", "1", "2", "3", "4"]
+            tg.cancel_scope.cancel()

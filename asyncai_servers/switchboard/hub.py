@@ -138,8 +138,6 @@ class Hub:
         self._outbox: deque[_Item] = deque()
         self._outbox_dropped = 0
         self._work = anyio.Event()
-        self._idle = anyio.Event()
-        self._idle.set()
         self._changed = anyio.Event()
         self._closed = False
 
@@ -199,10 +197,6 @@ class Hub:
         """Wait until a session attaches or detaches (tests and benches use it instead of polling)."""
         await self._changed.wait()
 
-    async def wait_idle(self) -> None:
-        """Wait until the hub's task has handed out everything published so far."""
-        await self._idle.wait()
-
     @staticmethod
     def _preferred(subs: Iterable[Subscriber]) -> list[Subscriber]:
         """Open streams in delivery order: channel-capable first, then newest first."""
@@ -234,8 +228,6 @@ class Hub:
             self._outbox_dropped += 1
             return
         self._outbox.append(item)
-        if self._idle.is_set():
-            self._idle = anyio.Event()
         self._work.set()
 
     def ring(self, doorbell: Doorbell, queue: str, assignee: str | None) -> None:
@@ -277,7 +269,6 @@ class Hub:
                     self._update(item)
                 else:
                     await self._fan_out_in_slices(*item)
-            self._idle.set()
 
     async def _fan_out_in_slices(self, doorbell: Doorbell, queue: str, assignee: str | None) -> None:
         """:meth:`fan_out`, yielding every :data:`FAN_OUT_SLICE` sessions.

@@ -58,8 +58,13 @@ async def serve_http(
     on_shutdown: Callable[[], None] | None = None,
     on_ready: Callable[[str], None] | None = None,
     stop: anyio.Event | None = None,
+    send_buffer: int | None = None,
 ) -> None:
     """Run ``app`` until cancelled, announcing ``READY <url>`` on ``ready`` (stderr by default).
+
+    ``send_buffer`` caps each connection's kernel send buffer (SO_SNDBUF, inherited from the
+    listening socket; the kernel doubles it): a server whose clients hold long-lived streams
+    bounds what a client that stops reading can pin (Linux autotuning lets it grow to 4 MiB).
 
     ``on_shutdown`` runs when uvicorn starts shutting down (SIGTERM/SIGINT), before it waits for open
     connections: a server with long-lived listen streams ends them there, or shutdown would wait forever.
@@ -68,8 +73,14 @@ async def serve_http(
     lifespan shutdown).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY on an accepted connection only
+    # when its socket says it is TCP (accepted sockets inherit the listener's proto). Without it,
+    # Nagle holds the response body (h11 writes headers and body separately) until the client's
+    # delayed ACK, 40 ms later, on every request of a kept-alive connection.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     sock.bind((host, port))
     sock.listen(128)
     sock.setblocking(False)

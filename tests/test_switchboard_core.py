@@ -7,6 +7,7 @@ expiry happens without waiting.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import unicodedata
@@ -15,6 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import anyio
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,7 +26,7 @@ from asyncai_servers.switchboard.config import ConfigError, Credentials, parse_c
 from asyncai_servers.switchboard.core import Switchboard, queue_uri
 from asyncai_servers.switchboard.doorbell import SUMMARY_CAP, Doorbell, make_doorbell, neutralize
 from asyncai_servers.switchboard.hub import Hub, HubStats, Subscriber
-from asyncai_servers.switchboard.ledger import Ledger, LedgerError
+from asyncai_servers.switchboard.ledger import Ledger, LedgerError, RemoteChange, Todo
 from asyncai_servers.switchboard.ledger_pg import PostgresLedger
 from asyncai_watch.core.eventlog import GAP_RESET, Sequencer
 from asyncai_watch.core.events import GAP
@@ -259,15 +261,15 @@ def test_a_session_with_several_streams_gets_each_doorbell_on_one_of_them() -> N
     bell = [make_doorbell(todo_id=str(i), queue="ops", kind="k", source="s", summary="x") for i in range(4)]
     with hub.subscribe(EVE) as old, hub.subscribe(EVE) as full:
         with hub.subscribe(EVE) as cut:
-            assert hub.ring(bell[0], "ops", None) == 1
+            assert hub.fan_out(bell[0], "ops", None) == 1
             assert [list(s.doorbells) for s in (old, full, cut)] == [[], [], [bell[0]]]  # the newest
         # A stream cut off before it sent its doorbell hands it to the session's newest live stream.
         assert list(full.doorbells) == [bell[0]]
-        assert hub.ring(bell[1], "ops", None) == 1  # that buffer is full: the older stream takes it
+        assert hub.fan_out(bell[1], "ops", None) == 1  # that buffer is full: the older stream takes it
         assert list(old.doorbells) == [bell[1]]
-        assert hub.ring(bell[2], "ops", None) == 0  # every stream full: one drop for the session
+        assert hub.fan_out(bell[2], "ops", None) == 0  # every stream full: one drop for the session
         assert (old.dropped, full.dropped) == (0, 1)
-        assert hub.stats() == HubStats(subscribers=2, sessions=1, rung=2, dropped=1)
+        assert hub.stats() == HubStats(subscribers=2, sessions=1, rung=2, dropped=1, buffered=2)
 
 
 @pytest.mark.anyio
@@ -388,8 +390,8 @@ async def test_listen_reconnect_reports_a_gap_to_event_log_readers(pg_store: Sto
 @pytest.mark.anyio
 @pytest.mark.postgres
 async def test_create_between_listen_and_catch_up_rings_once(pg_store: Store) -> None:
-    # A create committing after B's new LISTEN but before B reads MAX(id) is both caught up and
-    # NOTIFYed: it must ring, and enter B's event log, once.
+    # A create committing after B's new LISTEN but before B takes its snapshot is both caught up
+    # and NOTIFYed: it must ring, and enter B's event log, once.
     import psycopg
     from psycopg.conninfo import make_conninfo
 
@@ -399,18 +401,18 @@ async def test_create_between_listen_and_catch_up_rings_once(pg_store: Store) ->
     ledger_b = PostgresLedger(pg_store.target, clock=FakeClock())
     try:
         async with board(pg_store) as a, Switchboard(ledger_b, CREDS) as b:
-            real_top = ledger_b._listen_top
+            real_snapshot = ledger_b._listen_snapshot
             between: list[str] = []
 
-            async def top_after_a_create(conn: Any) -> int:
+            async def snapshot_after_a_create(conn: Any) -> str:
                 if not between:  # only on the reconnect (the first LISTEN ran before the patch)
                     between.append((await a.create(ALICE, queue="ops", kind="k", summary="between"))[0].id)
-                return await real_top(conn)
+                return await real_snapshot(conn)
 
             with b.hub.subscribe(EVE) as eve:
                 before = (await a.create(ALICE, queue="ops", kind="k", summary="before"))[0]
                 assert await collect(eve, 1) == [before.id]
-                ledger_b._listen_top = top_after_a_create  # type: ignore[method-assign]
+                ledger_b._listen_snapshot = snapshot_after_a_create  # type: ignore[method-assign]
                 await admin.execute("SELECT pg_terminate_backend(%s)", (ledger_b.listener_pid,))
                 assert await collect(eve, 1) == between
                 # NOTIFYs arrive in commit order: a duplicate of "between" would ring before "after".
@@ -424,6 +426,151 @@ async def test_create_between_listen_and_catch_up_rings_once(pg_store: Store) ->
                 ]
     finally:
         await admin.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres
+@pytest.mark.parametrize("checkpoint", [1000, 2], ids=["no-checkpoint", "after-checkpoints"])
+async def test_a_create_with_a_lower_id_committing_during_the_listen_gap_rings(
+    pg_store: Store, checkpoint: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue: the catch-up asked for ids above the highest heard. A create that drew its id first
+    # but committed after a later one was heard, while B was not listening, never rang on B.
+    # With checkpoint=2, B's catch-up reference moves forward (mark NOTIFYs) while it listens:
+    # neither the held todo nor an already rung one may be missed or rung twice.
+    import psycopg
+
+    from asyncai_servers.switchboard import ledger_pg
+
+    monkeypatch.setattr(ledger_pg, "HEARD_CHECKPOINT", checkpoint)
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    dbname = str(conninfo_to_dict(pg_store.target)["dbname"])
+    admin = await psycopg.AsyncConnection.connect(
+        make_conninfo(pg_store.target, dbname="postgres"), autocommit=True
+    )
+    clock = FakeClock()
+    ledger_b = PostgresLedger(pg_store.target, clock=clock)
+    try:
+        async with board(pg_store) as a, Switchboard(ledger_b, CREDS) as b:
+            held = await psycopg.AsyncConnection.connect(pg_store.target)  # one open transaction
+            try:
+                with b.hub.subscribe(EVE) as eve:
+                    cur = await held.execute(
+                        "INSERT INTO todos (queue, kind, summary, payload, creator, creator_attribution,"
+                        " creator_verified, push, created_at, updated_at)"
+                        " VALUES ('ops', 'k', 'held open', 'null', 'alice', 'human', true, true, 0, 0) RETURNING id"
+                    )
+                    held_id = str((await cur.fetchone() or ("",))[0])
+                    later = [
+                        (await a.create(ALICE, queue="ops", kind="k", summary=f"l{i}"))[0].id
+                        for i in range(5)
+                    ]
+                    assert int(later[0]) > int(held_id)
+                    assert await collect(eve, 5) == later  # B heard the higher ids
+
+                    await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS false")
+                    await admin.execute("SELECT pg_terminate_backend(%s)", (ledger_b.listener_pid,))
+                    with anyio.fail_after(WAIT):
+                        await clock.wait_for_sleepers(1)  # B is not listening, and backs off
+                    await held.commit()  # the lower id commits in the gap; its NOTIFY cannot reach B
+                    await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+                    clock.advance(1.0)
+                    # The catch-up rings it; the next NOTIFY comes after (a sentinel, so the old
+                    # catch-up fails here at once instead of by timeout).
+                    after = (await a.create(ALICE, queue="ops", kind="k", summary="after"))[0]
+                    assert await collect(eve, 1) == [held_id]
+                    assert await collect(eve, 1) == [after.id]
+            finally:
+                await held.close()
+    finally:
+        await admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+        await admin.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres
+async def test_replicas_hear_the_todo_in_the_notification_and_fetch_only_when_needed(pg_store: Store) -> None:
+    # Issue: every replica ran one query per NOTIFY to fetch the todo, with no session attached.
+    ledger_b = cast(PostgresLedger, pg_store.ledger())
+    fetched: list[str] = []
+    real_get = ledger_b.get
+
+    async def counting_get(todo_id: str) -> Any:
+        fetched.append(todo_id)
+        return await real_get(todo_id)
+
+    ledger_b.get = counting_get  # type: ignore[method-assign]
+    big = {"blob": "x" * 9000}  # too big for a NOTIFY with the todo in it
+    async with board(pg_store) as a, Switchboard(ledger_b, CREDS) as b:
+
+        async def heard_on_b(todo_id: str) -> dict[str, Any]:
+            """B's ops event-log entry for ``todo_id`` (awaited through a listener on the URI)."""
+            # EVE sees only ops: listening does not put the "other" queue in scope on B.
+            with b.hub.subscribe(EVE, frozenset({queue_uri("ops")})) as sub, anyio.fail_after(WAIT):
+                while True:
+                    events = json.loads(b.read_events(BOT, "ops"))["events"]
+                    found = [e for e in events if e["todo_id"] == todo_id]
+                    if found:
+                        return cast(dict[str, Any], found[-1])
+                    await sub.next_batch()
+
+        # No session on B: a small todo costs B no query; a big one neither, its log entry says so.
+        small = (await a.create(DAVE, queue="other", kind="k", summary="small", payload={"n": 1}))[0]
+        large = (await a.create(DAVE, queue="other", kind="k", summary="large", payload=big))[0]
+        sentinel = (await a.create(ALICE, queue="ops", kind="k", summary="sentinel"))[0]
+        assert (await heard_on_b(sentinel.id))["object"]["summary"] == "sentinel"
+        assert fetched == []
+        other = json.loads(b.read_events(BOT, "other"))["events"]
+        assert [(e["todo_id"], e["object"]["payload"], e.get("omitted")) for e in other] == [
+            (small.id, {"n": 1}, None),
+            (large.id, None, ["payload", "result"]),
+        ]
+        # A session on B that can see the queue: the big todo is fetched, whole, once.
+        with b.hub.subscribe(EVE) as eve:
+            large2 = (await a.create(ALICE, queue="ops", kind="k", summary="large 2", payload=big))[0]
+            assert await collect(eve, 1) == [large2.id]
+            entry = await heard_on_b(large2.id)
+            assert entry["object"]["payload"] == big
+            assert "omitted" not in entry
+            assert fetched == [large2.id]
+
+
+@pytest.mark.postgres
+def test_notify_payloads_fit_postgres_limit(pg_store: Store) -> None:
+    import psycopg
+
+    from asyncai_servers.switchboard.ledger import NOTIFY_MAX, decode_notify, encode_notify
+
+    base = Todo(
+        id="12", queue="ops", kind="k", summary="s", payload=None, status="open", creator="alice",
+        creator_attribution="human", creator_verified=True, push=True, idempotency_key=None,
+        assignee=None, claimant=None, lease=None, lease_until=None, attempts=0, result=None,
+        created_at=1.0, updated_at=1.0,
+    )  # fmt: skip
+    cases = {
+        "whole": base,
+        "trimmed": attrs.evolve(base, payload={"b": "é" * 5000}),
+        "id only": attrs.evolve(base, summary="\U0001f600" * 2000, payload={"b": "é" * 5000}),
+    }
+    with psycopg.connect(pg_store.target, autocommit=True) as conn:
+        for name, todo in cases.items():
+            text = encode_notify("r1", "create", todo, True)
+            assert len(text.encode()) <= NOTIFY_MAX, name
+            conn.execute("SELECT pg_notify('switchboard_test', %s)", (text,))  # PostgreSQL accepts it
+            decoded = decode_notify(text)
+            assert decoded is not None
+            change = decoded[1]
+            assert isinstance(change, RemoteChange)
+            assert change.todo_id == "12"
+            if name == "whole":
+                assert change.todo == base
+                assert change.omitted == ()
+            elif name == "trimmed":
+                assert change.todo == attrs.evolve(todo, payload=None)
+                assert change.omitted == ("payload", "result")
+            else:
+                assert change.todo is None
 
 
 @pytest.mark.anyio
@@ -533,3 +680,50 @@ def test_config_errors_name_the_field() -> None:
     assert CREDS.lookup("alice-token") == ALICE
     assert CREDS.lookup("nope") is None
     assert CREDS.lookup(None) is None
+
+
+def test_credential_lookup_is_exact_among_many() -> None:
+    """1,000 credentials (a fleet of agents): each token finds its own credential, near misses none."""
+    creds = parse_credentials(
+        {"credentials": [{"name": f"a{i}", "token": f"token-{i:04d}", "queues": ["q"]} for i in range(1000)]}
+    )
+    assert [c.name for c in (creds.lookup(f"token-{i:04d}") for i in range(1000)) if c] == [
+        f"a{i}" for i in range(1000)
+    ]
+    for near in ("token-0001 ", "token-000", "TOKEN-0001", "token-10000", ""):
+        assert creds.lookup(near) is None
+    assert creds.by_name("a999") is not None
+    assert creds.by_name("nobody") is None
+
+
+def test_hub_knows_which_queues_its_sessions_can_see() -> None:
+    # A replica fetches a trimmed todo only when a session here can see its queue.
+    hub = Hub()
+    assert not hub.in_scope("ops")
+    with hub.subscribe(EVE):  # ops only
+        assert hub.in_scope("ops")
+        assert not hub.in_scope("other")
+        with hub.subscribe(EVE), hub.subscribe(BOT):  # a second stream of eve; bot sees every queue
+            assert hub.in_scope("other")
+        assert hub.in_scope("ops")  # eve's first stream is still open
+        assert not hub.in_scope("other")
+    assert not hub.in_scope("ops")
+
+
+@pytest.mark.anyio
+async def test_hub_publishes_in_o1_and_its_task_fans_out_in_order() -> None:
+    hub = Hub(buffer=1000)
+    bells = [make_doorbell(todo_id=str(i), queue="ops", kind="k", source="s", summary="x") for i in range(5)]
+    creds = parse_credentials(
+        {"credentials": [{"name": f"a{i}", "token": f"token-{i:04d}", "queues": ["ops"]} for i in range(100)]}
+    )
+    with contextlib.ExitStack() as stack:
+        subs = [stack.enter_context(hub.subscribe(c)) for c in creds]
+        for bell in bells:
+            hub.ring(bell, "ops", None)
+        assert all(not s.doorbells for s in subs)  # publishing touched no session
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hub.run)
+            for sub in subs:
+                assert await collect(sub, 5) == ["0", "1", "2", "3", "4"]
+            tg.cancel_scope.cancel()

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -367,6 +368,120 @@ async def test_a_session_gets_each_doorbell_once_however_many_listens_it_has(
             assert board.hub.subscribers == 2
             seen = (await call(alice, "todo_create", queue="ops", kind="k", summary="to the inbox"))["todo"]
             assert (await inbox.next()).meta["todo_id"] == seen["id"]
+
+
+async def stalled_listen(url: str, token: str) -> socket.socket:
+    """A raw client that opens its listen stream, reads the ack, and never reads again.
+
+    Its receive buffer is small, so the server's side of the connection fills within a few
+    hundred doorbells (on loopback the kernel would otherwise absorb megabytes).
+    """
+    host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": "stalled",
+            "method": "subscriptions/listen",
+            "params": {
+                "notifications": {"toolsListChanged": True},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {"extensions": {"claude/channel": {}}},
+                },
+            },
+        }
+    ).encode()
+    request = (
+        f"POST /mcp HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+        "accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\n"
+        f"mcp-method: subscriptions/listen\r\nauthorization: Bearer {token}\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(WAIT)
+    await anyio.to_thread.run_sync(sock.connect, (host, int(port)))
+    await anyio.to_thread.run_sync(sock.sendall, request)
+    seen = b""
+    while b"notifications/subscriptions/acknowledged" not in seen:
+        chunk = await anyio.to_thread.run_sync(sock.recv, 65536)
+        assert chunk, f"the server closed the listen: {seen!r}"
+        seen += chunk
+    return sock
+
+
+@pytest.mark.anyio
+async def test_a_stalled_http_subscriber_slows_no_one(sqlite_store: Store, config: Path) -> None:
+    """A client that stops reading its listen stream over real HTTP: creates all complete, another
+    session gets every doorbell in order, the stalled session's doorbells beyond its buffer are
+    dropped (what the server holds for it stays bounded) and its todos are still pullable."""
+    inbox = Inbox()
+    n = 600  # about 300 KiB of doorbells: past what the kernel, uvicorn and the 8-doorbell buffer hold
+    async with (
+        switchboard_http(sqlite_store, config, "--buffer", "8") as server,
+        connect(server.url, "bot", [inbox.extension]) as bot,
+        connect(server.url, "alice") as alice,
+        connect(server.url, "eve") as eve,
+        attached(bot),
+    ):
+        stalled = await stalled_listen(server.url, TOKENS["eve"])
+        try:
+            assert (await call(eve, "switchboard_stats"))["sessions"] == 2
+            created: list[str] = []
+            got: list[str] = []
+            async with anyio.create_task_group() as tg:
+
+                async def read_bot() -> None:
+                    while len(got) < n:
+                        got.append((await inbox.next()).meta["todo_id"])
+
+                tg.start_soon(read_bot)
+
+                async def create(worker: int) -> None:
+                    for _ in range(worker, n, 3):  # every create completes (pytest-timeout bounds it)
+                        todo = await call(alice, "todo_create", queue="ops", kind="k" * 60, summary="s" * 200)
+                        created.append(todo["todo"]["id"])
+
+                async with anyio.create_task_group() as creators:
+                    for worker in range(3):
+                        creators.start_soon(create, worker)
+            # The healthy session got every doorbell, in commit order (ids rise with it on SQLite).
+            assert got == sorted(created, key=int)
+            stats = await call(eve, "switchboard_stats")
+            assert stats["dropped"] > 0  # the stall reached the server: eve's doorbells were dropped
+            assert stats["buffered"] <= 8  # what waits for eve is bounded by its buffer
+            assert stats["rung"] + stats["dropped"] == 2 * n
+            pulled: list[str] = []
+            after: str | None = None
+            while True:
+                page = await call(
+                    eve, "todo_pull", queue="ops", limit=200, **({"after": after} if after else {})
+                )
+                pulled += [t["id"] for t in page["todos"]]
+                if not (after := page["next_after"]):
+                    break
+            assert pulled == sorted(created, key=int)  # nothing is lost: the ledger is the truth
+        finally:
+            stalled.close()
+
+
+@pytest.mark.anyio
+async def test_http_doorbells_take_the_direct_frame_path(sqlite_store: Store, config: Path) -> None:
+    # The fan-out writes pre-encoded frames to the listen's SSE stream, found through the SDK's
+    # internals; if an SDK upgrade hides it, doorbells still flow (send_notification) but slowly.
+    inbox = Inbox()
+    async with (
+        switchboard_in_process(sqlite_store, config) as (url, board),
+        connect(url, "eve", [inbox.extension]) as eve,
+        connect(url, "alice") as alice,
+        attached(eve),
+    ):
+        (session,) = board.hub._sessions.values()
+        assert session[0].direct is not None
+        todo = (await call(alice, "todo_create", queue="ops", kind="k", summary='a "quoted" <b>'))["todo"]
+        notice = await inbox.next()
+        assert notice.meta["todo_id"] == todo["id"]
+        assert notice.text == 'a "quoted" <b>'
 
 
 @pytest.mark.anyio

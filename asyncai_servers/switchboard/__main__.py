@@ -20,7 +20,11 @@ from .hub import DEFAULT_BUFFER
 from .ledger import Ledger, LedgerError
 from .server import BearerAuth, LegacyStdioAttach, build_server
 
-__all__ = ["main"]
+__all__ = ["SEND_BUFFER", "main"]
+
+SEND_BUFFER = 64 * 1024
+"""Kernel send buffer per connection: with the hub's doorbell buffer and uvicorn's 64 KiB write
+buffer, all a stalled listener can hold (doorbells beyond it are dropped and counted)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,7 +101,7 @@ async def _run(args: argparse.Namespace) -> None:
         if address is not None:
             host, port = address
             app = BearerAuth(streamable_http_app(server, host=host), creds)
-            await serve_http(app, host, port, on_shutdown=board.hub.close)
+            await serve_http(app, host, port, on_shutdown=board.hub.close, send_buffer=SEND_BUFFER)
         else:
             from asyncai_servers._stdio import stdio_server
 

@@ -75,6 +75,7 @@ class Switchboard:
     async def __aenter__(self) -> Switchboard:
         await self.ledger.open()
         self._tg = await anyio.create_task_group().__aenter__()
+        self._tg.start_soon(self.hub.run)
         self._tg.start_soon(self._lease_timer)
         remote = self.ledger.remote_changes()
         if remote is None:
@@ -127,6 +128,8 @@ class Switchboard:
         }
         if change.old is not None and change.transition != "create":
             event["old"] = change.old.public()
+        if change.omitted:
+            event["omitted"] = list(change.omitted)
         self._ring_for(todo.queue).append(event)
         self.hub.updated(queue_uri(todo.queue))
         if (
@@ -151,13 +154,24 @@ class Switchboard:
                     self.listening.set()
                     self._lease_changed.set()
                     continue
-                try:
-                    todo = await self.ledger.get(rc.todo_id)
-                except LedgerError as exc:
-                    log.warning("cannot fetch todo %s announced by another replica: %s", rc.todo_id, exc)
-                    continue
+                todo, omitted = rc.todo, rc.omitted
+                # The notification carries the todo, so hearing costs no query. A todo too big for
+                # it comes without payload and result: fetched only when a session here can see
+                # its queue (a doorbell or an event-log listener); otherwise the event log entry
+                # says what it omits.
+                if todo is None or (omitted and self.hub.in_scope(todo.queue)):
+                    try:
+                        todo = await self.ledger.get(rc.todo_id)
+                    except LedgerError as exc:
+                        log.warning("cannot fetch todo %s announced by another replica: %s", rc.todo_id, exc)
+                        continue
+                    omitted = ()
                 if todo is not None:
-                    self._apply(Change(transition=rc.transition, todo=todo, actor_pushes=rc.actor_pushes))
+                    self._apply(
+                        Change(
+                            transition=rc.transition, todo=todo, actor_pushes=rc.actor_pushes, omitted=omitted
+                        )
+                    )
 
     async def _lease_timer(self) -> None:
         """Sleep until the earliest lease deadline (or a lease change), then expire what is due."""

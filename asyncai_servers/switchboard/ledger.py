@@ -27,6 +27,7 @@ __all__ = [
     "LeaseError",
     "Ledger",
     "LedgerError",
+    "Mark",
     "NotFoundError",
     "RemoteChange",
     "Todo",
@@ -129,6 +130,8 @@ class Change:
     todo: Todo
     old: Todo | None = None
     actor_pushes: bool = False
+    omitted: tuple[str, ...] = ()
+    """Fields of ``todo`` left out (set to null) because they did not fit in the notification."""
 
 
 @attrs.frozen(kw_only=True)
@@ -138,6 +141,17 @@ class RemoteChange:
     transition: Transition
     todo_id: str
     actor_pushes: bool
+    todo: Todo | None = None
+    """The todo as committed, when the notification carried it (None: fetch it by id)."""
+    omitted: tuple[str, ...] = ()
+    """Fields of ``todo`` the notification left out (too big); fetch the todo if they matter."""
+
+
+@attrs.frozen
+class Mark:
+    """A replica's own checkpoint NOTIFY (see ``PostgresLedger``): everything committed before it was heard."""
+
+    token: str
 
 
 class Ledger(Protocol):
@@ -223,11 +237,56 @@ def not_claimable(todo: Todo | None, todo_id: str, lease_expired: bool = False) 
     return LeaseError(f"that lease is not the current lease of todo {todo_id}; only the claimant can do this")
 
 
-def decode_notify(payload: str) -> tuple[str, RemoteChange] | None:
+NOTIFY_MAX: Final = 7999
+"""PostgreSQL refuses a NOTIFY payload of 8000 bytes or more."""
+BIG_FIELDS: Final = ("payload", "result")
+
+
+def encode_notify(replica: str, transition: str, todo: Todo, actor_pushes: bool) -> str:
+    """The NOTIFY payload of a transition: the todo itself, so other replicas need no query.
+
+    Too big (a large payload or result), it carries the todo without those two fields and says
+    so; still too big (a long summary in a wide script), only the id, and receivers fetch.
+    """
+    head = {"r": replica, "t": transition, "id": todo.id, "p": actor_pushes}
+    whole = todo.public()
+    text = json.dumps({**head, "todo": whole}, separators=(",", ":"), ensure_ascii=False)
+    if len(text.encode()) <= NOTIFY_MAX:
+        return text
+    trimmed = {**whole, **dict.fromkeys(BIG_FIELDS)}
+    text = json.dumps({**head, "todo": trimmed, "x": BIG_FIELDS}, separators=(",", ":"), ensure_ascii=False)
+    if len(text.encode()) <= NOTIFY_MAX:
+        return text
+    return json.dumps(head, separators=(",", ":"))
+
+
+def encode_mark(replica: str, token: str) -> str:
+    return json.dumps({"r": replica, "t": "mark", "m": token}, separators=(",", ":"))
+
+
+def _todo_of(d: Mapping[str, Any]) -> Todo | None:
+    view = d.get("todo")
+    if not isinstance(view, dict):
+        return None
+    try:
+        return Todo(**view, lease=None)
+    except TypeError:  # another version's shape: fetch instead
+        return None
+
+
+def decode_notify(payload: str) -> tuple[str, RemoteChange | Mark] | None:
     try:
         d: Mapping[str, Any] = json.loads(payload)
+        if d["t"] == "mark":
+            return str(d["r"]), Mark(str(d["m"]))
+        todo = _todo_of(d)
+        omitted = tuple(str(f) for f in d.get("x", ())) if todo is not None else ()
         return str(d["r"]), RemoteChange(
-            transition=d["t"], todo_id=str(d["id"]), actor_pushes=bool(d.get("p", False))
+            transition=d["t"],
+            todo_id=str(d["id"]),
+            actor_pushes=bool(d.get("p", False)),
+            todo=todo,
+            omitted=omitted,
         )
     except (ValueError, KeyError, TypeError):
         return None

@@ -3,14 +3,19 @@
 Claims take the oldest open todo with ``FOR UPDATE SKIP LOCKED``, so two
 replicas claiming at once never block on or double-claim the same row. Every
 committed transition sends ``pg_notify('switchboard', ...)`` inside its own
-transaction (delivered only on commit); each replica ``LISTEN``s and fans
-the other replicas' transitions out to its own attached sessions.
+transaction (delivered only on commit), carrying the todo itself when it fits
+in a NOTIFY (8000 bytes), so hearing it costs the other replicas no query; each
+replica ``LISTEN``s and fans the other replicas' transitions out to its own
+attached sessions.
 
 NOTIFY is lossy across disconnects. That only costs doorbells and event-log
 entries (the ledger and the pull verbs are the truth), and a reconnect catches
 up the doorbells that matter most: it announces the push todos still open that
 were created while the replica was not listening, so an idle attached agent is
-not left waiting for a drain. Other missed transitions (claims, completes ..)
+not left waiting for a drain. "While not listening" is by commit order: each
+row records its creating transaction (``created_xid``), and the catch-up asks
+for the ones the previous LISTEN's snapshot did not see and that were not heard.
+Other missed transitions (claims, completes ..)
 are not replayed: the switchboard restarts its event logs on a reconnect, so
 their readers get a GAP instead of a silent hole. The reconnect backoff (1, 2,
 4 .. 16 s) sleeps on the injected clock, so tests drive it with a fake one.
@@ -18,7 +23,6 @@ their readers get a GAP instead of a silent hole. The reconnect backoff (1, 2,
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -36,10 +40,13 @@ from .ledger import (
     Change,
     Creator,
     LedgerError,
+    Mark,
     RemoteChange,
     Todo,
     decode_notify,
     encode_json,
+    encode_mark,
+    encode_notify,
     not_claimable,
 )
 
@@ -52,6 +59,8 @@ LISTEN_BACKOFF_FIRST: Final = 1.0
 LISTEN_BACKOFF_MAX: Final = 16.0
 CATCH_UP_MAX: Final = 500
 """At most this many missed todos are announced after a reconnect (oldest first); pull finds the rest."""
+HEARD_CHECKPOINT: Final = 1000
+"""Heard creates remembered before a mark checkpoint moves the catch-up's reference snapshot forward."""
 _COLS = ", ".join(COLUMNS)
 
 SCHEMA = """
@@ -79,6 +88,10 @@ CREATE TABLE IF NOT EXISTS todos (
 );
 CREATE INDEX IF NOT EXISTS todos_queue_status ON todos (queue, status, id);
 CREATE INDEX IF NOT EXISTS todos_lease ON todos (lease_until) WHERE status = 'claimed';
+-- The creating transaction, so a LISTEN catch-up can ask "committed after that snapshot" (commit
+-- order), not "id above the highest heard" (allocation order). Added to older tables in place.
+ALTER TABLE todos ADD COLUMN IF NOT EXISTS created_xid xid8 NOT NULL DEFAULT pg_current_xact_id();
+CREATE INDEX IF NOT EXISTS todos_created_xid ON todos (created_xid);
 """
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -144,8 +157,8 @@ class PostgresLedger:
             except psycopg.Error as exc:
                 raise LedgerError(f"PostgreSQL error: {exc}") from exc
 
-    async def _notify(self, conn: Conn, transition: str, todo_id: str, actor_pushes: bool) -> None:
-        payload = json.dumps({"r": self.replica_id, "t": transition, "id": todo_id, "p": actor_pushes})
+    async def _notify(self, conn: Conn, transition: str, todo: Todo, actor_pushes: bool) -> None:
+        payload = encode_notify(self.replica_id, transition, todo, actor_pushes)
         await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, payload))
 
     @staticmethod
@@ -193,7 +206,7 @@ class PostgresLedger:
             row = await cur.fetchone()
             if row is not None:
                 todo = Todo.from_row(row)
-                await self._notify(conn, "create", todo.id, creator.push)
+                await self._notify(conn, "create", todo, creator.push)
                 self._own_unheard.add(int(todo.id))  # before commit, so it precedes its NOTIFY
                 return todo, True
             cur = await conn.execute(
@@ -225,7 +238,7 @@ class PostgresLedger:
                 (assignee, now, int(todo_id)),
             )
             todo = Todo.from_row(await cur.fetchone() or ())
-            await self._notify(conn, "assign", todo.id, actor_pushes)
+            await self._notify(conn, "assign", todo, actor_pushes)
             return Change(transition="assign", todo=todo, old=old, actor_pushes=actor_pushes)
 
         return await self._tx(body)
@@ -259,7 +272,7 @@ class PostgresLedger:
             if row is None:
                 return None, False
             todo = Todo.from_row(row)
-            await self._notify(conn, "claim", todo.id, False)
+            await self._notify(conn, "claim", todo, False)
             return todo, True
 
         return await self._tx(body)
@@ -277,7 +290,7 @@ class PostgresLedger:
                 raise not_claimable(old, todo_id, lease_expired=True)
             cur = await conn.execute(sql, (*args, now, int(todo_id)))
             todo = Todo.from_row(await cur.fetchone() or ())
-            await self._notify(conn, transition, todo.id, False)
+            await self._notify(conn, transition, todo, False)
             return Change(transition=transition, todo=todo, old=old)  # type: ignore[arg-type]
 
         return await self._tx(body)
@@ -349,7 +362,7 @@ class PostgresLedger:
             )
             new = {t.id: t for t in map(Todo.from_row, await cur.fetchall())}
             for o in olds:
-                await self._notify(conn, "expire", o.id, o.push)
+                await self._notify(conn, "expire", new[o.id], o.push)
             return [Change(transition="expire", todo=new[o.id], old=o, actor_pushes=o.push) for o in olds]
 
         return await self._tx(body)
@@ -364,31 +377,75 @@ class PostgresLedger:
     def remote_changes(self) -> AsyncIterator[RemoteChange]:
         return self._listen()
 
-    async def _listen_top(self, conn: Conn) -> int:
-        """The highest todo id, read right after LISTEN: anything committed later is notified,
-        anything earlier is visible here (a create in between is both; ``_listen`` dedups it)."""
-        cur = await conn.execute("SELECT COALESCE(MAX(id), 0) FROM todos")
-        return int((await cur.fetchone() or (0,))[0])
+    async def _listen_snapshot(self, conn: Conn) -> str:
+        """The snapshot taken right after LISTEN: anything it sees committed before (it is in the
+        table), anything it does not see commits later (and is notified; a create committing in
+        between is both, and ``_listen`` dedups it)."""
+        cur = await conn.execute("SELECT pg_current_snapshot()::text")
+        return str((await cur.fetchone() or ("",))[0])
+
+    async def _missed(self, ref: str, snapshot: str, heard: set[int]) -> list[Todo]:
+        """Open push todos committed after snapshot ``ref`` and not heard, oldest first.
+
+        Own creates still waiting for their NOTIFY are skipped (they rang here when created); those
+        the new LISTEN's ``snapshot`` sees will never be heard now, so they are forgotten.
+        """
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT {_COLS} FROM todos WHERE created_xid >= pg_snapshot_xmin(%s::pg_snapshot)"
+                " AND NOT pg_visible_in_snapshot(created_xid, %s::pg_snapshot)"
+                " AND status = 'open' AND push ORDER BY id",
+                (ref, ref),
+            )
+            rows = await cur.fetchall()
+            skip = heard | self._own_unheard
+            missed = [t for t in map(Todo.from_row, rows) if int(t.id) not in skip]
+            if self._own_unheard:
+                cur = await conn.execute(
+                    "SELECT id FROM todos WHERE id = ANY(%s) AND pg_visible_in_snapshot(created_xid, %s::pg_snapshot)",
+                    (sorted(self._own_unheard), snapshot),
+                )
+                self._own_unheard -= {int(r[0]) for r in await cur.fetchall()}
+            await conn.rollback()
+        return missed[:CATCH_UP_MAX]
+
+    async def _mark(self) -> tuple[str, str]:
+        """Take a snapshot and NOTIFY a mark in one transaction: when the mark is heard, every
+        transaction that snapshot sees has been heard too (NOTIFYs arrive in commit order)."""
+        token = uuid.uuid4().hex
+
+        async def body(conn: Conn) -> str:
+            cur = await conn.execute("SELECT pg_current_snapshot()::text")
+            snapshot = str((await cur.fetchone() or ("",))[0])
+            await conn.execute(
+                "SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, encode_mark(self.replica_id, token))
+            )
+            return snapshot
+
+        return token, await self._tx(body)
 
     async def _listen(self) -> AsyncIterator[RemoteChange]:
         """Other replicas' transitions; reconnects with backoff when the LISTEN connection drops.
 
         Yields ``resync`` each time listening (re)starts. After a reconnect it also yields a
-        ``create`` for each open push todo that committed while nothing was listening: every
-        todo id up to ``known`` was either visible when a LISTEN started or announced on one,
-        so the missed ones are those above it. A create committing between ``LISTEN`` and the
-        ``MAX(id)`` read is both caught up and NOTIFYed; its NOTIFY is skipped. A ``resync``
-        after the first means other transitions may have been missed: the switchboard tells
-        its event-log readers so.
+        ``create`` for each open push todo that was neither visible to the previous LISTEN's
+        snapshot ``ref`` nor heard since: by commit order, so a create that drew a lower id but
+        committed during the gap is found too. Heard creates are remembered only back to ``ref``,
+        which a mark checkpoint moves forward every :data:`HEARD_CHECKPOINT` creates. A create
+        committing between ``LISTEN`` and the snapshot is both caught up and NOTIFYed; its NOTIFY
+        is skipped. A ``resync`` after the first means other transitions may have been missed:
+        the switchboard tells its event-log readers so.
         """
         delay = LISTEN_BACKOFF_FIRST
-        known: int | None = None  # highest todo id covered by a LISTEN; None before the first
+        ref: str | None = None  # every create this snapshot sees has rung here (None before the first LISTEN)
+        heard: set[int] = set()  # creates heard (or caught up) that ``ref`` does not see
+        mark: tuple[str, str, set[int]] | None = None  # (token, snapshot, heard since it was taken)
         while True:
             conn: Conn | None = None
             try:
                 conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                top = await self._listen_top(conn)
+                snapshot = await self._listen_snapshot(conn)
             except psycopg.Error as exc:
                 if conn is not None:
                     with anyio.CancelScope(shield=True):
@@ -400,35 +457,42 @@ class PostgresLedger:
                 continue
             delay = LISTEN_BACKOFF_FIRST
             self.listener_pid = conn.info.backend_pid
-            # Creates the catch-up announced: one that committed between LISTEN and the MAX(id)
-            # read is also NOTIFYed, and must not ring (or enter the event log) twice.
+            # Creates the catch-up announced: one that committed between LISTEN and the snapshot
+            # is also NOTIFYed, and must not ring (or enter the event log) twice.
             announced: set[str] = set()
             try:
                 yield RemoteChange(transition="resync", todo_id="", actor_pushes=False)
-                if known is not None and top > known:
-                    cur = await conn.execute(
-                        "SELECT id FROM todos WHERE id > %s AND id <= %s AND status = 'open' AND push"
-                        " ORDER BY id LIMIT %s",
-                        (known, top, CATCH_UP_MAX),
-                    )
-                    rows = [int(row[0]) for row in await cur.fetchall()]
-                    missed = [str(i) for i in rows if i not in self._own_unheard]
-                    if missed:
-                        log.info("switchboard LISTEN reconnected; announcing %d missed todos", len(missed))
-                    announced = set(missed)
-                    for todo_id in missed:
-                        yield RemoteChange(transition="create", todo_id=todo_id, actor_pushes=True)
-                known = top if known is None else max(known, top)
-                self._own_unheard = {i for i in self._own_unheard if i > known}
+                missed = [] if ref is None else await self._missed(ref, snapshot, heard)
+                if missed:
+                    log.info("switchboard LISTEN reconnected; announcing %d missed todos", len(missed))
+                ref, heard, mark = snapshot, {int(t.id) for t in missed}, None
+                announced = {t.id for t in missed}
+                for todo in missed:
+                    yield RemoteChange(transition="create", todo_id=todo.id, actor_pushes=True, todo=todo)
                 async for note in conn.notifies():
                     decoded = decode_notify(note.payload)
                     if decoded is None:
                         continue
                     replica, change = decoded
+                    if isinstance(change, Mark):
+                        if replica == self.replica_id and mark is not None and change.token == mark[0]:
+                            ref, heard, mark = mark[1], mark[2], None
+                        continue
                     if change.transition == "create" and change.todo_id.isdigit():
-                        known = max(known, int(change.todo_id))  # ours too: it was rung here already
+                        todo_id = int(change.todo_id)
+                        heard.add(todo_id)
+                        if mark is not None:
+                            mark[2].add(todo_id)
+                        if replica == self.replica_id:
+                            self._own_unheard.discard(todo_id)
+                    if len(heard) >= HEARD_CHECKPOINT and mark is None:
+                        try:
+                            token, taken = await self._mark()
+                        except LedgerError as exc:  # no checkpoint this time: ``heard`` just grows
+                            log.warning("switchboard LISTEN checkpoint failed: %s", exc)
+                        else:
+                            mark = (token, taken, set())
                     if replica == self.replica_id:
-                        self._own_unheard.discard(int(change.todo_id) if change.todo_id.isdigit() else -1)
                         continue
                     if change.transition == "create" and change.todo_id in announced:
                         announced.discard(change.todo_id)

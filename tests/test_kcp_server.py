@@ -13,6 +13,7 @@ from fake_kubectl import FakeCluster
 from kcp_helpers import WAIT, events_of, kcp_client, watch_starts
 from mcp import Client, MCPError
 from mcp.client.subscriptions import ResourceUpdated
+from mcp_types import INVALID_PARAMS
 
 from asyncai_watch.events import EVENTS_MIME_TYPE
 
@@ -300,3 +301,24 @@ async def test_a_watch_works_while_another_api_group_fails_discovery(
         await _next_update(sub, URI)
         (added,) = await _read(client, URI)
     assert (added["type"], added["object"]["metadata"]["name"]) == ("ADDED", "fine")
+
+
+@pytest.mark.anyio
+async def test_a_listen_on_a_uri_that_is_not_a_watch_is_refused(tmp_path: Path, cluster: FakeCluster) -> None:
+    # kcp-api:// reads fine but never changes: a listen on it used to be acknowledged and never fire.
+    async with kcp_client(tmp_path, cluster) as client:
+        for uri, fragment in (
+            ("kcp-api://root:app/resources", "is not watchable"),
+            ("kcp-events://watch/root:app/configmaps?color=red", "unknown query parameter 'color'"),
+        ):
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+                async with client.listen(resource_subscriptions=[URI, uri]):
+                    pass
+            assert refused.value.code == INVALID_PARAMS
+            assert fragment in refused.value.message
+            assert "kcp-events://watch/" in refused.value.message  # what to watch instead
+        # The refusal started no watcher and the connection still serves watches.
+        assert [c for c in cluster.calls() if "--raw" in c] == []
+        with anyio.fail_after(WAIT):
+            async with client.listen(resource_subscriptions=[URI]) as sub:
+                assert sub.honored.resource_subscriptions == [URI]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -164,7 +165,12 @@ async def test_dropped_stream_relists_and_reports_the_gap(tmp_path: Path, cluste
 async def test_bad_input_fails_the_first_read_clearly(
     tmp_path: Path, cluster: FakeCluster, uri: str, expected: list[str]
 ) -> None:
-    async with kcp_client(tmp_path, cluster) as client, client.listen(resource_subscriptions=[uri]):
+    async with kcp_client(tmp_path, cluster) as client, contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(client.listen(resource_subscriptions=[uri]))
+        except MCPError as refused:
+            # A URI that is no watch URI at all is refused at the listen already, with the same text.
+            assert "unknown query parameter" in refused.error.message
         with anyio.fail_after(WAIT), pytest.raises(MCPError) as info:
             await client.read_resource(uri)
         for fragment in expected:

@@ -18,6 +18,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
+from asyncai_servers._eventlog import read_after
 from asyncai_servers.kcp.kubectl import Kubectl, KubectlError
 from asyncai_servers.kcp.state import strip_managed_fields
 from asyncai_servers.kcp.uri import (
@@ -183,7 +184,7 @@ class KcpServer:
                 text = json.dumps(await self._api_resources(target.workspace, target.kcp))
                 mime = "application/json"
             else:
-                text = await self.pool.read(uri)
+                text = await self.pool.read(uri, read_after(params.meta))
                 mime = EVENTS_MIME_TYPE
         except UriError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc

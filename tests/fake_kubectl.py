@@ -49,6 +49,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec  # the watch stream's hot path: the fake must outrun the server it feeds
+
 RESOURCES: dict[str, dict[str, Any]] = {
     "configmaps": {
         "aliases": ("configmap", "cm"),
@@ -541,15 +543,17 @@ def _follow(cluster: FakeCluster, start: int, live_from: int, replay: Any, live:
             at, base = base, base + len(raw) + 1
             if not raw.strip():
                 continue
-            line = json.loads(raw)
+            line = msgspec.json.decode(raw)
             if at < live_from:
                 replay(line)
                 continue
             if "exit" in line:
+                sys.stdout.flush()
                 if line.get("stderr"):
                     sys.stderr.write(line["stderr"] + "\n")
                 raise KubectlExit("", int(line["exit"]))
             live(line)
+        sys.stdout.flush()
 
     with RustNotify([str(path)], False, False, 0, False, False) as notify:
         drain()
@@ -559,11 +563,16 @@ def _follow(cluster: FakeCluster, start: int, live_from: int, replay: Any, live:
             drain()
 
 
-def _raw_json(doc: Any) -> None:
+def _raw_json(doc: Any, *, flush: bool = True) -> None:
     # The API server's JSON encoder (Go's json.Encoder): compact, a newline after each document;
-    # kubectl get --raw copies the response bytes as they are.
-    sys.stdout.write(json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    # kubectl get --raw copies the response bytes as they are. A watch stream is flushed once per
+    # batch (flush=False, then _follow flushes): the API server flushes when its event channel is
+    # empty, and kubectl copies the body in chunks of up to 32 KiB, so a burst arrives in chunks.
+    sys.stdout.write(
+        msgspec.json.encode(doc).decode() + "\n"
+    )  # = json.dumps(separators=(",", ":"), ensure_ascii=False)
+    if flush:
+        sys.stdout.flush()
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -687,8 +696,9 @@ def _raw_watch(
                 return
         event = _watch_event(line["event"], line.get("old"), sel, namespaced)
         if event is not None:
-            _raw_json(event)
+            _raw_json(event, flush=False)
             if event.get("type") == "ERROR":
+                sys.stdout.flush()
                 raise KubectlExit("", 0)  # the API server closes a watch after an ERROR; kubectl exits 0
 
     if rv_text in ("", "0"):

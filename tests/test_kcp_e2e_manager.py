@@ -11,6 +11,7 @@ from fake_kubectl import FakeCluster
 from kcp_helpers import WAIT, kcp_argv, kcp_env, watch_starts, write_kubeconfig
 
 from asyncai_watch.core.limits import Limits
+from asyncai_watch.errors import WatchError
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.mcp_source import McpResourceSource
 
@@ -50,3 +51,20 @@ async def test_configmap_watch_create_patches_delete(tmp_path: Path) -> None:
             assert notice.text == "deleted default/final-check"
             (listed,) = m.watch_list()
             assert listed.events == 5
+
+
+@pytest.mark.anyio
+async def test_watch_start_on_the_api_resources_document_fails_fast(tmp_path: Path) -> None:
+    cluster = FakeCluster(tmp_path / "cluster")
+    kc = write_kubeconfig(tmp_path / "kc.json", "https://kcp.test:6443")
+    source = McpResourceSource.stdio(
+        [sys.executable, *kcp_argv(kc, "--backoff", "0:0")], name="kcp", env=kcp_env(cluster, tmp_path)
+    )
+    async with source, WatchManager([source]) as m:
+        uri = "kcp-api://root:app/resources"
+        assert "configmaps" in str(await m.read_resource(uri))  # readable ...
+        with anyio.fail_after(WAIT), pytest.raises(WatchError) as refused:
+            await m.watch_start(name="api", uri=uri)  # ... but not watchable: refused at once
+        assert "is not watchable" in str(refused.value)
+        assert "kcp-events://watch/root:app/configmaps" in str(refused.value)
+        assert m.watch_list() == []

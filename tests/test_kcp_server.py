@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -13,7 +14,9 @@ from fake_kubectl import FakeCluster
 from kcp_helpers import WAIT, events_of, kcp_client, watch_starts
 from mcp import Client, MCPError
 from mcp.client.subscriptions import ResourceUpdated
+from mcp_types import INVALID_PARAMS
 
+from asyncai_servers._eventlog import AFTER_META_KEY
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 URI = "kcp-events://watch/root:app/configmaps?namespace=default"
@@ -163,7 +166,14 @@ async def test_dropped_stream_relists_and_reports_the_gap(tmp_path: Path, cluste
 async def test_bad_input_fails_the_first_read_clearly(
     tmp_path: Path, cluster: FakeCluster, uri: str, expected: list[str]
 ) -> None:
-    async with kcp_client(tmp_path, cluster) as client, client.listen(resource_subscriptions=[uri]):
+    async with kcp_client(tmp_path, cluster) as client, contextlib.AsyncExitStack() as stack:
+        if "unknown query parameter" in expected[0]:
+            # A URI that is no watch URI at all is refused at the listen already, with the same text.
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+                await stack.enter_async_context(client.listen(resource_subscriptions=[uri]))
+            assert expected[0] in refused.value.error.message
+        else:
+            await stack.enter_async_context(client.listen(resource_subscriptions=[uri]))
         with anyio.fail_after(WAIT), pytest.raises(MCPError) as info:
             await client.read_resource(uri)
         for fragment in expected:
@@ -300,3 +310,68 @@ async def test_a_watch_works_while_another_api_group_fails_discovery(
         await _next_update(sub, URI)
         (added,) = await _read(client, URI)
     assert (added["type"], added["object"]["metadata"]["name"]) == ("ADDED", "fine")
+
+
+@pytest.mark.anyio
+async def test_a_listen_on_a_uri_that_is_not_a_watch_is_refused(tmp_path: Path, cluster: FakeCluster) -> None:
+    # kcp-api:// reads fine but never changes: a listen on it used to be acknowledged and never fire.
+    async with kcp_client(tmp_path, cluster) as client:
+        for uri, fragment in (
+            ("kcp-api://root:app/resources", "is not watchable"),
+            ("kcp-events://watch/root:app/configmaps?color=red", "unknown query parameter 'color'"),
+        ):
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+                async with client.listen(resource_subscriptions=[URI, uri]):
+                    pass
+            assert refused.value.code == INVALID_PARAMS
+            assert fragment in refused.value.message
+            assert "kcp-events://watch/" in refused.value.message  # what to watch instead
+        # The refusal started no watcher and the connection still serves watches.
+        assert [c for c in cluster.calls() if "--raw" in c] == []
+        with anyio.fail_after(WAIT):
+            async with client.listen(resource_subscriptions=[URI]) as sub:
+                assert sub.honored.resource_subscriptions == [URI]
+
+
+@pytest.mark.anyio
+async def test_a_read_that_names_its_position_gets_what_is_new(tmp_path: Path, cluster: FakeCluster) -> None:
+    """A read without a position gets the newest 256 events; one that sends its last seen seq (and the
+    log's log_id) in ``_meta`` gets every newer event the ring holds, and a stale log_id the newest 256."""
+    async with (
+        watch_starts() as starts,
+        kcp_client(tmp_path, cluster, starts=starts) as client,
+        client.listen(resource_subscriptions=[URI]) as sub,
+    ):
+        base = json.loads((await client.read_resource(URI)).contents[0].text)  # type: ignore[union-attr]
+        await starts.next()
+        lines = "".join(
+            json.dumps(
+                {
+                    "workspace": "root:app",
+                    "resource": "configmaps",
+                    "event": {
+                        "type": "ADDED",
+                        "object": {"metadata": {"name": f"o{i}", "namespace": "default", "uid": f"u{i}"}},
+                    },
+                }
+            )
+            + "\n"
+            for i in range(300)
+        )
+        with cluster.events_file.open("a") as f:
+            f.write(lines)
+        body: dict[str, Any] = {"last_seq": 0}
+        while body["last_seq"] < 300:  # each read re-arms the notification for what comes after it
+            await _next_update(sub, URI)
+            body = json.loads((await client.read_resource(URI)).contents[0].text)  # type: ignore[union-attr]
+        assert [e["seq"] for e in body["events"]] == list(range(45, 301))  # the newest 256
+
+        async def read_after(log_id: str, seq: int) -> list[int]:
+            meta: Any = {AFTER_META_KEY: {"log_id": log_id, "seq": seq}}
+            result = await client.read_resource(URI, meta=meta)
+            return [e["seq"] for e in json.loads(result.contents[0].text)["events"]]  # type: ignore[union-attr]
+
+        assert await read_after(base["log_id"], 0) == list(range(1, 301))  # all of it: the ring holds 300
+        assert await read_after(base["log_id"], 290) == list(range(291, 301))
+        assert await read_after(base["log_id"], 300) == []
+        assert await read_after("a-log-that-restarted", 290) == list(range(45, 301))

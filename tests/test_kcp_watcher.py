@@ -194,6 +194,7 @@ class _Pool:
         self.updates.send_nowait(uri)
 
     def events(self) -> list[dict[str, Any]]:
+        self.watcher.read()  # as a reader does: the next append notifies again
         events: list[dict[str, Any]] = self.watcher.ring.body()["events"]
         return events
 

@@ -21,7 +21,7 @@ from asyncai_servers._resumable import streamable_http_app
 from asyncai_servers._stdio import stdio_server
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.server import KcpServer
-from asyncai_servers.kcp.watcher import Backoff, WatcherPool
+from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, Backoff, WatcherPool
 
 __all__ = ["main", "main_readonly"]
 
@@ -68,6 +68,27 @@ def _parser(prog: str, read_only: bool) -> argparse.ArgumentParser:
         help="reconnect backoff in seconds, doubling from INITIAL up to MAX (default 0.8:30)",
     )
     p.add_argument(
+        "--ring-events",
+        type=int,
+        default=RING_EVENTS,
+        metavar="N",
+        help=f"events each watched URI's log keeps for readers that send their position (default {RING_EVENTS})",
+    )
+    p.add_argument(
+        "--ring-bytes",
+        type=int,
+        default=RING_CHARS,
+        metavar="N",
+        help=f"...and at most this much JSON text (default {RING_CHARS})",
+    )
+    p.add_argument(
+        "--read-window",
+        type=int,
+        default=RING_WINDOW,
+        metavar="N",
+        help=f"events a read without a position returns: the newest N (default {RING_WINDOW})",
+    )
+    p.add_argument(
         "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
     )
     p.add_argument("--read-only", action="store_true", help="serve no mutating tools; needs --token-command")
@@ -105,6 +126,8 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
             p.error(f"--endpoint expects NAME=KUBECONFIG, got {spec!r}")
         endpoints[name] = Endpoint(kubeconfig=path, token_command=token_command)
     lo, hi = _backoff(args.backoff, p)
+    if args.ring_events < 1 or args.ring_bytes < 1:
+        p.error(f"--ring-events and --ring-bytes must be >= 1, got {args.ring_events} and {args.ring_bytes}")
     http = None
     if args.http:
         try:
@@ -115,7 +138,17 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
 
     async def serve() -> None:
         async with anyio.create_task_group() as tg:
-            kcp.attach_pool(WatcherPool(tg, kcp.kubectl, kcp.publish, backoff=lambda: Backoff(lo, hi)))
+            kcp.attach_pool(
+                WatcherPool(
+                    tg,
+                    kcp.kubectl,
+                    kcp.publish,
+                    backoff=lambda: Backoff(lo, hi),
+                    ring_events=args.ring_events,
+                    ring_chars=args.ring_bytes,
+                    ring_window=args.read_window,
+                )
+            )
             if http is not None:
                 await serve_http(streamable_http_app(kcp.server, host=http[0]), *http)
             else:

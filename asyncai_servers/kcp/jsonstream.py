@@ -6,7 +6,17 @@ indented over many lines); nothing frames them. Pipe reads split that output
 anywhere, including inside a UTF-8 multibyte sequence or a string escape, so
 this parser takes bytes, decodes them incrementally, tracks brace depth outside
 strings to find each document's end, and only then hands the complete text to
-:func:`json.loads`.
+the JSON decoder.
+
+The fast path: between documents, each whole line is first handed to msgspec as
+it is. The API server's encoder writes one compact document per line, and a
+container that parses completely from a document boundary to the end of its
+line is exactly the document the scanner would have found (a JSON value's end
+is fixed by its start). Only a line that is not one complete document (an
+indented ``-o json`` document, two documents on one line) and the unfinished
+tail of a read go through the character scanner, which costs about ten times
+more per byte in Python. msgspec is about five times faster than :mod:`json`;
+what it refuses (integers beyond 64 bits, NaN) is decoded by :mod:`json`.
 """
 
 from __future__ import annotations
@@ -15,6 +25,8 @@ import codecs
 import json
 import re
 from typing import Any, Final
+
+import msgspec
 
 __all__ = ["JsonStreamError", "JsonStreamParser"]
 
@@ -25,6 +37,13 @@ _IN_STRING: Final = re.compile(r'["\\]')
 
 class JsonStreamError(ValueError):
     """The stream is not a sequence of JSON objects/arrays."""
+
+
+def _loads(text: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return json.loads(text)  # what msgspec refuses but JSON allows (NaN, 1e400); else the error
 
 
 class JsonStreamParser:
@@ -58,7 +77,8 @@ class JsonStreamParser:
         n = len(buf)
         while pos < n:
             if self._start is None:
-                # Between documents: skip whitespace, then expect { or [.
+                # Between documents: whole lines that are one document each, then the scanner.
+                pos = _whole_lines(buf, pos, out)
                 while pos < n and buf[pos] in " \t\r\n":
                     pos += 1
                 if pos >= n:
@@ -101,8 +121,8 @@ class JsonStreamParser:
                     text = buf[self._start : pos]
                     self._start = None
                     try:
-                        out.append(json.loads(text))
-                    except json.JSONDecodeError as exc:
+                        out.append(_loads(text))
+                    except (json.JSONDecodeError, RecursionError) as exc:
                         raise JsonStreamError(f"malformed JSON document in kubectl output: {exc}") from exc
         # Drop consumed text so the buffer holds at most one partial document.
         cut = self._start if self._start is not None else pos
@@ -111,3 +131,25 @@ class JsonStreamParser:
         if self._start is not None:
             self._start = 0
         return out
+
+
+def _whole_lines(buf: str, pos: int, out: list[Any]) -> int:
+    """From a document boundary at ``pos``, decode each following line that is one whole JSON
+    object or array into ``out``; return where the first other line (or the unfinished tail) starts."""
+    loads = msgspec.json.decode
+    find = buf.find
+    while True:
+        nl = find("\n", pos)
+        if nl < 0:
+            return pos
+        try:
+            doc = loads(buf[pos:nl])
+        except msgspec.DecodeError:
+            if buf[pos:nl].isspace() or pos == nl:
+                pos = nl + 1
+                continue
+            return pos
+        if type(doc) is not dict and type(doc) is not list:
+            return pos  # the scanner names the problem
+        out.append(doc)
+        pos = nl + 1

@@ -19,6 +19,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 from mcp.shared.exceptions import MCPError
 
 from asyncai_servers._errors import unknown_tool
+from asyncai_servers._eventlog import read_after
 from asyncai_servers.kcp.kubectl import Kubectl, KubectlError
 from asyncai_servers.kcp.state import strip_managed_fields
 from asyncai_servers.kcp.uri import (
@@ -27,13 +28,14 @@ from asyncai_servers.kcp.uri import (
     UriError,
     WatchTarget,
     parse_api_uri,
+    parse_watch_uri,
     validate_tool_args,
     validate_workspace,
 )
 from asyncai_servers.kcp.watcher import SeedError, WatcherPool
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
-__all__ = ["KcpServer", "ListenTracker"]
+__all__ = ["KcpServer", "ListenTracker", "check_watchable"]
 
 WATCH_DESCRIPTION: Final = (
     "Event log of one Kubernetes resource type in a kcp workspace, fed by a Kubernetes watch (list, then watch from its resourceVersion). "
@@ -43,7 +45,8 @@ WATCH_DESCRIPTION: Final = (
     'Example: await watch_start(name="cm", uri="kcp-events://watch/root:app/configmaps?namespace=*")'
 )
 API_DESCRIPTION: Final = (
-    "The API resources a kcp workspace serves (same JSON as the get_api_resources tool); not watchable."
+    "The API resources a kcp workspace serves (same JSON as the get_api_resources tool); not watchable "
+    "(a listen on it is refused): read it, then watch a resource type with kcp-events://watch/..."
 )
 
 _STR: Final = {"type": "string"}
@@ -62,8 +65,31 @@ _KCP = _desc("alternate kcp endpoint name (server --endpoint NAME=KUBECONFIG); o
 _NS = _desc("namespace; '*' for all namespaces; omit for the kubeconfig's namespace")
 
 
+def check_watchable(uri: str) -> None:
+    """Raise the ``INVALID_PARAMS`` error a listen on ``uri`` gets unless it is a ``kcp-events://watch`` URI.
+
+    The SDK's ``ListenHandler`` acknowledges any URI, and a ``kcp-api://`` URI reads fine, so a
+    watch on it would start and never deliver: refuse it before the acknowledgment instead.
+    """
+    try:
+        parse_watch_uri(uri)
+    except UriError as exc:
+        if uri.startswith("kcp-api://"):
+            message = (
+                f"{uri} is not watchable: it is a plain document (the workspace's API resources), "
+                "served for resources/read and never updated. Read it to see which resource types exist, "
+                f"then watch one as {WATCH_TEMPLATE}, e.g. kcp-events://watch/root:app/configmaps?namespace=*"
+            )
+        else:
+            message = f"cannot watch {uri!r}: {exc}"
+        raise MCPError(types.INVALID_PARAMS, message) from exc
+
+
 class ListenTracker:
-    """Wraps ``ListenHandler`` to tell the pool which URIs each open listen stream subscribed to."""
+    """Wraps ``ListenHandler`` to tell the pool which URIs each open listen stream subscribed to.
+
+    A listen naming a URI that is not a watch URI is refused with a JSON-RPC error (nothing is acknowledged).
+    """
 
     def __init__(self, inner: ListenHandler, pool: Callable[[], WatcherPool]) -> None:
         self.inner = inner
@@ -74,6 +100,8 @@ class ListenTracker:
         self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         uris = list(dict.fromkeys(params.notifications.resource_subscriptions or ()))
+        for uri in uris:
+            check_watchable(uri)
         pool = self._pool()
         self.open[ctx.request_id] = uris
         for uri in uris:
@@ -157,7 +185,7 @@ class KcpServer:
                 text = json.dumps(await self._api_resources(target.workspace, target.kcp))
                 mime = "application/json"
             else:
-                text = await self.pool.read(uri)
+                text = await self.pool.read(uri, read_after(params.meta))
                 mime = EVENTS_MIME_TYPE
         except UriError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc

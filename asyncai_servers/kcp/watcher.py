@@ -25,18 +25,34 @@ import anyio
 import anyio.abc
 import attrs
 
-from asyncai_servers._eventlog import DEFAULT_RING_CAPACITY, EventRing
+from asyncai_servers._eventlog import EventRing
 from asyncai_servers.kcp.jsonstream import JsonStreamError
 from asyncai_servers.kcp.kubectl import Kubectl, KubectlError, WatchPath
 from asyncai_servers.kcp.state import WatchOutcome, WatchState
 from asyncai_servers.kcp.uri import WatchTarget, parse_watch_uri
 from asyncai_watch.clock import Clock, SystemClock
 
-__all__ = ["Backoff", "SeedError", "Watcher", "WatcherPool", "stderr_says_expired", "stderr_says_too_large"]
+__all__ = [
+    "RING_CHARS",
+    "RING_EVENTS",
+    "RING_WINDOW",
+    "Backoff",
+    "SeedError",
+    "Watcher",
+    "WatcherPool",
+    "stderr_says_expired",
+    "stderr_says_too_large",
+]
 
 log = logging.getLogger("asyncai_servers.kcp")
 
 SEED_TIMEOUT: Final = 30.0
+RING_EVENTS: Final = 8192
+"""Events a watch URI's ring keeps for readers that send their position: 0.8 s at 10,000 events/s."""
+RING_CHARS: Final = 8 << 20
+"""...and at most this much JSON text, whatever the objects' size."""
+RING_WINDOW: Final = 256
+"""Events a read without a position returns (a full read's cost is bounded by this, not the ring)."""
 
 
 @attrs.define
@@ -104,7 +120,9 @@ class Watcher:
         clock: Clock,
         backoff: Backoff,
         start_seq: int = 0,
-        capacity: int = DEFAULT_RING_CAPACITY,
+        capacity: int = RING_EVENTS,
+        max_chars: int | None = RING_CHARS,
+        window: int | None = RING_WINDOW,
     ) -> None:
         self.uri = uri
         self.target = target
@@ -112,7 +130,7 @@ class Watcher:
         self.publish = publish
         self.clock = clock
         self.backoff = backoff
-        self.ring = EventRing(capacity, start_seq=start_seq)
+        self.ring = EventRing(capacity, start_seq=start_seq, max_chars=max_chars, window=window)
         self.state = WatchState()
         self.ready = anyio.Event()
         self.seed_error: KubectlError | None = None
@@ -123,18 +141,38 @@ class Watcher:
         self.resource_version: str | None = None
         """Where the next watch resumes: the last event's (or the last list's) resourceVersion."""
         self.caught_up = anyio.Event()  # set after each re-list's events were appended
+        self.notified = False
+        """An update went out and no read has started since (see :meth:`_notify`)."""
+        self.notifications = 0
+
+    async def _notify(self) -> None:
+        # Notify once until someone reads: every read returns the whole ring, so a reader that
+        # was notified and has not read yet will see whatever is appended before its read. A
+        # burst then costs one notification (and one read) per read the client makes, not one
+        # per batch kubectl printed; the read clears the flag before it takes the body.
+        if self.notified:
+            return
+        self.notified = True
+        self.notifications += 1
+        await self.publish(self.uri)
+
+    def read(self, after: tuple[str, int] | None = None) -> str:
+        """The ring's read body (after a reader's position, see ``EventRing.text``); from now on
+        the next append notifies again."""
+        self.notified = False
+        return self.ring.text(after)
 
     async def _append(self, events: list[dict[str, object]]) -> None:
         if not events:
             return
         for ev in events:
             self.ring.append(ev)
-        await self.publish(self.uri)
+        await self._notify()
 
     async def _error(self, message: str) -> None:
         self.ring.error(message)
         log.warning("%s: %s", self.uri, message)
-        await self.publish(self.uri)
+        await self._notify()
 
     async def run(self) -> None:
         """Run until cancelled, or until the seed fails permanently (then ``seed_error`` says why)."""
@@ -272,6 +310,9 @@ class WatcherPool:
         backoff: Callable[[], Backoff] = Backoff,
         idle_grace: float = 60.0,
         seed_timeout: float = SEED_TIMEOUT,
+        ring_events: int = RING_EVENTS,
+        ring_chars: int | None = RING_CHARS,
+        ring_window: int | None = RING_WINDOW,
     ) -> None:
         self._tg = tg
         self.kubectl = kubectl
@@ -280,6 +321,9 @@ class WatcherPool:
         self._backoff = backoff
         self.idle_grace = idle_grace
         self.seed_timeout = seed_timeout
+        self.ring_events = ring_events
+        self.ring_chars = ring_chars
+        self.ring_window = ring_window
         self.entries: dict[str, _Entry] = {}
         self._last_seq: dict[str, int] = {}  # keeps seq monotonic across a URI's watcher restarts
 
@@ -292,6 +336,9 @@ class WatcherPool:
             clock=self.clock,
             backoff=self._backoff(),
             start_seq=self._last_seq.get(uri, 0),
+            capacity=self.ring_events,
+            max_chars=self.ring_chars,
+            window=self.ring_window,
         )
         entry = _Entry(watcher=watcher, scope=anyio.CancelScope())
         self.entries[uri] = entry
@@ -357,7 +404,7 @@ class WatcherPool:
 
         self._tg.start_soon(wait)
 
-    async def read(self, uri: str) -> str:
+    async def read(self, uri: str, after: tuple[str, int] | None = None) -> str:
         """The ring's read body; the first read awaits the seed and fails with its error."""
         target = parse_watch_uri(uri)
         entry = self.entries.get(uri)
@@ -377,4 +424,4 @@ class WatcherPool:
             if entry.listeners == 0 and self.entries.get(uri) is entry:
                 self._stop(uri)  # the next read tries afresh
             raise SeedError(error.message)
-        return watcher.ring.text()
+        return watcher.read(after)

@@ -42,7 +42,7 @@ class JsonStreamError(ValueError):
 def _loads(text: str) -> Any:
     try:
         return msgspec.json.decode(text)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return json.loads(text)  # what msgspec refuses but JSON allows (NaN, 1e400); else the error
 
 
@@ -144,7 +144,7 @@ def _whole_lines(buf: str, pos: int, out: list[Any]) -> int:
             return pos
         try:
             doc = loads(buf[pos:nl])
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             if buf[pos:nl].isspace() or pos == nl:
                 pos = nl + 1
                 continue

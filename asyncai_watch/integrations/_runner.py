@@ -141,7 +141,13 @@ class TurnRunner:
             if tg is None:
                 return None
             tg.cancel_scope.cancel()
-            return await tg.__aexit__(exc_type, exc, tb)
+            try:
+                return await tg.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                # The task group wraps the body's own exception; hand it back unwrapped.
+                if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                    raise exc from exc.__cause__
+                raise
         finally:
             # Whoever still waits in ask() learns the runner is gone instead of waiting forever.
             for item in [*self._batch, *self._turns.inbox]:

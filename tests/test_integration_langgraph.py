@@ -38,7 +38,7 @@ class FakeChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "asyncai-test-fake"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> FakeChatModel:  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> FakeChatModel:
         return self  # the brain names its tools itself
 
     def _generate(
@@ -88,7 +88,7 @@ def react_graph(
     return graph.compile(checkpointer=checkpointer)
 
 
-def human_texts(messages: list[BaseMessage]) -> list[str]:
+def human_texts(messages: Sequence[BaseMessage]) -> list[str]:
     return [m.text for m in messages if isinstance(m, HumanMessage)]
 
 

@@ -31,7 +31,7 @@ class FakeModel(Model):
 
     def __init__(self, brain: Brain) -> None:
         self.brain = brain
-        self.inputs: list[list[TResponseInputItem]] = []
+        self.inputs: list[list[Any]] = []
         self.calls = 0
 
     async def get_response(

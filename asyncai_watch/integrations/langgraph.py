@@ -32,7 +32,7 @@ from asyncai_watch.manager import WatchManager
 try:
     from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
     from langchain_core.runnables import RunnableConfig
-    from langchain_core.tools import StructuredTool, ToolException
+    from langchain_core.tools import BaseTool, StructuredTool, ToolException
     from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.pregel import Pregel
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
@@ -53,7 +53,7 @@ def _tool(fn: Callable[..., Awaitable[Any]]) -> StructuredTool:
     return StructuredTool.from_function(coroutine=call, parse_docstring=True, handle_tool_error=True)
 
 
-def watch_tools(watches: WatchApi) -> list[StructuredTool]:
+def watch_tools(watches: WatchApi) -> list[BaseTool]:
     """The watch built-ins over ``watches`` (a :class:`~asyncai_watch.WatchManager`) as LangChain tools."""
     return [_tool(fn) for fn in watch_functions(watches)]
 

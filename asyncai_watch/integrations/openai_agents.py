@@ -29,7 +29,7 @@ from asyncai_watch.integrations._runner import Publish, TurnRunner
 from asyncai_watch.manager import WatchManager
 
 try:
-    from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, Runner, function_tool
+    from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, Runner, Tool, function_tool
     from agents.items import TResponseInputItem
     from agents.run_config import DEFAULT_MAX_TURNS
     from agents.tool import default_tool_error_function
@@ -55,7 +55,7 @@ def _json_tool(fn: Callable[..., Awaitable[Any]]) -> FunctionTool:
     return function_tool(tool, failure_error_function=_tool_error)
 
 
-def watch_tools(watches: WatchApi) -> list[FunctionTool]:
+def watch_tools(watches: WatchApi) -> list[Tool]:
     """The watch built-ins over ``watches`` (a :class:`~asyncai_watch.WatchManager`) as function tools."""
     return [_json_tool(fn) for fn in watch_functions(watches)]
 

@@ -125,10 +125,9 @@ async def test_leaving_the_block_cancels_a_run_and_ends_a_waiting_ask() -> None:
             errors.append(exc)
 
     with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            async with TurnRunner(turns, publish=publish) as runner:
-                tg.start_soon(ask, runner)
-                await turns.holding.wait()
+        async with anyio.create_task_group() as tg, TurnRunner(turns, publish=publish) as runner:
+            tg.start_soon(ask, runner)
+            await turns.holding.wait()
     assert [str(e) for e in errors] == ["TurnRunner closed before a run took the message"]
     with pytest.raises(RuntimeError, match="not running"):
         runner.send("late")

@@ -32,7 +32,7 @@ class Model:
         self.requests: list[list[ModelMessage]] = []
         self.calls = 0
 
-    async def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         self.requests.append(list(messages))
         last = messages[-1]
         assert isinstance(last, ModelRequest)
@@ -66,7 +66,7 @@ async def test_a_change_becomes_a_turn_whose_reply_is_published_and_history_is_k
     brain, published = Brain(), Published()
     model = Model(brain)
     async with memo() as m:
-        agent = Agent(FunctionModel(model), toolsets=[watch_toolset(m.watches)])
+        agent = Agent(FunctionModel(model.respond), toolsets=[watch_toolset(m.watches)])
         async with watch_runner(agent, m.watches, publish=published) as runner:
             ask = ask_call("watch_start", name="notes", uri="memo://notes")
             with anyio.fail_after(WAIT):
@@ -96,7 +96,7 @@ async def test_a_change_becomes_a_turn_whose_reply_is_published_and_history_is_k
 async def test_a_no_reply_turn_publishes_nothing() -> None:
     brain, published = Brain(), Published()
     async with memo() as m:
-        agent = Agent(FunctionModel(Model(brain)), toolsets=[watch_toolset(m.watches)])
+        agent = Agent(FunctionModel(Model(brain).respond), toolsets=[watch_toolset(m.watches)])
         async with watch_runner(agent, m.watches, publish=published) as runner:
             with anyio.fail_after(WAIT):
                 await runner.ask(ask_call("watch_start", name="notes", uri="memo://notes"))
@@ -118,7 +118,7 @@ async def test_two_notices_during_a_run_give_one_follow_up_run() -> None:
     brain, published = Brain(), Published()
     model = Model(brain)
     async with memo() as m:
-        agent = Agent(FunctionModel(model), toolsets=[watch_toolset(m.watches)])
+        agent = Agent(FunctionModel(model.respond), toolsets=[watch_toolset(m.watches)])
         async with watch_runner(agent, m.watches, publish=published) as runner:
             with anyio.fail_after(WAIT):
                 await runner.ask(ask_call("watch_start", name="notes", uri="memo://notes"))
@@ -141,7 +141,7 @@ async def test_two_notices_during_a_run_give_one_follow_up_run() -> None:
 async def test_refused_calls_are_tool_errors_with_the_library_message() -> None:
     brain, published = Brain(), Published()
     async with memo() as m:
-        agent = Agent(FunctionModel(Model(brain)), toolsets=[watch_toolset(m.watches)])
+        agent = Agent(FunctionModel(Model(brain).respond), toolsets=[watch_toolset(m.watches)])
         async with watch_runner(agent, m.watches, publish=published) as runner:
             with anyio.fail_after(WAIT):
                 unknown = await runner.ask(ask_call("watch_start", name="x", uri="nope://here"))
@@ -160,7 +160,7 @@ async def test_refused_calls_are_tool_errors_with_the_library_message() -> None:
 async def test_a_filter_through_the_toolset_may_not_call_a_mutating_tool() -> None:
     brain, published = Brain(), Published()
     async with memo() as m:
-        agent = Agent(FunctionModel(Model(brain)), toolsets=[watch_toolset(m.watches)])
+        agent = Agent(FunctionModel(Model(brain).respond), toolsets=[watch_toolset(m.watches)])
         async with watch_runner(agent, m.watches, publish=published) as runner:
             on_event = 'memo_set(key="hijacked", value=True)'
             with anyio.fail_after(WAIT):
@@ -181,7 +181,7 @@ async def test_a_filter_through_the_toolset_may_not_call_a_mutating_tool() -> No
 
 async def test_agent_turns_keeps_the_message_history_between_calls() -> None:
     brain = Brain()
-    turns = AgentTurns(Agent(FunctionModel(Model(brain))))
+    turns = AgentTurns(Agent(FunctionModel(Model(brain).respond)))
     with anyio.fail_after(WAIT):
         assert await turns("hello") == "ok"
         first = len(turns.messages)

@@ -60,9 +60,9 @@ def watch_functions(manager: WatchApi) -> list[Callable[..., Awaitable[Any]]]:
         Args:
             name: A name for the watch (letters, digits, _ . -), used by watch_stop.
             uri: The resource URI to watch, e.g. memo://notes (see list_resources).
-            on_event: Optional Python filter source run once per event with `event` in scope;
-                its last expression is the notice line (None drops the event). It may only
-                read: read_resource, list_resources and read-only tools.
+            on_event: Optional Python filter source, run once per event with `event` in
+                scope; its last expression is the notice line (None drops the event). The
+                filter can only read (read_resource, list_resources, read-only tools).
         """
         result: dict[str, Any] = await fns["watch_start"](name=name, uri=uri, on_event=on_event)
         return result

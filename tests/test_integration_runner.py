@@ -4,6 +4,7 @@ notice stream; and the one-line error for a missing extra."""
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 
 import anyio
@@ -88,7 +89,10 @@ async def test_no_reply_and_empty_replies_are_not_published() -> None:
     assert runner.stats.suppressed == 2
 
 
-async def test_a_failed_run_or_publish_is_recorded_and_the_next_notice_still_runs() -> None:
+async def test_a_failed_run_or_publish_is_recorded_and_the_next_notice_still_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="asyncai_watch.integrations")
     published: list[str] = []
 
     async def publish(text: str) -> None:
@@ -108,6 +112,10 @@ async def test_a_failed_run_or_publish_is_recorded_and_the_next_notice_still_run
     assert ok.published
     assert published == ["reply 3"]
     assert (runner.stats.failed, runner.stats.published) == (2, 1)
+    logged = [(r.levelname, r.getMessage(), getattr(r, "error", None)) for r in caplog.records]
+    assert ("ERROR", "integration.run_failed", "ValueError: the model is down") in logged
+    assert ("ERROR", "integration.publish_failed", "ConnectionError: channel gone") in logged
+    assert [r.run for r in caplog.records if r.getMessage() == "integration.run"] == [1, 2, 3]  # type: ignore[attr-defined]
 
 
 async def test_leaving_the_block_cancels_a_run_and_ends_a_waiting_ask() -> None:

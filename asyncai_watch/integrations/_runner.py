@@ -225,6 +225,16 @@ class TurnRunner:
             self._changed_now()
             record = await self._run(self._stats.runs_started, batch)
             self.runs.append(record)
+            logger.debug(
+                "integration.run",
+                extra={
+                    "run": record.number,
+                    "notices": len(record.notices),
+                    "messages": len(record.messages),
+                    "published": record.published,
+                    "error": record.error,
+                },
+            )
             self._stats = attrs.evolve(
                 self._stats,
                 runs_completed=self._stats.runs_completed + 1,

@@ -132,11 +132,21 @@ async def test_leaving_the_block_cancels_a_run_and_ends_a_waiting_ask() -> None:
         except RuntimeError as exc:
             errors.append(exc)
 
+    async def wait(runner: TurnRunner) -> None:
+        try:
+            await runner.wait(lambda s: s.published == 1)
+        except RuntimeError as exc:
+            errors.append(exc)
+
     with anyio.fail_after(WAIT):
         async with anyio.create_task_group() as tg, TurnRunner(turns, publish=publish) as runner:
             tg.start_soon(ask, runner)
+            tg.start_soon(wait, runner)
             await turns.holding.wait()
-    assert [str(e) for e in errors] == ["TurnRunner closed before a run took the message"]
+    assert sorted(str(e) for e in errors) == [
+        "TurnRunner closed before a run took the message",
+        "TurnRunner closed before the awaited condition held",
+    ]
     with pytest.raises(RuntimeError, match="not running"):
         runner.send("late")
 

@@ -153,6 +153,7 @@ class TurnRunner:
             for item in [*self._batch, *self._turns.inbox]:
                 if isinstance(item, _Message):
                     item.done.set()
+            self._changed_now()  # and so does whoever waits in wait()
 
     # -- input -----------------------------------------------------------------------------------
 
@@ -200,9 +201,12 @@ class TurnRunner:
     async def wait(self, until: Callable[[RunnerStats], bool]) -> RunnerStats:
         """Return the stats once ``until(stats)`` holds; woken by each change, never by a timer.
 
-        E.g. ``await runner.wait(lambda s: s.published >= 1)``.
+        E.g. ``await runner.wait(lambda s: s.published >= 1)``. Raises :class:`RuntimeError`
+        when the runner closes first.
         """
         while not until(stats := self.stats):
+            if self._closed:
+                raise RuntimeError("TurnRunner closed before the awaited condition held")
             await self._changed.wait()
         return stats
 

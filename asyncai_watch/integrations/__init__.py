@@ -1,0 +1,23 @@
+"""asyncai-watch inside agent frameworks: the watch built-ins as native tools, and a runner
+that turns notices into the framework's turns.
+
+One module per framework, each behind its own extra, so importing this package needs none of them:
+
+- :mod:`asyncai_watch.integrations.pydantic_ai` (``pip install 'asyncai-watch[pydantic-ai]'``);
+- :mod:`asyncai_watch.integrations.openai_agents` (``pip install 'asyncai-watch[openai-agents]'``);
+- :mod:`asyncai_watch.integrations.langgraph` (``pip install 'asyncai-watch[langgraph]'``).
+
+Every framework runs turns through the same :class:`TurnRunner` (the library's turn rules:
+render, coalesce, ``NO_REPLY``); only "run one turn with this text, return the reply" differs.
+"""
+
+from __future__ import annotations
+
+from asyncai_watch.integrations._runner import Publish, RunnerStats, RunRecord, TurnFn, TurnRunner
+
+__all__ = ["Publish", "RunRecord", "RunnerStats", "TurnFn", "TurnRunner", "missing_extra"]
+
+
+def missing_extra(module: str, *, package: str, extra: str) -> ImportError:
+    """The one-line error for an integration whose framework is not installed."""
+    return ImportError(f"{module} needs {package}: pip install 'asyncai-watch[{extra}]'")

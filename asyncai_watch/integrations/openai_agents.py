@@ -1,0 +1,104 @@
+"""asyncai-watch in the OpenAI Agents SDK: the watch built-ins as function tools, notices as runs.
+
+::
+
+    agent = Agent(name="watcher", model=model, tools=watch_tools(watches))
+    async with watch_runner(agent, watches, publish=send) as runner:
+        await runner.ask("Watch memo://notes and tell me when the todo changes.")
+
+:func:`watch_tools` gives ``list_resources``, ``read_resource``, ``watch_start``, ``watch_stop`` and
+``watch_list`` as ``FunctionTool`` values (``function_tool`` over typed functions). A tool answers
+compact JSON text in the design's shapes; a call the library refuses answers its error message
+(``Type: message``) instead of the SDK's generic one, so the model can fix its next call.
+:class:`AgentTurns` runs ``Runner.run`` once per turn with the history so far
+(``result.to_input_list()``); :func:`watch_runner` puts it behind the shared
+:class:`~asyncai_watch.integrations.TurnRunner`. Docs: docs/integrations/openai-agents.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asyncai_watch.codemode import WatchApi
+from asyncai_watch.integrations import missing_extra
+from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
+from asyncai_watch.integrations._runner import Publish, TurnRunner
+from asyncai_watch.manager import WatchManager
+
+try:
+    from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, Runner, Tool, function_tool
+    from agents.items import TResponseInputItem
+    from agents.run_config import DEFAULT_MAX_TURNS
+    from agents.tool import default_tool_error_function
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
+    raise missing_extra(__name__, package="openai-agents", extra="openai-agents") from exc
+
+__all__ = ["AgentTurns", "watch_runner", "watch_tools"]
+
+
+def _tool_error(ctx: RunContextWrapper[Any], exc: Exception) -> str:
+    """The library's own message for a refused call; the SDK's generic text for anything else."""
+    if isinstance(exc, TOOL_ERRORS):
+        return tool_error_text(exc)
+    return default_tool_error_function(ctx, exc)
+
+
+def _json_tool(fn: Callable[..., Awaitable[Any]]) -> FunctionTool:
+    # The SDK sends a tool's str() to the model; a dict's str() is a Python repr, so answer JSON.
+    @functools.wraps(fn)
+    async def tool(*args: Any, **kwargs: Any) -> str:
+        return json.dumps(await fn(*args, **kwargs), ensure_ascii=False)
+
+    return function_tool(tool, failure_error_function=_tool_error)
+
+
+def watch_tools(watches: WatchApi) -> list[Tool]:
+    """The watch built-ins over ``watches`` (a :class:`~asyncai_watch.WatchManager`) as function tools."""
+    return [_json_tool(fn) for fn in watch_functions(watches)]
+
+
+class AgentTurns:
+    """One conversation with ``agent``: each call is one ``Runner.run`` over the history so far.
+
+    ``items`` is the history (``result.to_input_list()`` of the last run). ``context`` and
+    ``run_config`` are passed to every run (e.g. ``RunConfig(tracing_disabled=True)`` offline).
+    """
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        *,
+        context: Any = None,
+        run_config: RunConfig | None = None,
+        max_turns: int = DEFAULT_MAX_TURNS,
+    ) -> None:
+        self.agent = agent
+        self.context = context
+        self.run_config = run_config
+        self.max_turns = max_turns
+        self.items: list[TResponseInputItem] = []
+
+    async def __call__(self, prompt: str) -> str | None:
+        turn: list[TResponseInputItem] = [*self.items, {"role": "user", "content": prompt}]
+        result = await Runner.run(
+            self.agent, turn, context=self.context, run_config=self.run_config, max_turns=self.max_turns
+        )
+        self.items = result.to_input_list()
+        output = result.final_output
+        return output if isinstance(output, str) or output is None else str(output)
+
+
+def watch_runner(
+    agent: Agent[Any],
+    watches: WatchManager,
+    *,
+    publish: Publish,
+    context: Any = None,
+    run_config: RunConfig | None = None,
+) -> TurnRunner:
+    """A :class:`~asyncai_watch.integrations.TurnRunner` feeding ``watches``' notices to ``agent``."""
+    turns = AgentTurns(agent, context=context, run_config=run_config)
+    return TurnRunner(turns, watches.notices, publish=publish)

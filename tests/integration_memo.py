@@ -1,0 +1,128 @@
+"""What every framework integration test shares: the real memo server watched over stdio, a
+second MCP client that changes it, and a scripted model brain each framework's fake model asks.
+
+The memo runs with ``--also-http``: one memo and one subscription bus behind both transports.
+It brings HTTP up before it answers on stdio, so once the stdio connect returns, the ready file
+holds the URL (no waiting for it). The writer connects over Streamable HTTP like a separate
+user: its writes reach the agent only through the watch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+
+from asyncai_watch import Limits, McpResourceSource, WatchManager
+
+IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
+"""Each change its own notice (no debounce window to merge two into one)."""
+WAIT = 60  # generous: the machine running the suite may be busy; nothing here sleeps
+
+
+@attrs.define
+class Memo:
+    watches: WatchManager
+    writer: McpResourceSource
+
+    async def set(self, key: str, value: object) -> None:
+        result = await self.writer.call_tool("memo_set", {"key": key, "value": value})
+        assert not result.is_error, result.text
+
+    async def notes(self) -> Any:
+        return json.loads((await self.writer.read("memo://notes")).text)
+
+
+@asynccontextmanager
+async def memo(limits: Limits = IMMEDIATE) -> AsyncIterator[Memo]:
+    with tempfile.TemporaryDirectory(prefix="asyncai-integ-") as tmp:
+        ready = Path(tmp) / "memo-http"
+        command = [
+            sys.executable,
+            "-m",
+            "asyncai_servers.memo",
+            "--also-http",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(ready),
+        ]
+        async with (
+            McpResourceSource.stdio(command, name="memo") as source,
+            WatchManager([source], limits=limits) as watches,
+        ):
+            url = ready.read_text(encoding="utf-8").split(" ", 1)[1].strip()
+            async with McpResourceSource.http(url, name="outside") as writer:
+                yield Memo(watches, writer)
+
+
+class Published:
+    """A ``publish`` callback that keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    async def __call__(self, text: str) -> None:
+        self.texts.append(text)
+
+
+def ask_call(tool: str, /, **args: Any) -> str:
+    """The user message that makes the brain call ``tool`` with ``args``."""
+    return f"call {tool} {json.dumps(args)}"
+
+
+@attrs.frozen
+class Call:
+    """The model asks for a tool call."""
+
+    name: str
+    args: dict[str, Any]
+
+
+_EVENT = re.compile(r"<watch-event [^>]*>\n(.*?)\n</watch-event>", re.DOTALL)
+
+
+class Brain:
+    """The scripted decisions behind each framework's fake model (the framework part differs).
+
+    - a user message ``call NAME {json args}`` -> that tool call;
+    - any other user message -> ``ok``;
+    - a turn of watch events -> ``NO_REPLY`` when every event mentions ``noise``, else
+      ``seen: <event line>; <event line>``; while :attr:`hold` is set, the turn waits for it
+      (so notices can arrive during the run) after setting :attr:`holding`;
+    - a tool's answer -> ``tool said: <its text>``.
+
+    :attr:`prompts` records every user text the model got, in order.
+    """
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+        self.tool_results: list[str] = []
+        self.hold: anyio.Event | None = None
+        self.holding = anyio.Event()
+
+    async def on_user(self, text: str) -> Call | str:
+        self.prompts.append(text)
+        if text.startswith("call "):
+            name, _, args = text.removeprefix("call ").partition(" ")
+            return Call(name, json.loads(args or "{}"))
+        events = _EVENT.findall(text)
+        if not events:
+            return "ok"
+        if self.hold is not None:
+            self.holding.set()
+            await self.hold.wait()
+        if all("noise" in event for event in events):
+            return "NO_REPLY"
+        return "seen: " + "; ".join(events)
+
+    def on_tool_result(self, text: str) -> str:
+        self.tool_results.append(text)
+        return f"tool said: {text}"

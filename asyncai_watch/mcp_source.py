@@ -63,6 +63,7 @@ from mcp.client.subscriptions import (
 )
 
 from asyncai_watch.clock import Clock, SystemClock, fail_after
+from asyncai_watch.core.eventlog import AFTER_META_KEY
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import (
     NotWatchableError,
@@ -611,10 +612,17 @@ class McpResourceSource:
             for t in page.resource_templates
         ]
 
-    async def read(self, uri: str) -> ReadResult:
-        """Read ``uri`` from the server (never from a cache): its first content as text."""
+    async def read(self, uri: str, *, after: tuple[str, int] | None = None) -> ReadResult:
+        """Read ``uri`` from the server (never from a cache): its first content as text.
+
+        ``after`` (an event log's ``(log_id, seq)``) goes in the request's ``_meta``, so a server
+        that knows positions answers with the newer events only.
+        """
         what = f"resources/read {uri!r}"
-        result = await self._request(what, lambda client: client.read_resource(uri, cache_mode="bypass"))
+        meta = {AFTER_META_KEY: {"log_id": after[0], "seq": after[1]}} if after is not None else None
+        result = await self._request(
+            what, lambda client: client.read_resource(uri, cache_mode="bypass", meta=meta)  # type: ignore[arg-type]
+        )
         if not result.contents:
             raise ServerError(self.name, what, None, "the server returned no contents")
         content = result.contents[0]

@@ -84,8 +84,13 @@ class ResourceSource(Protocol):
         """Every resource template (``[]`` for a server that serves no ``resources/templates/list``)."""
         ...
 
-    async def read(self, uri: str) -> ReadResult:
-        """Read ``uri`` fresh (never from a cache). Raises on a server error."""
+    async def read(self, uri: str, *, after: tuple[str, int] | None = None) -> ReadResult:
+        """Read ``uri`` fresh (never from a cache). Raises on a server error.
+
+        ``after`` is an event-log reader's position ``(log_id, seq)``; a server that knows it
+        answers with the events after it (``_meta`` ``asyncai-watch/events-after``), one that
+        does not answers the whole log. A source may ignore it.
+        """
         ...
 
     def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:

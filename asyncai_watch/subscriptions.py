@@ -22,6 +22,8 @@ import anyio.abc
 import attrs
 
 from asyncai_watch.clock import Clock, move_on_at
+from asyncai_watch.core.eventlog import Position, position
+from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.watch import Body, GiveUp, Resubscribe, Retry
 from asyncai_watch.errors import SubscriptionLostError, WatchError
@@ -85,8 +87,9 @@ class GaveUp:
 class Inbox:
     """A watch's side of a feed: what the feed said, until the watch's loop takes it.
 
-    A newer body replaces one not yet taken: a state diff against the newest read is the net
-    change, and an event log's newest read holds the newer events (or reports the GAP).
+    A newer body replaces one not yet taken (:meth:`~asyncai_watch.core.watch.Body.then`): a
+    state diff against the newest read is the net change, and an event log's newest read holds
+    the newer events (or reports the GAP); positioned event-log reads are joined instead.
     :meth:`wake` lets the loop's own jobs wake it too, so the loop waits in one place.
     """
 
@@ -96,7 +99,7 @@ class Inbox:
     _wake: anyio.Event = attrs.field(factory=anyio.Event)
 
     def body(self, body: Body) -> None:
-        self._body = body
+        self._body = body if self._body is None else self._body.then(body)
         self.wake()
 
     def read_failed(self, error: str) -> None:
@@ -176,6 +179,7 @@ class Feed:
         self._wanted = anyio.Event()  # a read is wanted: an update signal, a joiner, an end
         self._scope = anyio.CancelScope()
         self._started = False
+        self._position: Position | None = None  # the event log's, after the last read (None: a state)
         self.ended = anyio.Event()
         """Set once the feed is over and its subscription closed."""
 
@@ -323,13 +327,23 @@ class Feed:
         self._want()
 
     async def _read(self) -> Body:
-        result = await self.source.read(self.uri)
+        after = self._position
+        result = await self.source.read(self.uri, after=after)
         self.reads += 1
         if len(result.text) > LARGE_BODY:
             # Parsing holds the GIL: a large body is parsed in the large-body worker instead
-            # (asyncai_watch.offload), never on the event loop.
+            # (asyncai_watch.offload), never on the event loop. Its position is unknown here, so
+            # the next read is a whole one.
+            self._position = None
             return Body.raw(result.text, result.mime_type)
-        return Body.parse(result.text, result.mime_type)
+        body = Body.parse(result.text, result.mime_type)
+        if shape_for_mime_type(result.mime_type) == "event-log":
+            # Every watch on the feed takes every body (positioned ones are joined, never
+            # replaced), so the next read can start where this one ended.
+            self._position = position(body.value) if body.error is None else None
+            if after is not None:
+                body = attrs.evolve(body, delta=True)
+        return body
 
     # -- joiners --------------------------------------------------------------------------------
 

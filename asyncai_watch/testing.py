@@ -136,6 +136,8 @@ class FakeSource:
         self.requests: collections.Counter[str] = collections.Counter()
         self.calls: list[tuple[str, str]] = []
         self.tool_calls: list[tuple[str, dict[str, Any]]] = []
+        self.positions: list[tuple[str, int] | None] = []
+        """The ``after`` of every read, in order."""
         self.read_errors: dict[str, BaseException] = {}
         self.read_gates: dict[str, ReadGate] = {}
         self.listen_failures: list[BaseException] = []
@@ -171,8 +173,10 @@ class FakeSource:
         self._check_connected()
         return list(self.templates)
 
-    async def read(self, uri: str) -> ReadResult:
+    async def read(self, uri: str, *, after: tuple[str, int] | None = None) -> ReadResult:
+        """The current content (a position ``after`` is recorded in :attr:`positions`, not used)."""
         self._count("resources/read", uri)
+        self.positions.append(after)
         gate = self.read_gates.get(uri)
         if gate is not None and not gate.is_open:
             await gate.pass_through()

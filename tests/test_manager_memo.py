@@ -84,12 +84,12 @@ class GatedSource:
     async def list_templates(self) -> list[ListedTemplate]:
         return await self.inner.list_templates()
 
-    async def read(self, uri: str) -> ReadResult:
+    async def read(self, uri: str, *, after: tuple[str, int] | None = None) -> ReadResult:
         gate = self.gate
         if gate is not None:
             self.blocked.set()
             await gate.wait()
-        return await self.inner.read(uri)
+        return await self.inner.read(uri, after=after)
 
     def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         return self.inner.listen(uri)

@@ -31,13 +31,37 @@ from asyncai_watch.core.identity import item_key
 from asyncai_watch.core.jsontext import JsonError, parse_json
 
 __all__ = [
+    "AFTER_META_KEY",
     "GAP_LIMIT",
     "GAP_RESET",
     "GAP_TRUNCATED",
     "BodyError",
     "FeedResult",
+    "Position",
     "Sequencer",
+    "position",
 ]
+
+AFTER_META_KEY: Final = "asyncai-watch/events-after"
+"""``resources/read`` ``_meta`` key naming a reader's position ``{"log_id": str, "seq": int}``: a
+server that knows it answers with the events after it (docs/server-contract.md); one that does
+not ignores it and answers the whole log, which is always correct."""
+
+Position = tuple[str, int]
+"""An event-log reader's position: the log's ``log_id`` and the newest ``seq`` read."""
+
+
+def position(body: Any) -> Position | None:
+    """The position a read leaves its reader at: ``(log_id, newest seq)``, when the body names
+    its log (no ``log_id``: the server cannot take a position anyway)."""
+    if not isinstance(body, Mapping):
+        return None
+    mark, log_id = _header(body)
+    if log_id is None:
+        return None
+    seqs = [ev["seq"] for ev in body.get("events") or () if type(ev) is dict and type(ev.get("seq")) is int]
+    top = max([*seqs, *([mark] if mark is not None else [])], default=None)
+    return None if top is None else (log_id, top)
 
 GAP_TRUNCATED: Final = "truncated"
 """GAP reason: the server's ring no longer held those seqs when this reader read."""

@@ -25,7 +25,7 @@ ended" in, "retry after N s" or "give up after N attempts" out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, Protocol
 
 import attrs
@@ -60,6 +60,9 @@ Outcome = Literal["noop", "dropped", "error", "kept", "deduped"]
 
 _MISSING: Final[Any] = object()
 
+MAX_MERGED_EVENTS: Final = 8192
+"""The most events a watch keeps from positioned reads it has not processed yet."""
+
 
 @attrs.frozen
 class Body:
@@ -75,6 +78,8 @@ class Body:
     error: str | None = None
     parsed: bool = True
     """``False`` for a :meth:`raw` body: parsed by whoever extracts its events."""
+    delta: bool = False
+    """An event-log read made with the reader's position: only the events after it."""
 
     @classmethod
     def parse(cls, text: str, mime_type: str | None = None) -> Body:
@@ -90,6 +95,22 @@ class Body:
 
     def parsed_body(self) -> Body:
         return self if self.parsed else Body.parse(self.text, self.mime_type)
+
+    def then(self, newer: Body, *, max_events: int = MAX_MERGED_EVENTS) -> Body:
+        """What a watch that has not taken this body yet should take once ``newer`` came too.
+
+        Usually ``newer`` alone (the newest read of a state is the net change, and a whole event
+        log's newest read holds the older events). A positioned event-log read holds only what
+        came after the previous one, so two of those are joined: the events of both, oldest
+        first, at most ``max_events`` (the oldest are dropped, and the sequencer reports them as
+        a GAP, never silently)."""
+        if not (newer.delta and self.parsed and newer.parsed):
+            return newer
+        old, new = self.value, newer.value
+        if not (isinstance(old, Mapping) and isinstance(new, Mapping)) or old.get("log_id") != new.get("log_id"):
+            return newer
+        events = [*(old.get("events") or ()), *(new.get("events") or ())][-max_events:]
+        return attrs.evolve(newer, value={**new, "events": events})
 
 
 @attrs.frozen

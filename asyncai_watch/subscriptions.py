@@ -32,7 +32,11 @@ from asyncai_watch.source import ResourceSource
 __all__ = ["LARGE_BODY", "Down", "Feed", "GaveUp", "Inbox", "Subscriber", "Up", "describe"]
 
 LARGE_BODY: Final = 256 * 1024
-"""Bodies longer than this (characters) are parsed and diffed in a worker process."""
+"""State bodies longer than this (characters) are parsed and diffed in a worker process."""
+
+LARGE_EVENT_LOG: Final = 8 * 1024 * 1024
+"""Event-log bodies up to this size are parsed here: the feed needs their position for its next
+read (a positioned read of a fast log is a few thousand events); longer ones go to the worker."""
 
 
 def describe(exc: BaseException) -> str:
@@ -330,14 +334,15 @@ class Feed:
         after = self._position
         result = await self.source.read(self.uri, after=after)
         self.reads += 1
-        if len(result.text) > LARGE_BODY:
+        event_log = shape_for_mime_type(result.mime_type) == "event-log"
+        if len(result.text) > (LARGE_EVENT_LOG if event_log else LARGE_BODY):
             # Parsing holds the GIL: a large body is parsed in the large-body worker instead
             # (asyncai_watch.offload), never on the event loop. Its position is unknown here, so
             # the next read is a whole one.
             self._position = None
             return Body.raw(result.text, result.mime_type)
         body = Body.parse(result.text, result.mime_type)
-        if shape_for_mime_type(result.mime_type) == "event-log":
+        if event_log:
             # Every watch on the feed takes every body (positioned ones are joined, never
             # replaced), so the next read can start where this one ended.
             self._position = position(body.value) if body.error is None else None

@@ -142,7 +142,7 @@ class _Tally:
 
     def events(self) -> int:
         """The manager's own count (``watch_list``), GAP events included."""
-        return sum(int(w["events"]) for w in self.m.watch_list())
+        return sum(w.events for w in self.m.watch_list())
 
 
 def _cpu(pid: int) -> float:

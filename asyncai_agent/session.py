@@ -7,7 +7,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import attrs
 
 from asyncai_agent.agent import DEFAULT_MAX_ROUNDS, Agent
@@ -18,6 +17,7 @@ from asyncai_agent.events import AgentEvent, ReplyChannel
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.prompt import build_system_prompt
 from asyncai_agent.transcript import Transcript
+from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.codemode import builtins
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.http_auth import HttpAuth
@@ -165,7 +165,7 @@ async def open_session(
             )
         )
         orch.forward_notices(manager.notices)
-        tg = await stack.enter_async_context(anyio.create_task_group())
+        tg = await enter_task_group(stack)
         stack.callback(tg.cancel_scope.cancel)  # runs before the task group exits: pullers end with us
         for src, puller in ringing:
             orch.forward_notices(puller.notices)

@@ -24,11 +24,13 @@ EXTRAS: Final = {
     "openai": "openai",
     "anthropic": "anthropic",
     "postgres": "psycopg",
+    "pydantic-ai": "pydantic_ai",
+    "openai-agents": "agents",
+    "langgraph": "langgraph",
 }
 """Each extra of ``pyproject.toml`` with a runtime feature, and the top-level module it provides.
 
-A new extra (e.g. an agent-framework integration) is added here and in ``pyproject.toml``;
-a test checks that the two agree."""
+A new extra is added here and in ``pyproject.toml``; a test checks that the two agree."""
 
 
 class MissingExtraError(ImportError):

@@ -26,6 +26,7 @@ from typing import Final
 import anyio
 import attrs
 
+from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import WatchError
@@ -188,7 +189,7 @@ async def _watch(args: argparse.Namespace, specs: Sequence[ServerSpec]) -> int:
     failed = False
     with anyio.CancelScope() as scope:
         async with AsyncExitStack() as stack:
-            tg = await stack.enter_async_context(anyio.create_task_group())
+            tg = await enter_task_group(stack)
             tg.start_soon(_until_signalled, scope, stopped)
             sources = await _connected(specs, stack)
             manager = await stack.enter_async_context(WatchManager(sources, limits=limits_for(args.debounce)))

@@ -62,6 +62,7 @@ from mcp.client.subscriptions import (
     SubscriptionLost,
 )
 
+from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.core.eventlog import AFTER_META_KEY
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
@@ -355,7 +356,7 @@ class McpResourceSource:
             # The SDK client holds task groups open while connected, so it is held by an
             # owner task of ours (entered, then parked until close). That keeps a transport
             # crash inside the SDK from cancelling the caller, and lets us reconnect.
-            self._tg = tg = await stack.enter_async_context(anyio.create_task_group())
+            self._tg = tg = await enter_task_group(stack)
             # Exit order (LIFO): close the current connection cleanly, then cancel a
             # reconnect that another task may still have in flight, then join.
             stack.callback(tg.cancel_scope.cancel)
@@ -621,7 +622,8 @@ class McpResourceSource:
         what = f"resources/read {uri!r}"
         meta = {AFTER_META_KEY: {"log_id": after[0], "seq": after[1]}} if after is not None else None
         result = await self._request(
-            what, lambda client: client.read_resource(uri, cache_mode="bypass", meta=meta)  # type: ignore[arg-type]
+            what,
+            lambda client: client.read_resource(uri, cache_mode="bypass", meta=meta),  # type: ignore[arg-type]
         )
         if not result.contents:
             raise ServerError(self.name, what, None, "the server returned no contents")

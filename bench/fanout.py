@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _memo import memo, pct, row, writer
 
 from asyncai_watch import Limits, McpResourceSource, Notice, WatchManager
+from asyncai_watch._tasks import enter_task_group
 
 NOTES = "memo://notes"
 IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0, max_watches=64)
@@ -49,7 +50,7 @@ async def run(
         for i in range(n):
             await managers[i % len(managers)].watch_start(f"w{i}", NOTES)
         send, receive = anyio.create_memory_object_stream[tuple[float, Notice]](1000)
-        tg = await stack.enter_async_context(anyio.create_task_group())
+        tg = await enter_task_group(stack)
         for m in managers:
 
             async def forward(m: WatchManager = m) -> None:

@@ -42,6 +42,7 @@ from bearer_proxy import BearerProxy
 from http_servers import SERVERS, reference_server
 
 from asyncai_servers._http import serve_http
+from asyncai_watch._tasks import enter_task_group
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED_FILE = Path(__file__).with_name("conformance.toml")
@@ -159,7 +160,7 @@ class Runs:
 
 async def _start_proxy(stack: AsyncExitStack, upstream: str, authorization: str) -> str:
     """Serve a :class:`BearerProxy` to ``upstream`` in this process; return its URL."""
-    tg = await stack.enter_async_context(anyio.create_task_group())
+    tg = await enter_task_group(stack)
     ready = anyio.Event()
     stop = anyio.Event()
     urls: list[str] = []

@@ -6,7 +6,9 @@ install without that extra.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -17,6 +19,12 @@ import pytest
 from asyncai_watch._extras import EXTRAS, MissingExtraError, install_hint, require
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them (pydantic_ai_slim == pydantic-ai-slim)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
 
 # Prepended to the program: a meta-path finder that makes the named top-level modules absent.
 HIDE = """
@@ -84,9 +92,12 @@ def test_every_runtime_extra_is_known_to_require() -> None:
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     runtime = set(declared) - {"test", "dev"}
     assert set(EXTRAS) == runtime
+    provided_by = importlib.metadata.packages_distributions()
     for extra, module in EXTRAS.items():
-        # The extra's requirement provides the module it is required by (psycopg[binary] -> psycopg).
-        assert any(req.split("[")[0].split(">")[0].strip() == module for req in declared[extra]), extra
+        # One of the extra's requirements provides the module it is required by
+        # (psycopg[binary] -> psycopg, openai-agents -> agents).
+        names = {canonical(re.split(r"[\[<>=~! ;]", req, maxsplit=1)[0]) for req in declared[extra]}
+        assert names & {canonical(d) for d in provided_by.get(module, [])}, extra
 
 
 def test_require_names_the_extra_or_the_broken_import(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -179,18 +179,20 @@ async def test_a_closed_notice_stream_leaves_messages_working() -> None:
         (
             "asyncai_watch.integrations.pydantic_ai",
             "pydantic_ai",
-            "asyncai_watch.integrations.pydantic_ai needs pydantic-ai: pip install 'asyncai-watch[pydantic-ai]'",
+            "asyncai_watch.integrations.pydantic_ai needs the 'pydantic_ai' package: "
+            "pip install 'asyncai-watch[pydantic-ai]'",
         ),
         (
             "asyncai_watch.integrations.openai_agents",
             "agents",
-            "asyncai_watch.integrations.openai_agents needs openai-agents: "
+            "asyncai_watch.integrations.openai_agents needs the 'agents' package: "
             "pip install 'asyncai-watch[openai-agents]'",
         ),
         (
             "asyncai_watch.integrations.langgraph",
             "langgraph",
-            "asyncai_watch.integrations.langgraph needs langgraph: pip install 'asyncai-watch[langgraph]'",
+            "asyncai_watch.integrations.langgraph needs the 'langgraph' package: "
+            "pip install 'asyncai-watch[langgraph]'",
         ),
     ],
 )

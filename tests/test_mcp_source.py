@@ -365,3 +365,33 @@ async def test_errors_are_the_same_on_an_injected_clock() -> None:
         with anyio.fail_after(WAIT), pytest.raises(ServerError, match=r"-32602"):
             await src.read("nope://x")
         assert await read_json(src) == {}
+
+
+# Run in a child process: the bug this guards against is an endless loop in CPython's
+# AsyncExitStack, which no timeout inside the same process can interrupt.
+CANCELLED_IN_A_STACK = """
+import sys
+from contextlib import AsyncExitStack
+
+import anyio
+
+from asyncai_watch.mcp_source import McpResourceSource
+
+async def main():
+    with anyio.CancelScope() as scope:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(anyio.create_task_group())
+            await stack.enter_async_context(McpResourceSource.stdio(sys.argv[1:]))
+            scope.cancel()  # Ctrl-C while connected: the source closes under cancellation
+            await anyio.sleep_forever()
+    print("closed", scope.cancelled_caught)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.anyio
+async def test_a_source_closed_by_cancellation_inside_an_exit_stack_exits() -> None:
+    with anyio.fail_after(WAIT):
+        proc = await anyio.run_process([sys.executable, "-c", CANCELLED_IN_A_STACK, *MEMO], check=False)
+    assert (proc.returncode, proc.stdout.decode().strip()) == (0, "closed True"), proc.stderr.decode()

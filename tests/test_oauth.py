@@ -129,12 +129,12 @@ async def test_a_watch_outlives_its_access_token(tmp_path: Path) -> None:
             await src.call_tool("memo_set", {"key": "todo", "value": "milk"})
             assert (await receive(m)).text == "ADDED todo"
 
-            await server.expire_tokens()  # the token runs out; its listen stream ends
+            await server.expire_tokens()  # the token runs out; its listen streams end
             with anyio.fail_after(WAIT):
-                await clock.wait_for_sleepers(1)  # the resubscribe backoff
-            deadline = clock.next_deadline
-            assert deadline is not None
-            clock.advance(deadline - clock.now())
+                # Both backoffs: the watch's resubscribe and the resource listing's list_changed
+                # listen; waking only the first to park could leave the watch's asleep.
+                await clock.wait_for_sleepers(2)
+            clock.advance(max(clock.deadlines()) - clock.now())
             await src.call_tool("memo_set", {"key": "todo", "value": "eggs"})
             assert (await receive(m)).text == "MODIFIED todo (milk→eggs)"
 

@@ -63,6 +63,7 @@ def position(body: Any) -> Position | None:
     top = max([*seqs, *([mark] if mark is not None else [])], default=None)
     return None if top is None else (log_id, top)
 
+
 GAP_TRUNCATED: Final = "truncated"
 """GAP reason: the server's ring no longer held those seqs when this reader read."""
 GAP_LIMIT: Final = "limit"

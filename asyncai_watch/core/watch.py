@@ -107,7 +107,9 @@ class Body:
         if not (newer.delta and self.parsed and newer.parsed):
             return newer
         old, new = self.value, newer.value
-        if not (isinstance(old, Mapping) and isinstance(new, Mapping)) or old.get("log_id") != new.get("log_id"):
+        if not (isinstance(old, Mapping) and isinstance(new, Mapping)):
+            return newer
+        if old.get("log_id") != new.get("log_id"):
             return newer
         events = [*(old.get("events") or ()), *(new.get("events") or ())][-max_events:]
         return attrs.evolve(newer, value={**new, "events": events})

@@ -15,9 +15,4 @@ from __future__ import annotations
 
 from asyncai_watch.integrations._runner import Publish, RunnerStats, RunRecord, TurnFn, TurnRunner
 
-__all__ = ["Publish", "RunRecord", "RunnerStats", "TurnFn", "TurnRunner", "missing_extra"]
-
-
-def missing_extra(module: str, *, package: str, extra: str) -> ImportError:
-    """The one-line error for an integration whose framework is not installed."""
-    return ImportError(f"{module} needs {package}: pip install 'asyncai-watch[{extra}]'")
+__all__ = ["Publish", "RunRecord", "RunnerStats", "TurnFn", "TurnRunner"]

@@ -23,8 +23,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asyncai_watch._extras import require
 from asyncai_watch.codemode import WatchApi
-from asyncai_watch.integrations import missing_extra
 from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
 from asyncai_watch.integrations._runner import Publish, TurnRunner
 from asyncai_watch.manager import WatchManager
@@ -35,8 +35,9 @@ try:
     from langchain_core.tools import BaseTool, StructuredTool, ToolException
     from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.pregel import Pregel
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
-    raise missing_extra(__name__, package="langgraph", extra="langgraph") from exc
+except ImportError:  # pragma: no cover - exercised with the framework hidden
+    require("langgraph", feature=__name__)  # absent: one line naming the extra
+    raise  # installed but broken: the import's own error
 
 __all__ = ["GraphTurns", "watch_runner", "watch_tools"]
 

@@ -22,8 +22,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asyncai_watch._extras import require
 from asyncai_watch.codemode import WatchApi
-from asyncai_watch.integrations import missing_extra
 from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
 from asyncai_watch.integrations._runner import Publish, TurnRunner
 from asyncai_watch.manager import WatchManager
@@ -33,8 +33,9 @@ try:
     from agents.items import TResponseInputItem
     from agents.run_config import DEFAULT_MAX_TURNS
     from agents.tool import default_tool_error_function
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
-    raise missing_extra(__name__, package="openai-agents", extra="openai-agents") from exc
+except ImportError:  # pragma: no cover - exercised with the framework hidden
+    require("openai-agents", feature=__name__)  # absent: one line naming the extra
+    raise  # installed but broken: the import's own error
 
 __all__ = ["AgentTurns", "watch_runner", "watch_tools"]
 

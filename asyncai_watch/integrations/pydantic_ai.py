@@ -20,8 +20,8 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asyncai_watch._extras import require
 from asyncai_watch.codemode import WatchApi
-from asyncai_watch.integrations import missing_extra
 from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
 from asyncai_watch.integrations._runner import Publish, TurnRunner
 from asyncai_watch.manager import WatchManager
@@ -30,8 +30,9 @@ try:
     from pydantic_ai import FunctionToolset, ModelRetry, ToolFailed
     from pydantic_ai.agent import AbstractAgent
     from pydantic_ai.messages import ModelMessage
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
-    raise missing_extra(__name__, package="pydantic-ai", extra="pydantic-ai") from exc
+except ImportError:  # pragma: no cover - exercised with the framework hidden
+    require("pydantic-ai", feature=__name__)  # absent: one line naming the extra
+    raise  # installed but broken: the import's own error
 
 __all__ = ["AgentTurns", "watch_runner", "watch_toolset"]
 

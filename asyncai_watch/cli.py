@@ -30,8 +30,10 @@ from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import WatchError
+from asyncai_watch.http_auth import HttpAuth, add_http_auth_arguments, http_auth_from_args
+from asyncai_watch.info import WatchInfo
 from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp_source import DEFAULT_CONNECT_TIMEOUT, McpResourceSource
 from asyncai_watch.shapes import resource_dicts
 
 __all__ = ["PROG", "ServerSpec", "build_parser", "main", "parse_server"]
@@ -50,13 +52,21 @@ class ServerSpec:
     def is_http(self) -> bool:
         return urllib.parse.urlsplit(self.target).scheme in ("http", "https")
 
-    def source(self) -> McpResourceSource:
+    def source(self, auth: HttpAuth | None = None) -> McpResourceSource:
         """The (not yet connected) source; raises ``ValueError`` for a malformed command or URL.
 
-        A stdio server gets this process's environment, as a command started from a shell would.
+        A stdio server gets this process's environment, as a command started from a shell would;
+        an http(s) one is authenticated as ``auth`` says (``--token-file``, ``--auth``).
         """
         if self.is_http:
-            return McpResourceSource.http(self.target, name=self.name)
+            auth = auth if auth is not None else HttpAuth()
+            return McpResourceSource.http(
+                self.target,
+                name=self.name,
+                headers=auth.headers,
+                auth=auth.auth_for(self.target),
+                connect_timeout=auth.connect_timeout or DEFAULT_CONNECT_TIMEOUT,
+            )
         return McpResourceSource.stdio(self.target, name=self.name, env=dict(os.environ))
 
 
@@ -100,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     resources = sub.add_parser("resources", help="list the watchable URIs and templates of the servers")
     server_option(resources)
+    add_http_auth_arguments(resources, servers="http(s) --server")
     resources.add_argument("--json", action="store_true", help="one JSON object per line")
 
     watch = sub.add_parser("watch", help="watch URI and print each notice as it comes (Ctrl-C ends)")
@@ -117,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("--json", action="store_true", help="one JSON object per notice (for jq)")
     watch.add_argument("--name", default="watch", help="the watch's name in notices (default: watch)")
+    add_http_auth_arguments(watch, servers="http(s) --server")
 
     serve = sub.add_parser("serve", help="serve watches to a Channels host such as Claude Code (MCP, stdio)")
     from asyncai_watch import serve as serve_module
@@ -146,13 +158,13 @@ async def _until_signalled(scope: anyio.CancelScope, stopped: list[int]) -> None
             return
 
 
-async def _connected(specs: Sequence[ServerSpec], stack: AsyncExitStack) -> list[McpResourceSource]:
-    return [await stack.enter_async_context(spec.source()) for spec in specs]
+async def _connected(sources: Sequence[McpResourceSource], stack: AsyncExitStack) -> list[McpResourceSource]:
+    return [await stack.enter_async_context(source) for source in sources]
 
 
-async def _resources(specs: Sequence[ServerSpec], as_json: bool) -> int:
+async def _resources(sources: Sequence[McpResourceSource], as_json: bool) -> int:
     async with AsyncExitStack() as stack:
-        sources = await _connected(specs, stack)
+        sources = await _connected(sources, stack)
         manager = await stack.enter_async_context(WatchManager(sources))
         infos = await manager.list_resources()
     if as_json:
@@ -170,12 +182,12 @@ async def _resources(specs: Sequence[ServerSpec], as_json: bool) -> int:
     return 0
 
 
-def _print_notice(notice: Notice, as_json: bool) -> None:
+def _print_notice(notice: Notice, info: WatchInfo, as_json: bool) -> None:
     if as_json:
         record = {
-            "watch": notice.meta.get("name"),
-            "uri": notice.meta.get("uri"),
-            "source": notice.source,
+            "watch": info.name,
+            "uri": info.uri,
+            "server": info.server,
             "lines": notice.text.splitlines(),
             "failed": notice.meta.get("failed") == "true",
         }
@@ -184,14 +196,14 @@ def _print_notice(notice: Notice, as_json: bool) -> None:
         print(notice.text, flush=True)
 
 
-async def _watch(args: argparse.Namespace, specs: Sequence[ServerSpec]) -> int:
+async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource]) -> int:
     stopped: list[int] = []
     failed = False
     with anyio.CancelScope() as scope:
         async with AsyncExitStack() as stack:
             tg = await enter_task_group(stack)
             tg.start_soon(_until_signalled, scope, stopped)
-            sources = await _connected(specs, stack)
+            sources = await _connected(sources, stack)
             manager = await stack.enter_async_context(WatchManager(sources, limits=limits_for(args.debounce)))
             info = await manager.watch_start(args.name, args.uri, args.on_event)
             print(
@@ -200,7 +212,7 @@ async def _watch(args: argparse.Namespace, specs: Sequence[ServerSpec]) -> int:
                 flush=True,
             )
             async for notice in manager.notices:
-                _print_notice(notice, args.json)
+                _print_notice(notice, info, args.json)
                 if notice.meta.get("failed") == "true":
                     failed = True
                     break
@@ -223,13 +235,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         specs = [parse_server(text) for text in args.server]
-        for spec in specs:
-            spec.source()  # a malformed command or URL fails here, before anything starts
+        auth = http_auth_from_args(args)
+        if (args.token_file is not None or args.auth is not None) and not any(s.is_http for s in specs):
+            return fail("--token-file and --auth apply to http(s) --server URLs; give at least one")
+        # A malformed command or URL fails here, before anything starts.
+        sources = [spec.source(auth) for spec in specs]
         if args.command == "resources":
-            return anyio.run(_resources, specs, args.json)
+            return anyio.run(_resources, sources, args.json)
         if args.debounce is not None and not (args.debounce >= 0 and args.debounce != float("inf")):
             return fail(f"--debounce must be a finite number of seconds >= 0, got {args.debounce}")
-        return anyio.run(_watch, args, specs)
+        return anyio.run(_watch, args, sources)
     except KeyboardInterrupt:
         return 0
     except BaseException as exc:

@@ -367,19 +367,23 @@ class HttpAuth:
         return self.make_auth(url) if self.make_auth is not None else None
 
 
-def add_http_auth_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that say how to authenticate to Streamable HTTP servers (see :func:`http_auth_from_args`)."""
-    group = parser.add_argument_group("authentication for --mcp-http servers")
+def add_http_auth_arguments(parser: argparse.ArgumentParser, *, servers: str = "--mcp-http") -> None:
+    """The options that say how to authenticate to Streamable HTTP servers (see :func:`http_auth_from_args`).
+
+    ``servers`` names those servers in the help (the agent's ``--mcp-http``; the
+    ``asyncai-watch`` CLI's http(s) ``--server``).
+    """
+    group = parser.add_argument_group(f"authentication for {servers} servers")
     group.add_argument(
         "--token-file",
         type=Path,
         metavar="PATH",
-        help="send 'Authorization: Bearer <file contents>' to every --mcp-http server",
+        help=f"send 'Authorization: Bearer <file contents>' to every {servers} server",
     )
     group.add_argument(
         "--auth",
         choices=AUTH_MODES,
-        help="OAuth 2.1 for every --mcp-http server: 'oauth' (authorization code with PKCE: open the "
+        help=f"OAuth 2.1 for every {servers} server: 'oauth' (authorization code with PKCE: open the "
         "printed URL in a browser once; then tokens are refreshed) or 'client-credentials' "
         "(--oauth-client-id and --oauth-client-secret-file, no person involved)",
     )

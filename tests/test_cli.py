@@ -107,7 +107,7 @@ async def test_watch_prints_each_notice_as_json_and_ends_cleanly_on_a_signal(sto
         assert first == {
             "watch": "watch",
             "uri": "memo://notes",
-            "source": "watch",
+            "server": "memo",
             "lines": ["ADDED todo"],
             "failed": False,
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -281,3 +282,40 @@ def test_bad_auth_options_are_one_line_and_exit_2(args: list[str], message: str,
     assert len(errors) == 1, proc.stderr
     assert message in errors[0]
     assert "Traceback" not in proc.stderr
+
+
+# -- the asyncai-watch command line ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_cli_watches_an_oauth_protected_server() -> None:
+    """``asyncai-watch watch URI --server URL --auth oauth``: the person opens the printed URL once,
+    then each change prints as it comes."""
+    argv = [sys.executable, "-m", "asyncai_watch", "watch", NOTES, "--debounce", "0"]
+    async with oauth_server() as server, anyio.create_task_group() as tg:
+        browser = Browser(tg)
+        argv += ["--server", f"memo={server.url}", "--auth", "oauth"]
+        argv += ["--oauth-redirect-port", str(free_port())]
+        async with await anyio.open_process(argv) as proc:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            out = BufferedByteReceiveStream(proc.stdout)
+            err = BufferedByteReceiveStream(proc.stderr)
+            with anyio.fail_after(60):
+                while not (line := (await err.receive_until(b"\n", 1 << 16)).decode()).startswith(
+                    "asyncai-watch: watching"
+                ):
+                    if line.startswith(server.url.removesuffix("/mcp") + "/authorize?"):
+                        browser.open(line)  # the URL the person is asked to open
+            assert line == f"asyncai-watch: watching {NOTES} on memo (state); Ctrl-C stops"
+            assert len(browser.opened) == 1
+
+            # Another client (authorized on its own) changes the memo; the CLI prints it.
+            async with authorized_source(server.url, browser, MemoryTokenStorage()) as writer:
+                await writer.call_tool("memo_set", {"key": "todo", "value": "milk"})
+            with anyio.fail_after(WAIT):
+                assert (await out.receive_until(b"\n", 1 << 16)).decode() == "ADDED todo"
+            proc.send_signal(signal.SIGTERM)
+            with anyio.fail_after(WAIT):
+                assert await proc.wait() == 0
+        tg.cancel_scope.cancel()

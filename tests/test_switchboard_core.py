@@ -529,7 +529,12 @@ async def test_replicas_hear_the_todo_in_the_notification_and_fetch_only_when_ne
         # A session on B that can see the queue: the big todo is fetched, whole, once.
         with b.hub.subscribe(EVE) as eve:
             large2 = (await a.create(ALICE, queue="ops", kind="k", summary="large 2", payload=big))[0]
-            assert await collect(eve, 1) == [large2.id]
+            rung = await collect(eve, 1)
+            if rung == [sentinel.id]:
+                # Rung while heard_on_b listened as EVE; a stream's unsent doorbells are kept for
+                # the session's next stream, so this one may take it first.
+                rung = await collect(eve, 1)
+            assert rung == [large2.id]
             entry = await heard_on_b(large2.id)
             assert entry["object"]["payload"] == big
             assert "omitted" not in entry

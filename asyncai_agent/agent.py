@@ -11,7 +11,7 @@ from asyncai_agent.backends.base import Backend
 from asyncai_agent.events import AgentEvent, ModelMessage, ToolResult
 from asyncai_agent.runtime import Run
 from asyncai_agent.thread import Message, ToolCall, ToolSpec
-from asyncai_watch.core.turns import NO_REPLY
+from asyncai_watch import NO_REPLY
 
 __all__ = ["DEFAULT_MAX_ROUNDS", "RUN_CODE_TOOL", "Agent", "CodeOutcome", "CodeRunner"]
 
@@ -43,7 +43,9 @@ class CodeOutcome:
 
 
 class CodeRunner(Protocol):
-    async def run(self, code: str) -> CodeOutcome: ...
+    """Runs the model's code (:class:`asyncai_watch.codemode.CodeMode`): the tool result text."""
+
+    async def run(self, code: str) -> str: ...
 
     def scope_note(self) -> str:
         """A short line naming the variables that exist, for the model's next request."""
@@ -120,5 +122,5 @@ class Agent:
             if not head.strip():
                 return CodeOutcome("NO_REPLY: the turn ends with no reply.", ended_turn=True)
             before = await self.code.run(head)
-            return CodeOutcome(f"{before.text}\nNO_REPLY: the turn ends with no reply.", ended_turn=True)
-        return await self.code.run(code)
+            return CodeOutcome(f"{before}\nNO_REPLY: the turn ends with no reply.", ended_turn=True)
+        return CodeOutcome(await self.code.run(code))

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import re
+import xml.sax.saxutils
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
@@ -46,9 +47,7 @@ from mcp.client import ClientExtension, NotificationBinding
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict
 
-from asyncai_watch import log
-from asyncai_watch.core.notice import SOURCE_CHANNEL, Notice
-from asyncai_watch.core.text import unescape
+from asyncai_watch import Notice, log
 
 __all__ = [
     "CHANNEL_CAPABILITY",
@@ -63,6 +62,12 @@ CHANNEL_METHOD: Final = "notifications/claude/channel"
 CHANNEL_CAPABILITY: Final = "claude/channel"
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_BACKOFF: Final = (1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+def _unescape(text: str) -> str:
+    # Doorbell text arrives with XML's five predefined entities escaped (it is shown inside a
+    # <channel> tag); it is rendered again, escaped once, in the agent's turn.
+    return xml.sax.saxutils.unescape(text, {"&apos;": "'", "&quot;": '"'})
 
 
 class ChannelParams(BaseModel):
@@ -86,7 +91,7 @@ def _meta(raw: Mapping[str, Any] | None) -> dict[str, str]:
         if isinstance(value, bool):
             out[key] = "true" if value else "false"
         elif isinstance(value, str | int | float):
-            out[key] = unescape(str(value))
+            out[key] = _unescape(str(value))
     return out
 
 
@@ -109,8 +114,8 @@ class ChannelExtension(ClientExtension):
         # spell a control character).
         self._on_notice(
             Notice(
-                SOURCE_CHANNEL,
-                unescape(params.content),
+                Notice.CHANNEL,
+                _unescape(params.content),
                 meta={"server": self.server, **_meta(params.meta)},
             )
         )
@@ -242,7 +247,7 @@ class ChannelPuller:
                     delivered = self._announce(
                         todo_id,
                         Notice(
-                            SOURCE_CHANNEL,
+                            Notice.CHANNEL,
                             str(todo["summary"]),
                             meta={"server": self.server, **meta, "via": "pull"},
                         ),

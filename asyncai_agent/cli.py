@@ -23,10 +23,10 @@ from asyncai_agent.backends.base import Backend
 from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
 from asyncai_agent.transcript import TranscriptError
-from asyncai_watch._signals import sigterm_cancels
-from asyncai_watch.errors import StateFileError, WatchError
+from asyncai_watch import StateFileError, WatchError
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.log import configure_ndjson, logger
+from asyncai_watch.signals import sigterm_cancels
 
 __all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
 

@@ -45,8 +45,7 @@ from asyncai_agent.events import (
     ToolResult,
 )
 from asyncai_agent.session import SessionConfig, open_session
-from asyncai_watch.core.limits import Limits
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch import Limits, McpResourceSource
 
 __all__ = ["DEMO_SCRIPT", "run_demo"]
 

@@ -7,8 +7,7 @@ from typing import Protocol
 import attrs
 
 from asyncai_agent.thread import Message
-from asyncai_watch.core.notice import Notice
-from asyncai_watch.core.turns import RenderedNotice
+from asyncai_watch import Notice, RenderedNotice
 
 __all__ = [
     "AgentEvent",

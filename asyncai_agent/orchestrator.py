@@ -40,8 +40,7 @@ from asyncai_agent.events import (
 )
 from asyncai_agent.runtime import AgentRuntime, Run
 from asyncai_agent.thread import Message
-from asyncai_watch.core.notice import Notice
-from asyncai_watch.core.turns import is_no_reply, render_notice
+from asyncai_watch import Notice, is_no_reply, render_notice
 from asyncai_watch.log import emit, logger
 
 __all__ = ["Executor", "Input", "NoticeSender", "Orchestrator"]

@@ -7,23 +7,19 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
 
 from asyncai_agent.agent import DEFAULT_MAX_ROUNDS, Agent
 from asyncai_agent.backends.base import Backend
 from asyncai_agent.channels import ChannelPuller, has_channel
-from asyncai_agent.codemode import CodeMode
 from asyncai_agent.events import AgentEvent, ReplyChannel
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.prompt import build_system_prompt
 from asyncai_agent.transcript import Transcript
-from asyncai_watch._tasks import enter_task_group
-from asyncai_watch.codemode import builtins
-from asyncai_watch.core.limits import Limits
+from asyncai_watch import Limits, McpResourceSource, WatchManager
+from asyncai_watch.codemode import CodeMode, builtins, tool_functions
 from asyncai_watch.http_auth import HttpAuth
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import DEFAULT_CONNECT_TIMEOUT, McpResourceSource
-from asyncai_watch.tools import tool_functions
 
 __all__ = ["AgentSession", "SessionConfig", "open_session"]
 
@@ -88,7 +84,7 @@ def make_sources(config: SessionConfig) -> PendingSources:
                     headers=headers,
                     auth=auth.auth_for(url),
                     extensions=[puller.extension],
-                    connect_timeout=auth.connect_timeout or DEFAULT_CONNECT_TIMEOUT,
+                    connect_timeout=auth.connect_timeout,
                 )
             )
         except ValueError as exc:
@@ -165,16 +161,18 @@ async def open_session(
             )
         )
         orch.forward_notices(manager.notices)
-        tg = await enter_task_group(stack)
-        stack.callback(tg.cancel_scope.cancel)  # runs before the task group exits: pullers end with us
-        for src, puller in ringing:
-            orch.forward_notices(puller.notices)
-            tg.start_soon(puller.run, src.client)
-        yield AgentSession(
-            orchestrator=orch,
-            manager=manager,
-            sources=connected,
-            code=code,
-            agent=agent,
-            pullers=tuple(p for _, p in ringing),
-        )
+        async with anyio.create_task_group() as tg:
+            for src, puller in ringing:
+                orch.forward_notices(puller.notices)
+                tg.start_soon(puller.run, src.client)
+            try:
+                yield AgentSession(
+                    orchestrator=orch,
+                    manager=manager,
+                    sources=connected,
+                    code=code,
+                    agent=agent,
+                    pullers=tuple(p for _, p in ringing),
+                )
+            finally:
+                tg.cancel_scope.cancel()  # the pullers end with the session

@@ -31,7 +31,7 @@ from typing import Any, cast
 import anyio
 from mcp.server.stdio import stdio_server as sdk_stdio_server
 
-from asyncai_watch._signals import on_sigterm
+from asyncai_watch.signals import on_sigterm
 
 __all__ = ["stdio_server"]
 

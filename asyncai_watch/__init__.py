@@ -1,14 +1,18 @@
 """asyncai-watch: watch MCP resources, turn their changes into notices, never poll.
 
-The public API is here; everything else is a submodule (docs/architecture.md):
+The public API is the names here plus these public submodules (docs/architecture.md):
 
-- ``asyncai_watch.core``: the pure, sans-IO core (diff, event-log sequencer, changed paths,
-  notice lines, dedupe, debounce, backoff, routing, and :mod:`asyncai_watch.core.watch`, where a
-  notice is made);
-- :mod:`asyncai_watch.subscriptions`: where a watch subscribes (one listen per server and URI);
-- :mod:`asyncai_watch.manager`: the async shell; :mod:`asyncai_watch.mcp_source`: the MCP client;
-- :mod:`asyncai_watch.codemode`: the watch built-ins for model-written code;
+- :mod:`asyncai_watch.codemode`: code mode for model-written Python (``CodeMode``, the watch
+  built-ins, every MCP tool as a function);
+- :mod:`asyncai_watch.integrations`: PydanticAI, OpenAI Agents SDK and LangGraph (extras);
+- :mod:`asyncai_watch.http_auth`: bearer tokens and OAuth for Streamable HTTP servers, with the
+  command-line options that configure them;
+- :mod:`asyncai_watch.log`: the NDJSON log (``configure_ndjson``, ``emit``, ``logger``);
+- :mod:`asyncai_watch.signals`: SIGTERM as an orderly shutdown for a process embedding watches;
 - :mod:`asyncai_watch.testing`: a fake clock and a fake source for tests.
+
+Everything else is internal and may change: the pure core (``asyncai_watch.core``), the
+subscriptions, the catalog, the sandbox, the CLI's and ``serve``'s insides.
 """
 
 from __future__ import annotations

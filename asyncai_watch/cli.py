@@ -33,7 +33,7 @@ from asyncai_watch.errors import WatchError
 from asyncai_watch.http_auth import HttpAuth, add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.info import WatchInfo
 from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import DEFAULT_CONNECT_TIMEOUT, McpResourceSource
+from asyncai_watch.mcp_source import McpResourceSource
 from asyncai_watch.shapes import resource_dicts
 
 __all__ = ["PROG", "ServerSpec", "build_parser", "main", "parse_server"]
@@ -65,7 +65,7 @@ class ServerSpec:
                 name=self.name,
                 headers=auth.headers,
                 auth=auth.auth_for(self.target),
-                connect_timeout=auth.connect_timeout or DEFAULT_CONNECT_TIMEOUT,
+                connect_timeout=auth.connect_timeout,
             )
         return McpResourceSource.stdio(self.target, name=self.name, env=dict(os.environ))
 

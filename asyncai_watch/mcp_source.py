@@ -300,7 +300,7 @@ class McpResourceSource:
         headers: Mapping[str, str] | None = None,
         auth: httpx2.Auth | None = None,
         extensions: Sequence[ClientExtension] = (),
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        connect_timeout: float | None = None,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
         clock: Clock | None = None,
@@ -320,7 +320,8 @@ class McpResourceSource:
         See :mod:`asyncai_watch.http_auth`.
 
         Timeouts, in seconds on ``clock`` (default: the system clock): ``connect_timeout``
-        for the connect handshake, ``ack_timeout`` for a listen's acknowledgment, and
+        for the connect handshake (``None``: :data:`DEFAULT_CONNECT_TIMEOUT`; an OAuth flow
+        that waits for a person passes more), ``ack_timeout`` for a listen's acknowledgment, and
         ``request_timeout`` (``None``: unbounded) for the answer to any one request. A
         request that times out raises :class:`ServerTimeoutError` and drops the
         connection, which ends its listens (their watches resubscribe) and makes the
@@ -340,7 +341,7 @@ class McpResourceSource:
             headers=headers,
             auth=refresh_first(auth) if auth is not None else None,
             extensions=extensions,
-            connect_timeout=connect_timeout,
+            connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout,
             ack_timeout=ack_timeout,
             request_timeout=request_timeout,
             clock=clock,

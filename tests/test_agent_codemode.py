@@ -11,11 +11,11 @@ import pytest
 
 from asyncai_agent.agent import Agent
 from asyncai_agent.backends.scripted import ScriptedBackend, parse_script
-from asyncai_agent.codemode import CodeMode
 from asyncai_agent.events import AgentEvent, ReplySuppressed, RunCompleted, ToolResult
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.runtime import Run
 from asyncai_agent.thread import Message, ToolCall, ToolSpec
+from asyncai_watch.codemode import CodeMode
 from asyncai_watch.mcp_source import McpResourceSource
 from asyncai_watch.tools import tool_functions
 
@@ -40,10 +40,9 @@ class Channel:
 async def test_result_is_printed_output_plus_last_value() -> None:
     code = CodeMode({"lookup": lookup})
     out = await code.run('r = await lookup(q="x")\nprint("found", len(r["items"]))\nr["asked"]')
-    assert out.text == "found 3\n{'q': 'x'}"
-    assert not out.ended_turn
-    assert (await code.run("x = 1")).text == "(no output)"
-    assert (await code.run('"text as is"')).text == "text as is"
+    assert out == "found 3\n{'q': 'x'}"
+    assert await code.run("x = 1") == "(no output)"
+    assert await code.run('"text as is"') == "text as is"
 
 
 @pytest.mark.anyio
@@ -51,7 +50,7 @@ async def test_scope_persists_across_calls() -> None:
     code = CodeMode({"lookup": lookup})
     await code.run("r = await lookup(q=1)\ncount = 0")
     await code.run("count += len(r['items'])")
-    assert (await code.run("count")).text == "3"
+    assert await code.run("count") == "3"
     assert code.variables() == {"r": "dict, 2 keys", "count": "int"}
 
 
@@ -59,23 +58,23 @@ async def test_scope_persists_across_calls() -> None:
 async def test_errors_come_back_as_concise_text() -> None:
     code = CodeMode({"lookup": lookup})
     out = await code.run("print('before')\nvalue = {}['missing']")
-    assert out.text == "before\nError: KeyError: 'missing' (line 2)\n  line 2: value = {}['missing']"
+    assert out == "before\nError: KeyError: 'missing' (line 2)\n  line 2: value = {}['missing']"
     out = await code.run("import os")
-    assert out.text.startswith("Error: ")
-    assert "import of 'os' is not allowed" in out.text
+    assert out.startswith("Error: ")
+    assert "import of 'os' is not allowed" in out
     out = await code.run("def broken(:\n  pass")
-    assert out.text.startswith("Error: SyntaxError")
-    assert "line 1: def broken(:" in out.text
+    assert out.startswith("Error: SyntaxError")
+    assert "line 1: def broken(:" in out
     out = await code.run("await nope()")
-    assert "NameError" in out.text
-    assert "lookup" in out.text  # names the functions that do exist
+    assert "NameError" in out
+    assert "lookup" in out  # names the functions that do exist
 
 
 @pytest.mark.anyio
 async def test_big_results_are_truncated_with_a_note() -> None:
     code = CodeMode({}, max_result=100)
     out = await code.run("'x' * 1000")
-    assert out.text.startswith("x" * 100 + "\n[truncated: 900 more characters.")
+    assert out.startswith("x" * 100 + "\n[truncated: 900 more characters.")
 
 
 @pytest.mark.anyio
@@ -87,7 +86,7 @@ async def test_a_hanging_await_is_cancelled_with_a_clear_error() -> None:
 
     code = CodeMode({"wait_forever": wait_forever}, run_timeout=0.05)
     out = await code.run("print('start')\nawait wait_forever()")
-    assert out.text.startswith("start\nError: TimeoutError: run_code was cancelled after 0.05 s")
+    assert out.startswith("start\nError: TimeoutError: run_code was cancelled after 0.05 s")
 
 
 def test_scope_note_names_variables() -> None:
@@ -216,8 +215,6 @@ async def test_run_code_scope_persists_across_turns_with_real_mcp_tools() -> Non
 async def test_run_code_stops_a_loop_that_never_awaits_and_the_scope_stays_usable() -> None:
     code_mode = CodeMode({}, max_loop_steps=10_000)
     out = await code_mode.run("x = 1\nwhile True:\n    x += 1")
-    assert out.text.startswith(
-        "Error: StepLimitError: the code made more than 10,000 loop iterations and calls"
-    )
-    assert "watch_start waits for changes" in out.text
-    assert (await code_mode.run("x > 10_000")).text == "True"  # what it did before the stop is kept
+    assert out.startswith("Error: StepLimitError: the code made more than 10,000 loop iterations and calls")
+    assert "watch_start waits for changes" in out
+    assert await code_mode.run("x > 10_000") == "True"  # what it did before the stop is kept

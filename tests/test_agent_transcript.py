@@ -10,10 +10,10 @@ import pytest
 
 from asyncai_agent.agent import Agent
 from asyncai_agent.backends.scripted import ScriptedBackend, parse_script
-from asyncai_agent.codemode import CodeMode
 from asyncai_agent.events import RunCompleted
 from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.transcript import Transcript, TranscriptError
+from asyncai_watch.codemode import CodeMode
 from asyncai_watch.core.notice import SOURCE_WATCH, Notice
 from asyncai_watch.core.turns import WATCH_INSTRUCTION
 

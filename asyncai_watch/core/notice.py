@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import ClassVar, Final
 
 import attrs
 
@@ -25,6 +25,12 @@ class Notice:
     orchestrator renders them (e.g. as ``<watch-event>``) and runs a turn.
     """
 
+    WATCH: ClassVar[str] = SOURCE_WATCH
+    RESTORE: ClassVar[str] = SOURCE_RESTORE
+    CHANNEL: ClassVar[str] = SOURCE_CHANNEL
+
     source: str
+    """Who sent it: :attr:`WATCH`, :attr:`RESTORE` or :attr:`CHANNEL` (a doorbell), which decides
+    how :func:`~asyncai_watch.render_notice` frames it."""
     text: str
     meta: Mapping[str, str] = attrs.field(factory=dict, hash=False, kw_only=True)

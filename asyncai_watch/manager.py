@@ -1,12 +1,12 @@
 """WatchManager: the async shell around the pure watch core.
 
 The manager owns one task group. In it run the shared subscriptions
-(:class:`~asyncai_watch.subscriptions.Feed`, one per server and URI) and one loop per watch.
-A watch's loop waits for whichever comes first, the next thing its feed hands it or its
-debounce deadline (on the injectable :class:`~asyncai_watch.clock.Clock`), and feeds the pure
-:class:`~asyncai_watch.core.watch.Watch`, which says what to send. A read's events go
-through the watch's filter in a job of the loop's own, so a slow filter never holds back a
-notice that is due. Nothing runs while the subscriptions are quiet.
+(:class:`~asyncai_watch.subscriptions.Feed`, one per server and URI) and one
+:class:`~asyncai_watch.watch_task.WatchTask` loop per watch, which waits for its feed or its
+debounce deadline (on the injectable :class:`~asyncai_watch.clock.Clock`) and feeds the pure
+:class:`~asyncai_watch.core.watch.Watch`. The manager names, starts, stops, persists and
+restores watches, routes URIs to servers, and passes notices on. Nothing runs while the
+subscriptions are quiet.
 
 The manager never calls a model: the agent consumes :attr:`WatchManager.notices`.
 """
@@ -14,20 +14,20 @@ The manager never calls a model: the agent consumes :attr:`WatchManager.notices`
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 import anyio
 import anyio.abc
-import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from asyncai_watch import log
 from asyncai_watch.catalog import Catalogs
-from asyncai_watch.clock import Clock, SystemClock, move_on_at
+from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
@@ -40,51 +40,18 @@ from asyncai_watch.errors import (
     StateFileError,
     WatchError,
 )
-from asyncai_watch.filtering import Result, lines_for, open_filter
-from asyncai_watch.filters import FilterEngine, FilterSession, default_engine
+from asyncai_watch.filtering import open_filter
+from asyncai_watch.filters import FilterEngine, default_engine
 from asyncai_watch.info import ResourceInfo, WatchInfo, resource_infos
 from asyncai_watch.offload import Offload
 from asyncai_watch.shapes import resource_dicts
 from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ResourceSource
 from asyncai_watch.state_file import StateFile
-from asyncai_watch.subscriptions import LARGE_BODY, Feed, GaveUp, Inbox, Up, describe
+from asyncai_watch.subscriptions import LARGE_BODY, Feed, describe
 from asyncai_watch.tools import ReadOnlyCatalog, list_tools, tool_names
+from asyncai_watch.watch_task import WatchTask
 
 __all__ = ["WatchManager"]
-
-_Status = Literal["starting", "running", "failed", "restore_failed"]
-
-
-@attrs.define(eq=False)
-class _Run:
-    """One watch's I/O side: the pure core, its feed and inbox, its filter, and its task."""
-
-    spec: WatchSpec
-    status: _Status = "starting"
-    core: Watch | None = None
-    server: str | None = None
-    error: str | None = None
-    feed: Feed | None = None
-    inbox: Inbox = attrs.field(factory=Inbox)
-    session: FilterSession | None = None
-    result: Result | None = None  # a finished job's lines, until the loop takes them
-    scope: anyio.CancelScope | None = None
-    done: anyio.Event = attrs.field(factory=anyio.Event)
-    settled: anyio.Event = attrs.field(factory=anyio.Event)
-
-    def info(self) -> WatchInfo:
-        core = self.core
-        return WatchInfo(
-            name=self.spec.name,
-            uri=self.spec.uri,
-            status="running" if self.status == "starting" else self.status,
-            shape=core.shape if core is not None else None,
-            server=self.server,
-            on_event=self.spec.on_event,
-            events=core.events if core is not None else 0,
-            notices=core.notices if core is not None else 0,
-            error=self.error,
-        )
 
 
 class WatchManager:
@@ -125,7 +92,7 @@ class WatchManager:
             self.sources, describe=describe, on_list_failed=self._list_failed, clock=self.clock
         )
         self._offload = Offload()
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, WatchTask] = {}
         self._feeds: dict[tuple[str, str], Feed] = {}
         self._save_lock = anyio.Lock()
         self._restore_sent: anyio.Event | None = None  # set once a restore's notice is queued
@@ -222,7 +189,7 @@ class WatchManager:
                 return False
         await self._save(without=name)
         del self._runs[name]
-        await self._end(run)
+        await run.end()
         self._log("watch.stopped", run, reason="watch_stop")
         return True
 
@@ -254,7 +221,7 @@ class WatchManager:
         spec = WatchSpec.checked(name, uri, on_event)
         check_room(spec, {n: (r.spec.uri, r.status) for n, r in self._runs.items()}, self.limits.max_watches)
         previous = self._runs.get(name)
-        run = _Run(spec)
+        run = WatchTask(spec)
         # Reserve the name now: two concurrent starts of one name must not both win.
         self._runs[name] = run
         try:
@@ -285,11 +252,11 @@ class WatchManager:
             except StateFileError:
                 if self._runs.get(name) is run:
                     del self._runs[name]
-                await self._end(run)
+                await run.end()
                 raise
         return run.info()
 
-    async def _launch(self, run: _Run) -> None:
+    async def _launch(self, run: WatchTask) -> None:
         """Route, check the filter, subscribe (or join a subscription), take the baseline, and
         start the watch's loop; any failure leaves nothing running."""
         spec = run.spec
@@ -315,13 +282,22 @@ class WatchManager:
                 else:
                     await self._offload.baseline(core, body)
             except BaseException:
-                self._leave(run)
+                run.leave()
                 raise
             run.core = core
             assert self._tg is not None
-            await self._tg.start(self._loop, run, stack.pop_all())
+            await self._tg.start(
+                functools.partial(
+                    run.run,
+                    stack.pop_all(),
+                    clock=self.clock,
+                    offload=self._offload,
+                    deliver=self._send_notice,
+                    verbose=self.verbose,
+                )
+            )
 
-    async def _subscribe(self, run: _Run, source: ResourceSource) -> Body:
+    async def _subscribe(self, run: WatchTask, source: ResourceSource) -> Body:
         """The baseline read of ``run``'s URI, on the feed that carries it (made if need be)."""
         key = (source.name, run.spec.uri)
         feed = self._feeds.get(key)
@@ -341,86 +317,7 @@ class WatchManager:
         if self._feeds.get(key) is feed:
             del self._feeds[key]
 
-    def _leave(self, run: _Run) -> None:
-        feed, run.feed = run.feed, None
-        if feed is not None:
-            feed.leave(run.inbox)
-
-    # -- the watch's loop ------------------------------------------------------------------------
-
-    async def _loop(
-        self, run: _Run, stack: AsyncExitStack, *, task_status: anyio.abc.TaskStatus[None]
-    ) -> None:
-        """The watch's task: serve it until it is stopped or its subscription gives up."""
-        try:
-            with anyio.CancelScope() as run.scope:
-                task_status.started()
-                async with stack:  # the filter session, closed after the last job
-                    async with anyio.create_task_group() as jobs:
-                        gave_up = await self._serve(run, jobs)
-                        jobs.cancel_scope.cancel()
-                    await self._give_up(run, gave_up)
-        finally:
-            self._leave(run)
-            if run.core is not None and run.core.remote:
-                with anyio.CancelScope(shield=True):
-                    await self._offload.forget(run.core)
-            run.done.set()
-
-    async def _serve(self, run: _Run, jobs: anyio.abc.TaskGroup) -> GaveUp:
-        """Wait for the feed or the debounce deadline, whichever is first; feed the core."""
-        core, inbox = run.core, run.inbox
-        assert core is not None
-        busy = False  # a read is being processed: newer ones wait in the inbox (newest wins)
-        while True:
-            async with move_on_at(self.clock, core.deadline):
-                await inbox.wait()
-            notice = core.due(self.clock.now())
-            if notice is not None:
-                await self._send_notice(run, notice)
-            for status in inbox.take_status():
-                if isinstance(status, GaveUp):
-                    return status
-                if isinstance(status, Up):
-                    self._log("watch.subscribed", run, server=run.server, attempt=status.attempt)
-                else:
-                    retry = status.retry
-                    self._log(
-                        "watch.resubscribing",
-                        run,
-                        attempt=retry.attempt,
-                        delay=retry.delay,
-                        reason=status.reason,
-                    )
-            if run.result is not None:
-                (lines, records), run.result, busy = run.result, None, False
-                log.events(
-                    [*records, *core.add(lines, self.clock.now())],
-                    watch=run.spec.name,
-                    uri=run.spec.uri,
-                    verbose=self.verbose,
-                )
-            if not busy and (update := inbox.take_update()) is not None:
-                busy = True
-                jobs.start_soon(self._process, run, update)
-
-    async def _process(self, run: _Run, update: Body | str) -> None:
-        assert run.core is not None
-        run.result = await lines_for(run.core, update, run.session, self._offload)
-        run.inbox.wake()
-
-    async def _give_up(self, run: _Run, gave_up: GaveUp) -> None:
-        assert run.core is not None
-        run.status = "failed"
-        run.error = gave_up.reason
-        self._leave(run)
-        notices = run.core.failed(gave_up.reason, gave_up.attempts)
-        for notice in notices[:-1]:
-            await self._send_notice(run, notice)
-        self._log("watch.failed", run, attempts=gave_up.attempts, reason=gave_up.reason)
-        await self._send_notice(run, notices[-1])
-
-    async def _send_notice(self, run: _Run, notice: Notice) -> None:
+    async def _send_notice(self, run: WatchTask, notice: Notice) -> None:
         if self._restore_sent is not None:
             await self._restore_sent.wait()
         extra = {k: v for k, v in notice.meta.items() if k not in ("name", "uri")}
@@ -428,18 +325,6 @@ class WatchManager:
         # If nobody reads notices any more (the agent closed its end), the log above still has it.
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await self._send.send(notice)
-
-    async def _end(self, run: _Run) -> None:
-        """Stop ``run``'s loop; when it was the last watch on its feed, wait until the
-        subscription is closed too."""
-        feed = run.feed
-        if run.scope is not None:
-            run.scope.cancel()
-            await run.done.wait()
-        else:
-            self._leave(run)
-        if feed is not None and not feed.subscribers:
-            await feed.ended.wait()
 
     # -- persistence -----------------------------------------------------------------------------
 
@@ -459,7 +344,7 @@ class WatchManager:
             except Exception as exc:
                 outcome.add(spec, exc, describe(exc))
                 if fate(exc) == "kept":  # listed restore_failed, still saved
-                    self._runs[spec.name] = _Run(spec, status="restore_failed", error=describe(exc))
+                    self._runs[spec.name] = WatchTask(spec, status="restore_failed", error=describe(exc))
             else:
                 outcome.add(spec, None)
         if outcome.dropped:
@@ -491,5 +376,5 @@ class WatchManager:
         # A server whose tools cannot be listed offers none to the filter; the watch still starts.
         log.emit("watch.tools_unavailable", verbose=self.verbose, server=source.name, error=describe(exc))
 
-    def _log(self, event: str, run: _Run, **fields: Any) -> None:
-        log.emit(event, verbose=self.verbose, watch=run.spec.name, uri=run.spec.uri, **fields)
+    def _log(self, event: str, run: WatchTask, **fields: Any) -> None:
+        run.log(event, verbose=self.verbose, **fields)

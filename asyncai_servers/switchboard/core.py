@@ -21,9 +21,9 @@ import anyio.abc
 import attrs
 
 from asyncai_servers._eventlog import EventRing
+from asyncai_watch.clock import Clock, WallClock
 from asyncai_watch.core.backoff import Backoff
 
-from .clock import Clock, WallClock
 from .config import Credential, Credentials, validate_name
 from .doorbell import make_doorbell
 from .hub import DEFAULT_BUFFER, Hub
@@ -61,6 +61,7 @@ class Switchboard:
             raise ValueError(f"lease_seconds must be > 0, got {lease_seconds}")
         self.ledger = ledger
         self.credentials = credentials
+        # Unix time: lease deadlines are stored in the ledger and compared by every replica.
         self.clock: Clock = clock or WallClock()
         self.lease_seconds = lease_seconds
         self.hub = Hub(buffer=buffer)

@@ -37,7 +37,7 @@ import json
 import re
 import xml.sax.saxutils
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -47,7 +47,7 @@ from mcp.client import ClientExtension, NotificationBinding
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict
 
-from asyncai_watch import Notice, log
+from asyncai_watch import Backoff, Clock, Notice, SystemClock, log
 
 __all__ = [
     "CHANNEL_CAPABILITY",
@@ -61,7 +61,8 @@ __all__ = [
 CHANNEL_METHOD: Final = "notifications/claude/channel"
 CHANNEL_CAPABILITY: Final = "claude/channel"
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-DEFAULT_BACKOFF: Final = (1.0, 2.0, 4.0, 8.0, 16.0)
+DEFAULT_BACKOFF: Final = Backoff(initial=1.0, cap=16.0, attempts=None)
+"""Re-listen waits: 1, 2, 4, 8, 16 s, then 16 s for as long as it takes (pulling needs no listen)."""
 
 
 def _unescape(text: str) -> str:
@@ -130,8 +131,8 @@ class ChannelPuller:
         server: str = "switchboard",
         queue: str | None = None,
         buffer: int = 256,
-        backoff: Sequence[float] = DEFAULT_BACKOFF,
-        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        clock: Clock | None = None,
         remember: int = 4096,
         verbose: bool = False,
     ) -> None:
@@ -140,8 +141,12 @@ class ChannelPuller:
         self.verbose = verbose
         self._send: MemoryObjectSendStream[Notice]
         self._send, self._recv = anyio.create_memory_object_stream[Notice](buffer)
-        self._backoff = tuple(backoff) or DEFAULT_BACKOFF
-        self._sleep = sleep
+        if backoff.attempts is not None:  # a listen is what lets doorbells in: never stop trying
+            raise ValueError(
+                f"ChannelPuller re-listens forever: backoff.attempts must be None, got {backoff.attempts}"
+            )
+        self._backoff = backoff
+        self._clock: Clock = clock if clock is not None else SystemClock()
         # todo id -> the drain generation that last saw (or rang) it; see drain().
         self._announced: OrderedDict[str, int] = OrderedDict()
         self._generation = 0
@@ -311,7 +316,9 @@ class ChannelPuller:
                 reason = f"{type(exc).__name__}: {exc}"
             if self.attached.is_set():
                 self.attached = anyio.Event()
-            delay = self._backoff[min(failures, len(self._backoff) - 1)]
+            delay = self._backoff.delay(failures)
+            assert delay is not None  # attempts=None: checked in __init__
             failures += 1
             self._log("channel.relistening", attempt=failures, delay=delay, reason=reason)
-            await self._sleep(delay)  # backoff after a failure, not a poll: nothing runs while attached
+            # A backoff after a failure, not a poll: nothing runs while attached.
+            await self._clock.sleep_until(self._clock.now() + delay)

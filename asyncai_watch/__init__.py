@@ -18,6 +18,7 @@ subscriptions, the catalog, the sandbox, the CLI's and ``serve``'s insides.
 from __future__ import annotations
 
 from asyncai_watch.clock import Clock, SystemClock
+from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.events import EVENTS_MIME_TYPE, Event
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
@@ -47,6 +48,7 @@ from asyncai_watch.tools import ToolCallError
 __all__ = [
     "EVENTS_MIME_TYPE",
     "NO_REPLY",
+    "Backoff",
     "Clock",
     "Event",
     "FilterEngineError",

@@ -149,23 +149,24 @@ class Catalogs:
         """Invalidate ``source``'s listing on each ``notifications/resources/list_changed``.
 
         Runs until cancelled. A server that cannot tell ends this at once (routing then refreshes
-        on a miss only); a lost subscription invalidates and resubscribes with backoff, and after
-        five failures in a row gives up the same way.
+        on a miss only); a lost subscription invalidates and resubscribes with a watch's backoff
+        (1, 2, 4, 8, 16 s), and when those five retries fail in a row gives up the same way.
         """
-        failures = 0
+        retries = 0  # since the last change heard
         while True:
             try:
                 async with source.listen_list_changed() as changes:
                     async for _ in changes:
-                        failures = 0  # it works: a later loss starts the backoff afresh
+                        retries = 0  # it works: a later loss starts the backoff afresh
                         self.invalidate(source)
             except NotWatchableError:
                 return
             except Exception:
                 pass
-            failures += 1  # ended or lost
+            # Ended or lost.
             self.invalidate(source)  # a change may have come while nobody listened
-            delay = _LIST_CHANGED_BACKOFF.delay(failures)
+            delay = _LIST_CHANGED_BACKOFF.delay(retries)
             if delay is None:
                 return
+            retries += 1
             await self._clock.sleep_until(self._clock.now() + delay)

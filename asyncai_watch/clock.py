@@ -1,11 +1,13 @@
 """The injectable clock: everything time-based (debounce, backoff) waits through it.
 
-:class:`SystemClock` is anyio's monotonic clock; :class:`asyncai_watch.testing.FakeClock`
+:class:`SystemClock` is anyio's monotonic clock; :class:`WallClock` is Unix time, for deadlines
+that other processes read (the switchboard's leases); :class:`asyncai_watch.testing.FakeClock`
 only moves when a test says so.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol, runtime_checkable
@@ -13,7 +15,7 @@ from typing import Protocol, runtime_checkable
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "SystemClock", "fail_after", "move_on_at"]
+__all__ = ["Clock", "SystemClock", "WallClock", "fail_after", "move_on_at"]
 
 
 @runtime_checkable
@@ -38,6 +40,21 @@ class SystemClock:
 
     def __repr__(self) -> str:
         return "SystemClock()"
+
+
+class WallClock:
+    """Unix time: the same instant to every process, machine and restart (a monotonic clock's
+    zero is per boot). For deadlines kept where others read them, e.g. a shared database; it
+    jumps when the system time is set, so anything local uses :class:`SystemClock`."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep_until(self, deadline: float) -> None:
+        await anyio.sleep(max(0.0, deadline - time.time()))
+
+    def __repr__(self) -> str:
+        return "WallClock()"
 
 
 @asynccontextmanager

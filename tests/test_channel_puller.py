@@ -30,7 +30,9 @@ from test_switchboard_server import (  # noqa: F401  (fixtures)
 
 from asyncai_agent.channels import ChannelPuller
 from asyncai_watch import log
+from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.notice import Notice
+from asyncai_watch.testing import FakeClock
 
 
 def todo(n: int) -> dict[str, Any]:
@@ -96,11 +98,7 @@ async def test_a_todo_that_returns_to_the_queue_is_announced_again() -> None:
 @pytest.mark.anyio
 async def test_without_any_listen_the_queue_is_still_drained_at_start() -> None:
     client = PullOnly(todo(7))
-
-    async def never(_delay: float) -> None:  # park the re-listen backoff: no real waiting
-        await anyio.sleep_forever()
-
-    puller = ChannelPuller(sleep=never)
+    puller = ChannelPuller(clock=FakeClock())  # the re-listen backoff stays parked
     async with anyio.create_task_group() as tg:
         tg.start_soon(puller.run, client)  # type: ignore[arg-type]
         with anyio.fail_after(10):
@@ -109,6 +107,28 @@ async def test_without_any_listen_the_queue_is_still_drained_at_start() -> None:
     assert notice.meta["todo_id"] == "t7"
     assert client.listens == 1
     assert not puller.attached.is_set()
+
+
+@pytest.mark.anyio
+async def test_a_refused_listen_is_retried_forever_1_2_4_8_16_then_every_16_s() -> None:
+    client = PullOnly()
+    clock = FakeClock()
+    puller = ChannelPuller(clock=clock)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(puller.run, client)  # type: ignore[arg-type]
+        for attempt, delay in enumerate([1.0, 2.0, 4.0, 8.0, 16.0, 16.0, 16.0], start=1):
+            with anyio.fail_after(WAIT):
+                await clock.wait_for_sleepers(1)
+            assert client.listens == attempt
+            assert clock.deadlines() == [clock.now() + delay], f"attempt {attempt}"
+            clock.advance(delay)
+        tg.cancel_scope.cancel()
+
+
+def test_a_backoff_that_gives_up_is_refused() -> None:
+    # The listen is what lets doorbells in: a puller that stopped re-listening would go deaf.
+    with pytest.raises(ValueError, match="attempts must be None"):
+        ChannelPuller(backoff=Backoff(initial=1.0, cap=16.0, attempts=5))
 
 
 # -- the NDJSON log -----------------------------------------------------------------------------
@@ -226,18 +246,15 @@ async def test_a_failed_drain_is_always_logged_a_relisten_only_verbose(
     ndjson: NdjsonLines, verbose: bool
 ) -> None:
     log.configure_ndjson(ndjson)
-    backing_off = anyio.Event()
-
-    async def park(_delay: float) -> None:  # the re-listen backoff: note it, then wait for the end
-        backing_off.set()
-        await anyio.sleep_forever()
-
-    puller = ChannelPuller(server="switchboard", backoff=[4.0], sleep=park, verbose=verbose)
+    clock = FakeClock()
+    backoff = Backoff(initial=4.0, cap=4.0, attempts=None)
+    puller = ChannelPuller(server="switchboard", backoff=backoff, clock=clock, verbose=verbose)
     async with anyio.create_task_group() as tg:
         tg.start_soon(puller.run, FailingPull())  # type: ignore[arg-type]
         failed = await ndjson.first("channel.drain_failed")
         with anyio.fail_after(WAIT):
-            await backing_off.wait()  # the relisten record, if any, is written before the backoff
+            await clock.wait_for_sleepers(1)  # the relisten record, if any, is written before the backoff
+        assert clock.deadlines() == [4.0]
         tg.cancel_scope.cancel()
     common(failed, level="WARNING")
     assert failed["error"] == "MCPError: todo_pull failed: the ledger is down"

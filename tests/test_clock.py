@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import anyio.lowlevel
 import pytest
 
-from asyncai_watch.clock import Clock, SystemClock, fail_after
+from asyncai_watch.clock import Clock, SystemClock, WallClock, fail_after
 from asyncai_watch.testing import FakeClock
 
 
@@ -62,6 +64,17 @@ async def test_system_clock_is_anyio_time() -> None:
     start = clock.now()
     assert abs(start - anyio.current_time()) < 1.0
     await clock.sleep_until(start)  # already due: returns without waiting
+
+
+@pytest.mark.anyio
+async def test_wall_clock_is_unix_time_so_a_stored_deadline_means_the_same_instant_everywhere() -> None:
+    clock = WallClock()
+    assert isinstance(clock, Clock)
+    before = time.time()
+    now = clock.now()
+    assert before <= now <= time.time()  # not seconds since boot, as a monotonic clock's are
+    with anyio.fail_after(5):
+        await clock.sleep_until(now - 60)  # a lease that ran out while nobody waited: at once
 
 
 @pytest.mark.anyio

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from asyncai_servers.kcp.__main__ import _backoff, _parser
 from asyncai_servers.kcp.jsonstream import JsonStreamError, JsonStreamParser
 from asyncai_servers.kcp.kubectl import ApiResource, WatchPath, api_path, find_resource, server_base
 from asyncai_servers.kcp.state import (
@@ -417,3 +418,33 @@ def test_too_large_resource_version_status() -> None:
     assert not is_too_large_resource_version({"code": 500, "reason": "InternalError", "message": "boom"})
     assert stderr_says_too_large("Error from server (Timeout): Too large resource version: 9, current: 3")
     assert not stderr_says_too_large("Error from server (Timeout): the request timed out")
+
+
+# --- the --backoff option ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "delays"),
+    [
+        ("0.8:30", [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]),
+        ("0.5:1", [0.5, 1.0, 1.0]),
+        ("2", [2.0, 2.0]),  # MAX defaults to INITIAL
+        ("0:0", [0.0, 0.0]),  # the tests' setting: reconnect at once
+    ],
+)
+def test_backoff_option_doubles_from_initial_up_to_max_and_never_gives_up(
+    spec: str, delays: list[float]
+) -> None:
+    backoff = _backoff(spec, _parser("asyncai-mcp-kcp", read_only=False))
+    assert [backoff.delay(n) for n in range(len(delays))] == pytest.approx(delays)
+    assert backoff.delay(10_000) == pytest.approx(delays[-1])
+
+
+@pytest.mark.parametrize("spec", ["soon", "2:1", "-1:4", "1:inf", "nan:nan"])
+def test_backoff_option_refuses_what_is_not_a_finite_range(
+    spec: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        _backoff(spec, _parser("asyncai-mcp-kcp", read_only=False))
+    assert exit_info.value.code == 2
+    assert "--backoff" in capsys.readouterr().err

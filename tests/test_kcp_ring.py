@@ -15,7 +15,7 @@ from asyncai_servers._eventlog import AFTER_META_KEY, EventRing, dumps, read_aft
 from asyncai_servers.kcp.jsonstream import JsonStreamParser
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.uri import WatchTarget
-from asyncai_servers.kcp.watcher import Backoff, Watcher
+from asyncai_servers.kcp.watcher import Watcher
 from asyncai_watch.core.eventlog import Sequencer
 from asyncai_watch.testing import FakeClock
 
@@ -180,7 +180,6 @@ async def test_appends_notify_once_until_a_read() -> None:
         Kubectl("kubectl", {None: Endpoint(server="https://kcp.test")}),
         publish,
         clock=FakeClock(),
-        backoff=Backoff(),
     )
     for i in range(5):
         await watcher._append([_event(i)])

@@ -16,7 +16,7 @@ from kcp_helpers import FAKE_KUBECTL, WAIT, watch_starts
 
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.uri import WatchTarget
-from asyncai_servers.kcp.watcher import Backoff, WatcherPool
+from asyncai_servers.kcp.watcher import WatcherPool
 from asyncai_watch.testing import FakeClock
 
 URI = "kcp-events://watch/root:app/configmaps"
@@ -40,7 +40,7 @@ async def test_reconnect_backoff_doubles_on_failure_and_resets_after_a_clean_end
             "FAKE_KUBECTL_NOTIFY": starts.path,
         }
         kubectl = Kubectl(FAKE_KUBECTL, {None: Endpoint(server="https://kcp.test")}, env=env)
-        pool = WatcherPool(tg, kubectl, publish, clock=clock, backoff=lambda: Backoff(0.8, 30.0))
+        pool = WatcherPool(tg, kubectl, publish, clock=clock)  # the default backoff: 0.8 s doubling
         pool.add_listener(URI)
         pool.add_listener(URI)  # a second listener shares the watcher
         assert len(pool.entries) == 1
@@ -184,9 +184,7 @@ class _Pool:
             "FAKE_KUBECTL_NOTIFY": starts.path,
         }
         kubectl = Kubectl(FAKE_KUBECTL, {None: Endpoint(server=server)}, env=env)
-        self.pool = WatcherPool(
-            tg, kubectl, self._publish, clock=self.clock, backoff=lambda: Backoff(0.8, 30.0)
-        )
+        self.pool = WatcherPool(tg, kubectl, self._publish, clock=self.clock)
         self.pool.add_listener(uri)
         self.watcher = self.pool.entries[uri].watcher
 
@@ -393,6 +391,35 @@ async def test_an_in_stream_500_grows_the_backoff_and_resumes_from_the_same_reso
     assert all(e["message"] == "etcdserver: leader changed (500 InternalError)" for e in errors)
     assert len(p.lists()) == 1  # a 500 leaves the resourceVersion usable: resumed, not re-listed
     assert p.watch_rvs() == [listed_rv] * 5
+
+
+@pytest.mark.anyio
+async def test_a_stream_that_failed_after_two_minutes_starts_the_backoff_afresh(tmp_path: Path) -> None:
+    """client-go's rule: a watch that lived 120 s was healthy, whatever ended it."""
+    cluster = FakeCluster(tmp_path / "cluster")
+    cluster.create("a")
+    async with watch_starts() as starts, anyio.create_task_group() as tg:
+        p = _Pool(cluster, starts, tg, NS_URI)
+        await starts.next()
+        cluster.drop_streams(1, "error: unexpected EOF")  # at once: a failed attempt
+        with anyio.fail_after(WAIT):
+            await p.clock.wait_for_sleepers(1)
+        assert p.clock.deadlines() == [pytest.approx(0.8)]
+        p.clock.advance(0.8)
+        await starts.next()
+        p.clock.advance(119.9)  # not yet healthy: the next failure doubles the wait
+        cluster.drop_streams(1, "error: unexpected EOF")
+        with anyio.fail_after(WAIT):
+            await p.clock.wait_for_sleepers(1)
+        assert p.clock.deadlines() == [pytest.approx(120.7 + 1.6)]
+        p.clock.advance(1.6)
+        await starts.next()
+        p.clock.advance(121.0)  # this stream lived over two minutes
+        cluster.drop_streams(1, "error: unexpected EOF")
+        with anyio.fail_after(WAIT):
+            await p.clock.wait_for_sleepers(1)
+        assert p.clock.deadlines() == [pytest.approx(243.3 + 0.8)]
+        tg.cancel_scope.cancel()
 
 
 @pytest.mark.anyio

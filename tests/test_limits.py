@@ -72,6 +72,22 @@ def test_an_unlimited_backoff_grows_to_its_cap_and_never_overflows(
         assert before <= delay
 
 
+@given(
+    initial=st.just(0.0) | st.floats(1e-6, 100),  # 0 (retry at once) to any real delay
+    cap=st.floats(0, 1000),
+    failures=st.integers(0, 2000),
+)
+def test_each_delay_doubles_the_last_up_to_the_cap(initial: float, cap: float, failures: int) -> None:
+    # The loop every retrying site runs: first wait ``initial``, then double, never past ``cap``.
+    expected = min(initial, cap)
+    for _ in range(failures):
+        expected = min(expected * 2, cap)
+    assert Backoff(initial=initial, cap=cap, attempts=None).delay(failures) == expected
+    limited = Backoff(initial=initial, cap=cap, attempts=failures)
+    assert limited.delay(failures) is None  # a limited one gives up once its attempts failed
+    assert len(limited.delays()) == failures
+
+
 @pytest.mark.parametrize(
     ("kwargs", "says"),
     [

@@ -20,6 +20,15 @@ from test_switchboard_server import (  # noqa: F401  (fixtures)
 
 from asyncai_agent.channels import ChannelExtension, ChannelPuller, has_channel
 from asyncai_watch.core.notice import Notice
+from asyncai_watch.testing import FakeClock
+
+
+async def end_backoffs(clock: FakeClock) -> None:
+    """Move the clock to each backoff deadline as soon as a task waits on it (until cancelled):
+    once the server is back, however many re-listens it takes, none waits for a test step."""
+    while True:
+        await clock.wait_for_sleepers(1)
+        clock.set_time(clock.deadlines()[0])
 
 
 async def next_notice(puller: ChannelPuller) -> Notice:
@@ -75,12 +84,8 @@ async def test_puller_drains_at_start_rings_and_drains_after_completion(
 
 @pytest.mark.anyio
 async def test_puller_relistens_and_drains_after_server_restart(sqlite_store: Store, config: Path) -> None:
-    restarted = anyio.Event()
-
-    async def backoff(_delay: float) -> None:
-        await restarted.wait()  # the injected backoff: wake when the test has the server back up
-
-    puller = ChannelPuller(server="switchboard", backoff=[1.0], sleep=backoff)
+    clock = FakeClock()  # the re-listen backoff waits until the test has the server back up
+    puller = ChannelPuller(server="switchboard", clock=clock)
     async with switchboard_http(sqlite_store, config) as first:
         url = first.url
         port = urllib.parse.urlsplit(url).port
@@ -102,7 +107,10 @@ async def test_puller_relistens_and_drains_after_server_restart(sqlite_store: St
                     missed = (await call(alice, "todo_create", queue="ops", kind="k", summary="while away"))[
                         "todo"
                     ]
-                    restarted.set()
+                    with anyio.fail_after(WAIT):
+                        await clock.wait_for_sleepers(1)
+                    assert clock.deadlines() == [1.0]  # the first re-listen waits 1 s
+                    tg.start_soon(end_backoffs, clock)  # the server is back: time may pass
                     notice = await next_notice(puller)  # the reconnect drain
                     assert notice.meta["todo_id"] == missed["id"]
                     assert notice.meta["via"] == "pull"

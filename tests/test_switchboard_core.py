@@ -231,6 +231,42 @@ async def test_lease_expiry_returns_the_todo_on_a_timer(store: Store) -> None:
             assert all("lease" not in e["object"] for e in events)
 
 
+class FlakyExpiry:
+    """A ledger whose first ``failures`` expiries fail (a lost connection, a full disk)."""
+
+    def __init__(self, ledger: Ledger, failures: int) -> None:
+        self._ledger = ledger
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    async def expire(self, now: float) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise LedgerError("the ledger is down")
+        return await self._ledger.expire(now)
+
+
+@pytest.mark.anyio
+async def test_a_failed_lease_expiry_is_retried_after_1_then_2_seconds(store: Store) -> None:
+    clock = FakeClock(start=1_000_000.0)
+    ledger = cast(Ledger, FlakyExpiry(cast(Ledger, store.ledger()), failures=2))
+    async with Switchboard(ledger, CREDS, clock=clock, lease_seconds=30) as b:
+        with b.hub.subscribe(BOT, frozenset({queue_uri("ops")})) as watcher:
+            todo, _ = await b.create(ALICE, queue="ops", kind="k", summary="s")
+            assert await collect(watcher, 1) == [todo.id]
+            assert (await b.claim(EVE, "ops"))[0] is not None
+            for retry_at in (1_000_030.0, 1_000_031.0, 1_000_033.0):  # the lease, then 1 s, then 2 s later
+                with anyio.fail_after(WAIT):
+                    await clock.wait_for_deadline(retry_at)
+                assert (await b.ledger.get(todo.id)).status == "claimed"  # type: ignore[union-attr]
+                clock.set_time(retry_at)
+            assert await collect(watcher, 1) == [todo.id]  # the expiry rings
+            assert (await b.ledger.get(todo.id)).status == "open"  # type: ignore[union-attr]
+            assert b.expired == 1
+
+
 @pytest.mark.anyio
 async def test_stalled_subscriber_drops_and_counts_while_creates_flow(store: Store) -> None:
     async with board(store, buffer=64) as b:

@@ -179,6 +179,39 @@ async def test_list_changed_and_a_miss_refresh_the_catalog() -> None:
         assert plain.requests["resources/list"] == 3
 
 
+class ListChangedRefused(FakeSource):
+    """A server whose ``list_changed`` listen is refused every time."""
+
+    def __init__(self) -> None:
+        super().__init__("memo", resources=[ListedResource(uri=NOTES, name="notes")])
+        self.list_changed_listens = 0
+
+    @asynccontextmanager
+    async def _refused(self) -> AsyncIterator[AsyncIterator[None]]:
+        self.list_changed_listens += 1
+        raise ConnectionError("the server refused the listen")
+        yield  # pragma: no cover
+
+    def listen_list_changed(self) -> Any:
+        return self._refused()
+
+
+@pytest.mark.anyio
+async def test_a_refused_list_changed_listen_backs_off_as_a_watch_does_then_gives_up() -> None:
+    fake = ListChangedRefused()
+    clock = FakeClock()
+    async with manager(fake, clock=clock):
+        for attempt, delay in enumerate([1.0, 2.0, 4.0, 8.0, 16.0], start=1):  # a watch's backoff
+            with anyio.fail_after(5):
+                await clock.wait_for_sleepers(1)
+            assert fake.list_changed_listens == attempt
+            assert clock.deadlines() == [clock.now() + delay], f"attempt {attempt}"
+            clock.advance(delay)
+        await anyio.wait_all_tasks_blocked()
+        # Five retries failed: no more listens; a routing miss still refreshes the listing.
+        assert (fake.list_changed_listens, clock.sleepers) == (6, 0)
+
+
 @pytest.mark.anyio
 async def test_sources_are_listed_concurrently() -> None:
     slow, other = memo(), FakeSource("other", resources=[ListedResource(uri="other://x", name="x")])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import shlex
 import sys
@@ -21,7 +22,8 @@ from asyncai_servers._resumable import streamable_http_app
 from asyncai_servers._stdio import stdio_server
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.server import KcpServer
-from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, Backoff, WatcherPool
+from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, WatcherPool
+from asyncai_watch.core.backoff import Backoff
 
 __all__ = ["main", "main_readonly"]
 
@@ -96,15 +98,15 @@ def _parser(prog: str, read_only: bool) -> argparse.ArgumentParser:
     return p
 
 
-def _backoff(text: str, p: argparse.ArgumentParser) -> tuple[float, float]:
+def _backoff(text: str, p: argparse.ArgumentParser) -> Backoff:
     try:
         initial, _, maximum = text.partition(":")
         lo, hi = float(initial), float(maximum or initial)
     except ValueError:
         p.error(f"--backoff expects INITIAL:MAX in seconds (e.g. 0.8:30), got {text!r}")
-    if lo < 0 or hi < lo:
-        p.error(f"--backoff needs 0 <= INITIAL <= MAX, got {text!r}")
-    return lo, hi
+    if not 0 <= lo <= hi < math.inf:  # also refuses nan
+        p.error(f"--backoff needs 0 <= INITIAL <= MAX, both finite, got {text!r}")
+    return Backoff(initial=lo, cap=hi, attempts=None)
 
 
 def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
@@ -125,7 +127,7 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
         if not sep or not name or not path:
             p.error(f"--endpoint expects NAME=KUBECONFIG, got {spec!r}")
         endpoints[name] = Endpoint(kubeconfig=path, token_command=token_command)
-    lo, hi = _backoff(args.backoff, p)
+    backoff = _backoff(args.backoff, p)
     if args.ring_events < 1 or args.ring_bytes < 1:
         p.error(f"--ring-events and --ring-bytes must be >= 1, got {args.ring_events} and {args.ring_bytes}")
     http = None
@@ -143,7 +145,7 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
                     tg,
                     kcp.kubectl,
                     kcp.publish,
-                    backoff=lambda: Backoff(lo, hi),
+                    backoff=backoff,
                     ring_events=args.ring_events,
                     ring_chars=args.ring_bytes,
                     ring_window=args.read_window,

@@ -5,8 +5,9 @@ kubectl: API discovery maps the URI's resource to its API path; ``kubectl get
 --raw PATH`` lists it (the seed) and gives the List's resourceVersion;
 ``kubectl get --raw 'PATH?watch=true&resourceVersion=RV'`` streams every change
 after RV through :class:`WatchState`. The watcher keeps the resourceVersion of
-every event (BOOKMARKs too); when a stream ends it waits (exponential backoff on
-the injected clock) and watches again from there, with no re-list. An in-stream
+every event (BOOKMARKs too); when a stream ends it waits (:data:`KCP_BACKOFF`, the
+library's :class:`~asyncai_watch.core.backoff.Backoff`, on the injected clock) and watches
+again from there, with no re-list. An in-stream
 ``ERROR`` (kubectl still exits 0) is a failed attempt: the backoff grows. Only
 ``410 Gone`` (that resourceVersion left the API server's history) and ``504 Too
 large resource version`` (the API server is behind it) re-list, appending the
@@ -31,12 +32,14 @@ from asyncai_servers.kcp.kubectl import Kubectl, KubectlError, WatchPath
 from asyncai_servers.kcp.state import WatchOutcome, WatchState
 from asyncai_servers.kcp.uri import WatchTarget, parse_watch_uri
 from asyncai_watch.clock import Clock, SystemClock
+from asyncai_watch.core.backoff import Backoff
 
 __all__ = [
+    "HEALTHY_AFTER",
+    "KCP_BACKOFF",
     "RING_CHARS",
     "RING_EVENTS",
     "RING_WINDOW",
-    "Backoff",
     "SeedError",
     "Watcher",
     "WatcherPool",
@@ -55,24 +58,19 @@ RING_WINDOW: Final = 256
 """Events a read without a position returns (a full read's cost is bounded by this, not the ring)."""
 
 
-@attrs.define
-class Backoff:
-    """client-go's reflector shape: 0.8 s doubling to 30 s; a healthy connection resets it."""
+KCP_BACKOFF: Final = Backoff(initial=0.8, cap=30.0, attempts=None)
+"""client-go's reflector shape: 0.8 s doubling to 30 s, retried forever (``--backoff INITIAL:MAX``)."""
+HEALTHY_AFTER: Final = 120.0
+"""A failed stream that had lasted this long still resets the backoff (client-go: 2 min)."""
 
-    initial: float = 0.8
-    maximum: float = 30.0
-    factor: float = 2.0
-    reset_after: float = 120.0
-    """A failed stream that had lasted this long still counts as healthy (client-go: 2 min)."""
-    _next: float | None = None
 
-    def delay(self) -> float:
-        current = self.initial if self._next is None else self._next
-        self._next = min(self.maximum, max(current, 1e-9) * self.factor) if current > 0 else 0.0
-        return current
-
-    def reset(self) -> None:
-        self._next = None
+def _retries_forever(backoff: Backoff) -> Backoff:
+    # A watcher has no one to give up to: its listeners wait for it as long as they listen.
+    if backoff.attempts is not None:
+        raise ValueError(
+            f"a kcp watcher retries forever: backoff.attempts must be None, got {backoff.attempts}"
+        )
+    return backoff
 
 
 # How kubectl prints an HTTP-level error Status: ``Error from server (REASON): MESSAGE``. 410 is reason
@@ -118,7 +116,8 @@ class Watcher:
         publish: Callable[[str], Awaitable[None]],
         *,
         clock: Clock,
-        backoff: Backoff,
+        backoff: Backoff = KCP_BACKOFF,
+        healthy_after: float = HEALTHY_AFTER,
         start_seq: int = 0,
         capacity: int = RING_EVENTS,
         max_chars: int | None = RING_CHARS,
@@ -129,7 +128,10 @@ class Watcher:
         self.kubectl = kubectl
         self.publish = publish
         self.clock = clock
-        self.backoff = backoff
+        self.backoff = _retries_forever(backoff)
+        self.healthy_after = healthy_after
+        self.failures = 0
+        """Failed attempts since the last healthy one: the next wait is ``backoff.delay(failures)``."""
         self.ring = EventRing(capacity, start_seq=start_seq, max_chars=max_chars, window=window)
         self.state = WatchState()
         self.ready = anyio.Event()
@@ -196,7 +198,7 @@ class Watcher:
                         return
                 else:
                     await self._error(f"re-list failed: {exc.message}")
-                await self._sleep(self.backoff.delay())
+                await self._back_off()
                 continue
             if fresh:
                 self.lists += 1
@@ -220,11 +222,14 @@ class Watcher:
                 if end.healthy and not fresh:
                     continue  # a resumed watch fell out of history (410): re-list at once
             if end.healthy:
-                self.backoff.reset()
-            await self._sleep(self.backoff.delay())
+                self.failures = 0
+            await self._back_off()
 
-    async def _sleep(self, seconds: float) -> None:
-        await self.clock.sleep_until(self.clock.now() + seconds)
+    async def _back_off(self) -> None:
+        delay = self.backoff.delay(self.failures)
+        assert delay is not None  # attempts=None: checked in __init__
+        self.failures += 1
+        await self.clock.sleep_until(self.clock.now() + delay)
 
     async def _watch_once(self, path: WatchPath, conn: list[str]) -> _WatchEnd:
         """Stream one watch from ``resource_version`` and say how it ended."""
@@ -283,7 +288,7 @@ class Watcher:
             failed_exit = KubectlError(stderr, stderr=stderr, returncode=stream.returncode)
             # A stream that failed at once and one that lived long are told apart by time, as client-go does.
             return _WatchEnd(
-                healthy=self.clock.now() - began >= self.backoff.reset_after,
+                healthy=self.clock.now() - began >= self.healthy_after,
                 permanent=failed_exit.permanent,
             )
         return _WatchEnd(healthy=True)
@@ -307,7 +312,8 @@ class WatcherPool:
         publish: Callable[[str], Awaitable[None]],
         *,
         clock: Clock | None = None,
-        backoff: Callable[[], Backoff] = Backoff,
+        backoff: Backoff = KCP_BACKOFF,
+        healthy_after: float = HEALTHY_AFTER,
         idle_grace: float = 60.0,
         seed_timeout: float = SEED_TIMEOUT,
         ring_events: int = RING_EVENTS,
@@ -318,7 +324,8 @@ class WatcherPool:
         self.kubectl = kubectl
         self.publish = publish
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self._backoff = backoff
+        self.backoff = _retries_forever(backoff)  # a value: every watcher counts its own failures
+        self.healthy_after = healthy_after
         self.idle_grace = idle_grace
         self.seed_timeout = seed_timeout
         self.ring_events = ring_events
@@ -334,7 +341,8 @@ class WatcherPool:
             self.kubectl,
             self.publish,
             clock=self.clock,
-            backoff=self._backoff(),
+            backoff=self.backoff,
+            healthy_after=self.healthy_after,
             start_seq=self._last_seq.get(uri, 0),
             capacity=self.ring_events,
             max_chars=self.ring_chars,

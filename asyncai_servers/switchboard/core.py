@@ -21,8 +21,9 @@ import anyio.abc
 import attrs
 
 from asyncai_servers._eventlog import EventRing
+from asyncai_watch.clock import Clock, WallClock
+from asyncai_watch.core.backoff import Backoff
 
-from .clock import Clock, WallClock
 from .config import Credential, Credentials, validate_name
 from .doorbell import make_doorbell
 from .hub import DEFAULT_BUFFER, Hub
@@ -31,8 +32,7 @@ from .ledger import STATUSES, Change, Creator, Ledger, LedgerError, RemoteChange
 __all__ = ["DEFAULT_LEASE_SECONDS", "Switchboard", "queue_uri"]
 
 log = logging.getLogger(__name__)
-_LEASE_RETRY_FIRST = 1.0
-_LEASE_RETRY_MAX = 30.0
+_LEASE_RETRY: Final = Backoff(initial=1.0, cap=30.0, attempts=None)  # a failed expiry: 1, 2, 4 .. 30 s
 
 DEFAULT_LEASE_SECONDS: Final = 300.0
 SUMMARY_MAX: Final = 2000
@@ -61,6 +61,7 @@ class Switchboard:
             raise ValueError(f"lease_seconds must be > 0, got {lease_seconds}")
         self.ledger = ledger
         self.credentials = credentials
+        # Unix time: lease deadlines are stored in the ledger and compared by every replica.
         self.clock: Clock = clock or WallClock()
         self.lease_seconds = lease_seconds
         self.hub = Hub(buffer=buffer)
@@ -175,7 +176,7 @@ class Switchboard:
 
     async def _lease_timer(self) -> None:
         """Sleep until the earliest lease deadline (or a lease change), then expire what is due."""
-        retry = _LEASE_RETRY_FIRST
+        failures = 0  # failed expiries in a row
         while True:
             self._lease_changed = anyio.Event()
             try:
@@ -193,11 +194,13 @@ class Switchboard:
                     changes = await self.ledger.expire(self.clock.now())
                 except LedgerError as exc:
                     # The deadline has passed, so retrying at once would spin: back off on the clock.
+                    retry = _LEASE_RETRY.delay(failures)
+                    assert retry is not None  # attempts=None
+                    failures += 1
                     log.warning("lease expiry failed (%s); retrying in %.0f s", exc, retry)
                     await self._first_of(self.clock.now() + retry, changed)
-                    retry = min(retry * 2, _LEASE_RETRY_MAX)
                     continue
-                retry = _LEASE_RETRY_FIRST
+                failures = 0
                 self.expired += len(changes)
                 for change in changes:
                     self._apply(change)

@@ -17,8 +17,9 @@ row records its creating transaction (``created_xid``), and the catch-up asks
 for the ones the previous LISTEN's snapshot did not see and that were not heard.
 Other missed transitions (claims, completes ..)
 are not replayed: the switchboard restarts its event logs on a reconnect, so
-their readers get a GAP instead of a silent hole. The reconnect backoff (1, 2,
-4 .. 16 s) sleeps on the injected clock, so tests drive it with a fake one.
+their readers get a GAP instead of a silent hole. The reconnect backoff
+(:data:`LISTEN_BACKOFF`: 1, 2, 4 .. 16 s, for as long as it takes) sleeps on the injected
+clock, so tests drive it with a fake one.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from asyncai_watch.clock import Clock, SystemClock
+from asyncai_watch.core.backoff import Backoff
 
 from .ledger import (
     COLUMNS,
@@ -55,8 +57,8 @@ __all__ = ["NOTIFY_CHANNEL", "PostgresLedger"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 NOTIFY_CHANNEL: Final = "switchboard"
-LISTEN_BACKOFF_FIRST: Final = 1.0
-LISTEN_BACKOFF_MAX: Final = 16.0
+LISTEN_BACKOFF: Final = Backoff(initial=1.0, cap=16.0, attempts=None)
+"""Waits between failed LISTEN connects; a replica that stopped trying would ring nobody again."""
 CATCH_UP_MAX: Final = 500
 """At most this many missed todos are announced after a reconnect (oldest first); pull finds the rest."""
 HEARD_CHECKPOINT: Final = 1000
@@ -436,7 +438,7 @@ class PostgresLedger:
         is skipped. A ``resync`` after the first means other transitions may have been missed:
         the switchboard tells its event-log readers so.
         """
-        delay = LISTEN_BACKOFF_FIRST
+        failures = 0  # failed connects in a row
         ref: str | None = None  # every create this snapshot sees has rung here (None before the first LISTEN)
         heard: set[int] = set()  # creates heard (or caught up) that ``ref`` does not see
         mark: tuple[str, str, set[int]] | None = None  # (token, snapshot, heard since it was taken)
@@ -451,11 +453,13 @@ class PostgresLedger:
                     with anyio.CancelScope(shield=True):
                         await conn.close()
                 # Any failure before listening backs off, so a refusing server is never hammered.
+                delay = LISTEN_BACKOFF.delay(failures)
+                assert delay is not None  # attempts=None
+                failures += 1
                 log.warning("switchboard LISTEN connect failed (%s); retrying in %.0f s", exc, delay)
                 await self.clock.sleep_until(self.clock.now() + delay)
-                delay = min(delay * 2, LISTEN_BACKOFF_MAX)
                 continue
-            delay = LISTEN_BACKOFF_FIRST
+            failures = 0
             self.listener_pid = conn.info.backend_pid
             # Creates the catch-up announced: one that committed between LISTEN and the snapshot
             # is also NOTIFYed, and must not ring (or enter the event log) twice.

@@ -2,10 +2,12 @@
 
 Pure. A :class:`Backoff` answers "after ``n`` failures in a row, how long to wait before the
 next attempt, or give up": ``initial * factor**n`` capped at ``cap``, and ``None`` once
-``attempts`` failures were reached (``attempts=None`` retries forever). The watch
-resubscribe policy (1, 2, 4, 8, 16 s then give up), the kcp watcher's kubectl restarts, the
-agent's channel puller and the PostgreSQL ledger's LISTEN reconnect all use it; each keeps
-its own failure count.
+``attempts`` failures were reached (``attempts=None`` retries forever). Every retry loop in
+the project uses it, each keeping its own failure count: the watch resubscribe policy and the
+catalog's ``list_changed`` listen (1, 2, 4, 8, 16 s then give up), and, retrying forever, the
+kcp watcher's kubectl restarts (0.8 s doubling to 30 s), the agent's channel puller (1 to
+16 s), the PostgreSQL ledger's LISTEN reconnect (1 to 16 s) and the switchboard's lease-expiry
+retry (1 to 30 s).
 """
 
 from __future__ import annotations
@@ -35,7 +37,12 @@ def _attempts(_inst: object, _attr: attrs.Attribute[Any], value: int | None) -> 
 
 @attrs.frozen(kw_only=True)
 class Backoff:
-    """Exponential backoff with a cap and an optional attempt limit."""
+    """Exponential backoff with a cap and an optional attempt limit.
+
+    Each delay is the last one times ``factor``, never past ``cap``; an ``initial`` of 0 stays 0.
+    (Exact while ``cap / initial`` is under ~1e308, i.e. for any real delay: past the float
+    range the delay is taken as capped.)
+    """
 
     initial: float = attrs.field(default=1.0, validator=_finite_non_negative)
     cap: float = attrs.field(default=16.0, validator=_finite_non_negative)
@@ -51,8 +58,8 @@ class Backoff:
             return None
         try:
             grown = self.initial * self.factor**failures
-        except OverflowError:  # a float power past ~1e308: long since capped
-            return float(self.cap)
+        except OverflowError:  # factor**failures is past ~1e308: capped, unless it multiplies 0
+            return float(self.cap) if self.initial > 0 else 0.0
         return float(min(grown, self.cap))
 
     def delays(self) -> tuple[float, ...]:

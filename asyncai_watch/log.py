@@ -81,6 +81,9 @@ def emit(event: str, *, verbose: bool = False, **fields: Any) -> None:
 
 def events(records: Iterable[EventRecord], *, watch: str, uri: str, verbose: bool = False) -> None:
     """One ``watch.event`` record per event: what became of it (kept, deduped, dropped, ...)."""
+    # The level emit() would log each at, checked once: usually nobody listens (a call per event).
+    if not logger.isEnabledFor(logging.INFO if verbose or "watch.event" in ALWAYS_LOGGED else logging.DEBUG):
+        return
     for rec in records:
         ev = rec.event
         emit(

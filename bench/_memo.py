@@ -44,6 +44,8 @@ class Writer:
     def __init__(self, process: anyio.abc.Process) -> None:
         self._process = process
         self._buf = b""
+        self.calls: list[float] = []
+        """The round trip of each ``memo_set`` call, as the writer saw it (s)."""
 
     async def _line(self) -> str:
         assert self._process.stdout is not None
@@ -60,7 +62,9 @@ class Writer:
     async def set(self, key: str, value: Any) -> float:
         """Change memo; returns the writer's clock just before its memo_set call."""
         await self._send(f"set {key} {json.dumps(value)}")
-        return float(await self._line())
+        t0, t1 = map(float, (await self._line()).split())
+        self.calls.append(t1 - t0)
+        return t0
 
     async def reads(self) -> int:
         """memo's own count of the resources/read requests it answered."""

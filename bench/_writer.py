@@ -5,7 +5,8 @@
 Reads commands on stdin, one per line, and answers each with one line on stdout:
 
 - ``set KEY JSON`` -> calls ``memo_set``; answers the ``time.monotonic()`` taken just before
-  the call (CLOCK_MONOTONIC is one clock for every process on the machine);
+  the call (CLOCK_MONOTONIC is one clock for every process on the machine) and, after a space,
+  the one taken when its answer came;
 - ``stats`` -> answers memo's ``resources/read`` count (the ``memo_stats`` tool).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import AsyncIterator
 
 import anyio
 
@@ -29,13 +31,13 @@ async def main(url: str) -> None:
                 key, _, value = rest.partition(" ")
                 t0 = time.monotonic()
                 await memo.call_tool("memo_set", {"key": key, "value": json.loads(value)})
-                print(repr(t0), flush=True)
+                print(repr(t0), repr(time.monotonic()), flush=True)
             elif command == "stats":
                 result = await memo.call_tool("memo_stats", {})
                 print(result.structured["reads"], flush=True)
 
 
-async def _lines() -> object:
+async def _lines() -> AsyncIterator[str]:
     stdin = anyio.wrap_file(sys.stdin)
     async for line in stdin:
         yield line.rstrip("\n")

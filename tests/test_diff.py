@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import gc
+import json
+import math
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch.core.diff import diff_state, keyed
+from asyncai_watch.core.diff import _diff_mappings, diff_state, keyed
 from asyncai_watch.core.events import ADDED, CHANGED, DELETED, MODIFIED, Event
 from asyncai_watch.core.identity import item_key
+from asyncai_watch.core.jsontext import GC_PAUSE_ABOVE, JsonError, compact_json, parse_json
 from asyncai_watch.core.watch import Body
 
 json_scalars = (
@@ -68,6 +73,24 @@ def test_a_body_is_its_json_else_its_text() -> None:
     assert deep.value == "[" * 100_000
     assert deep.error is not None
     assert "deeper than" in deep.error
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_parsing_a_large_body_leaves_the_garbage_collector_as_it_was(enabled: bool) -> None:
+    big = json.dumps([{"id": i, "tags": ["a"]} for i in range(1000)])
+    assert len(big) > GC_PAUSE_ABOVE
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert parse_json(big)[999] == {"id": 999, "tags": ["a"]}
+        assert gc.isenabled() is enabled
+        assert math.isnan(parse_json(big.replace("]}", "]}, NaN", 1))[1])  # the stdlib fallback
+        assert gc.isenabled() is enabled
+        with pytest.raises(JsonError):
+            parse_json(big + "]")
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 # --- examples ---------------------------------------------------------------------------------------
@@ -204,3 +227,66 @@ plain_items = st.lists(
 @given(old=plain_items, new=plain_items)
 def test_empty_diff_exactly_when_keyed_items_are_equal(old: list[Any], new: list[Any]) -> None:
     assert (diff_state(old, new) == []) == (keyed(old) == keyed(new))
+
+
+# The usual list shapes are keyed in passes at C speed (dicts keyed by a string ``id``, Kubernetes
+# objects by ``metadata.uid``), and a re-read with the same keys in the same order is diffed by
+# position: both must give exactly what the item-by-item rules give, for any list.
+
+
+def keyed_by_the_rules(items: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for x in items:
+        k = item_key(x)
+        if k is None:
+            k = x if type(x) is str else compact_json(x, sort_keys=True)
+        if k in out:
+            n = 2
+            while f"{k}#{n}" in out:
+                n += 1
+            k = f"{k}#{n}"
+        out[k] = x
+    return out
+
+
+short_ids = st.sampled_from(["a", "b", "c", "a#2", ""]) | st.integers(0, 2) | st.none() | st.booleans()
+usual_item = st.one_of(
+    st.fixed_dictionaries({"id": short_ids}, optional={"v": st.integers(0, 2), "uid": short_ids}),
+    st.fixed_dictionaries(
+        {
+            "metadata": st.fixed_dictionaries({}, optional={"uid": short_ids, "name": short_ids})
+            | json_scalars
+        },
+        optional={"v": st.integers(0, 2)},
+    ),
+)
+text_ids = st.sampled_from(["a", "b", "c", "a#2", "d", "e"])
+by_id = st.fixed_dictionaries({"id": text_ids}, optional={"v": st.integers(0, 2)})
+by_uid = st.fixed_dictionaries(
+    {"metadata": st.fixed_dictionaries({"uid": text_ids})}, optional={"v": st.integers(0, 2)}
+)
+usual_lists = (
+    st.lists(by_id, max_size=6)
+    | st.lists(by_uid, max_size=6)
+    | st.lists(usual_item, max_size=6)
+    | st.lists(usual_item | json_scalars, max_size=6)
+)
+
+
+@given(items=usual_lists)
+def test_keyed_is_the_item_by_item_rules(items: list[Any]) -> None:
+    assert list(keyed(items).items()) == list(keyed_by_the_rules(items).items())
+
+
+@given(old=usual_lists, data=st.data())
+def test_a_list_diff_is_the_diff_of_the_keyed_items(old: list[Any], data: st.DataObject) -> None:
+    # Half the time a re-read of the same items, some of them changed in place (the positional path).
+    if data.draw(st.booleans()):
+        new = [
+            {**x, "v": data.draw(st.integers(0, 2))} if type(x) is dict and data.draw(st.booleans()) else x
+            for x in old
+        ]
+    else:
+        new = data.draw(usual_lists)
+    expected = _diff_mappings(keyed_by_the_rules(old), keyed_by_the_rules(new))
+    assert diff_state(old, new) == expected

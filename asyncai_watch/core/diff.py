@@ -16,8 +16,8 @@ seen as a change; a strict walk would cost several times the whole diff (see doc
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from itertools import compress
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress, repeat
 from operator import ne
 from typing import Any
 
@@ -28,6 +28,30 @@ from asyncai_watch.core.jsontext import compact_json
 __all__ = ["diff_state", "keyed"]
 
 _MISSING: Any = object()
+_dict_get: Callable[[Any, str], Any] = dict.get
+_dict_has: Callable[[Any, str], bool] = dict.__contains__
+
+
+def _fast_keys(items: Sequence[Any]) -> list[str] | None:
+    """Every item's :func:`item_key` when ``items`` has one of the two usual shapes, found in
+    passes at C speed (no Python code per item): dicts whose ``metadata.uid`` is a non-empty
+    string (Kubernetes objects), or dicts with neither ``metadata`` nor ``uid`` whose ``id`` is a
+    non-empty string. ``None`` for anything else: then the item-by-item rules apply."""
+    if not items or set(map(type, items)) != {dict}:
+        return None
+    keys: list[Any]
+    if "metadata" in items[0]:
+        metas = list(map(_dict_get, items, repeat("metadata")))
+        if set(map(type, metas)) != {dict}:
+            return None
+        keys = list(map(_dict_get, metas, repeat("uid")))
+    elif any(map(_dict_has, items, repeat("metadata"))) or any(map(_dict_has, items, repeat("uid"))):
+        return None
+    else:
+        keys = list(map(_dict_get, items, repeat("id")))
+    if set(map(type, keys)) != {str} or "" in keys:
+        return None
+    return keys
 
 
 def keyed(items: Sequence[Any]) -> dict[str, Any]:
@@ -35,6 +59,15 @@ def keyed(items: Sequence[Any]) -> dict[str, Any]:
     or its compact JSON. A key seen again becomes ``key#2``, ``key#3``, ... so no item is lost;
     the numbering follows list order, so it is deterministic.
     """
+    return _keyed(items, _fast_keys(items))
+
+
+def _keyed(items: Sequence[Any], keys: list[str] | None) -> dict[str, Any]:
+    """:func:`keyed`, given what :func:`_fast_keys` found."""
+    if keys is not None:
+        fast = dict(zip(keys, items, strict=True))
+        if len(fast) == len(keys):  # no key repeats: nothing to number
+            return fast
     out: dict[str, Any] = {}
     for item in items:
         # Fast path for the common shapes (a dict with a string uid/id/name); anything
@@ -100,7 +133,15 @@ def diff_state(old: Any, new: Any) -> list[Event]:
     if isinstance(old, list) and isinstance(new, list):
         # No ``old == new`` shortcut: item keys are derived strictly ([false] and [0] key
         # as "false" and "0"), while == would call those lists equal.
-        return _diff_mappings(keyed(old), keyed(new))
+        ko, kn = _fast_keys(old), _fast_keys(new)
+        if kn is not None and ko == kn and len(set(kn)) == len(kn):
+            # The usual re-read: the same keys, none repeated, in the same order. Pair the items
+            # by position, as _diff_mappings does for equal key orders, without either mapping.
+            return [
+                Event(type=MODIFIED, key=kn[i], item=new[i], old=old[i])
+                for i in compress(range(len(kn)), map(ne, old, new))
+            ]
+        return _diff_mappings(_keyed(old, ko), _keyed(new, kn))
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         if old == new:
             return []

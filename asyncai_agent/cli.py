@@ -20,20 +20,18 @@ import anyio
 
 from asyncai_agent.backends import BackendError, make_backend
 from asyncai_agent.backends.base import Backend
+from asyncai_agent.exits import PROG, fail, known_error
 from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
-from asyncai_agent.transcript import TranscriptError
-from asyncai_watch import StateFileError, WatchError
+from asyncai_watch import StateFileError
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.log import configure_ndjson, logger
 from asyncai_watch.signals import sigterm_cancels
 
 __all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
 
-PROG: Final = "asyncai-agent"
 EXIT_SIGTERM: Final = 128 + 15
 """The exit status after SIGTERM, as a shell reports a process the signal ended."""
-_KNOWN_ERRORS: Final = (WatchError, BackendError, TranscriptError, ValueError, OSError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,30 +153,11 @@ async def _interactive(config: SessionConfig, backend: Backend, sources: Pending
     return EXIT_SIGTERM if termination.received else 0
 
 
-def leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
-    return [exc]
-
-
-def known_error(exc: BaseException) -> BaseException | None:
-    """The user-facing error inside ``exc`` (task groups wrap them), if it is one we report."""
-    for leaf in leaves(exc):
-        if isinstance(leaf, _KNOWN_ERRORS):
-            return leaf
-    return None
-
-
 def _show_authorization_url(url: str) -> None:
     # One NDJSON record like every other stderr line; WARNING, so it shows without --verbose.
     logger.warning(
         "auth.authorize", extra={"url": url, "do": "open this URL in a browser to authorize access"}
     )
-
-
-def fail(message: str, code: int = 1) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
-    return code
 
 
 def _log_stream(args: argparse.Namespace) -> TextIO:

@@ -44,6 +44,7 @@ from asyncai_agent.events import (
     RunStarted,
     ToolResult,
 )
+from asyncai_agent.exits import fail, known_error, leaves
 from asyncai_agent.session import SessionConfig, open_session
 from asyncai_watch import Limits, McpResourceSource
 
@@ -239,8 +240,6 @@ def run_demo(
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:
-        from asyncai_agent.cli import fail, known_error, leaves
-
         demo_errors = [leaf for leaf in leaves(exc) if isinstance(leaf, DemoError | BackendError)]
         known = demo_errors[0] if demo_errors else known_error(exc)
         if known is None:

@@ -14,79 +14,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
-import urllib.parse
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from importlib.metadata import version
 from typing import Final
 
 import anyio
-import attrs
 
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import WatchError
-from asyncai_watch.http_auth import HttpAuth, add_http_auth_arguments, http_auth_from_args
+from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.info import WatchInfo
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.server_spec import parse_server
 from asyncai_watch.shapes import resource_dicts
 
-__all__ = ["PROG", "ServerSpec", "build_parser", "main", "parse_server"]
+__all__ = ["PROG", "build_parser", "main"]
 
 PROG: Final = "asyncai-watch"
-
-
-@attrs.frozen
-class ServerSpec:
-    """One ``--server`` argument: an optional ``NAME=`` and a command line or an http(s) URL."""
-
-    target: str
-    name: str | None = None
-
-    @property
-    def is_http(self) -> bool:
-        return urllib.parse.urlsplit(self.target).scheme in ("http", "https")
-
-    def source(self, auth: HttpAuth | None = None) -> McpResourceSource:
-        """The (not yet connected) source; raises ``ValueError`` for a malformed command or URL.
-
-        A stdio server gets this process's environment, as a command started from a shell would;
-        an http(s) one is authenticated as ``auth`` says (``--token-file``, ``--auth``).
-        """
-        if self.is_http:
-            auth = auth if auth is not None else HttpAuth()
-            return McpResourceSource.http(
-                self.target,
-                name=self.name,
-                headers=auth.headers,
-                auth=auth.auth_for(self.target),
-                connect_timeout=auth.connect_timeout,
-            )
-        return McpResourceSource.stdio(self.target, name=self.name, env=dict(os.environ))
-
-
-def parse_server(text: str) -> ServerSpec:
-    """``[NAME=]COMMAND`` or ``[NAME=]URL``; raises ``ValueError`` saying what is accepted.
-
-    ``NAME=`` counts only when NAME is a plain identifier, so ``--server "env X=1 cmd"`` stays a
-    command line.
-    """
-    text = text.strip()
-    name: str | None = None
-    head, sep, rest = text.partition("=")
-    if sep and head and head.replace("_", "").replace("-", "").isalnum() and " " not in head:
-        name, text = head, rest.strip()
-    if not text:
-        raise ValueError(
-            "--server needs a command line or an http(s) URL, e.g. --server asyncai-mcp-simple "
-            "or --server memo=http://127.0.0.1:8765/mcp"
-        )
-    return ServerSpec(target=text, name=name)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,6 +26,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from asyncai_watch import log
+from asyncai_watch._tasks import exit_task_group
 from asyncai_watch.catalog import Catalogs
 from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.events import shape_for_mime_type
@@ -146,14 +147,7 @@ class WatchManager:
                 await self._offload.aclose()
             if tg is None:
                 return None
-            tg.cancel_scope.cancel()
-            try:
-                return await tg.__aexit__(exc_type, exc, tb)
-            except BaseExceptionGroup as group:
-                # The task group wraps the body's own exception; hand it back unwrapped.
-                if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
-                    raise exc from exc.__cause__
-                raise
+            return await exit_task_group(tg, exc_type, exc, tb)
         finally:
             for run in self._runs.values():
                 if run.status in ("running", "starting"):

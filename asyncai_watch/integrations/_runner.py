@@ -28,6 +28,7 @@ import anyio
 import anyio.abc
 import attrs
 
+from asyncai_watch._tasks import exit_task_group
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.core.turns import Turns, is_no_reply, render_turn
 from asyncai_watch.subscriptions import describe
@@ -140,14 +141,7 @@ class TurnRunner:
         try:
             if tg is None:
                 return None
-            tg.cancel_scope.cancel()
-            try:
-                return await tg.__aexit__(exc_type, exc, tb)
-            except BaseExceptionGroup as group:
-                # The task group wraps the body's own exception; hand it back unwrapped.
-                if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
-                    raise exc from exc.__cause__
-                raise
+            return await exit_task_group(tg, exc_type, exc, tb)
         finally:
             # Whoever still waits in ask() learns the runner is gone instead of waiting forever.
             for item in [*self._batch, *self._turns.inbox]:

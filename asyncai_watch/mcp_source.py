@@ -62,6 +62,7 @@ from mcp.client.subscriptions import (
     SubscriptionLost,
 )
 
+from asyncai_watch import _sdk_stdio
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.core.eventlog import AFTER_META_KEY
@@ -97,6 +98,8 @@ _MAX_PAGES: Final = 1000
 """Page cap for list walks, so a server whose cursor never ends cannot hang a call."""
 
 _T = TypeVar("_T")
+
+_sdk_stdio.install()  # a linear stdout line reader for the SDK's stdio client (see the module)
 _log = logging.getLogger(__name__)
 
 

@@ -395,3 +395,31 @@ async def test_a_source_closed_by_cancellation_inside_an_exit_stack_exits() -> N
     with anyio.fail_after(WAIT):
         proc = await anyio.run_process([sys.executable, "-c", CANCELLED_IN_A_STACK, *MEMO], check=False)
     assert (proc.returncode, proc.stdout.decode().strip()) == (0, "closed True"), proc.stderr.decode()
+
+
+@pytest.mark.anyio
+async def test_the_sdk_stdio_reader_gets_chunks_holding_a_newline_and_the_tail_at_eof() -> None:
+    """The SDK's stdio client reads through WholeLines: every chunk holds a newline, so a long
+    message is joined once instead of re-copied per 64 KiB chunk; the same text comes out, a
+    tail without a newline included."""
+    import mcp.client.stdio
+
+    from asyncai_watch._sdk_stdio import WholeLines
+
+    assert vars(mcp.client.stdio)["TextReceiveStream"] is WholeLines  # installed on import
+    send, receive = anyio.create_memory_object_stream[bytes](16)
+    for piece in [b'{"a"', b":1}\n{", b'"b":2}\n{"c":3}\n', "é".encode()[:1], "é".encode()[1:] + b"tail"]:
+        await send.send(piece)
+    send.close()
+    stream = WholeLines(receive)  # type: ignore[arg-type]
+    chunks = [chunk async for chunk in stream]
+    assert chunks == ['{"a":1}\n{', '"b":2}\n{"c":3}\n', "étail"]
+
+
+@pytest.mark.anyio
+async def test_a_large_body_arrives_whole_over_stdio() -> None:
+    value = "x" * (3 * 1024 * 1024)  # 3 MiB: about 50 chunks of the SDK's reader
+    async with McpResourceSource.stdio(MEMO) as src:
+        await memo_set(src, "big", value)
+        with anyio.fail_after(WAIT):
+            assert await read_json(src) == {"big": value}

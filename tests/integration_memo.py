@@ -22,6 +22,7 @@ import anyio
 import attrs
 
 from asyncai_watch import Limits, McpResourceSource, WatchManager
+from asyncai_watch.integrations import TurnRunner
 
 IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 """Each change its own notice (no debounce window to merge two into one)."""
@@ -126,3 +127,24 @@ class Brain:
     def on_tool_result(self, text: str) -> str:
         self.tool_results.append(text)
         return f"tool said: {text}"
+
+
+async def two_notices_during_one_run(runner: TurnRunner, m: Memo, brain: Brain, published: Published) -> None:
+    """The coalescing scenario every framework runs: the model starts a watch; a change starts
+    run 2, held open in the model; two more changes arrive meanwhile and give one follow-up run
+    whose turn carries both notices."""
+    with anyio.fail_after(WAIT):
+        await runner.ask(ask_call("watch_start", name="notes", uri="memo://notes"))
+        brain.hold = anyio.Event()
+        await m.set("a", 1)
+        await brain.holding.wait()  # run 2 is in the model, held open
+        await m.set("b", 2)
+        await runner.wait(lambda s: s.notices == 2)
+        await m.set("c", 3)
+        await runner.wait(lambda s: s.notices == 3)
+        assert runner.stats.queued == 2
+        brain.hold.set()
+        stats = await runner.wait_idle()
+    assert (stats.runs_started, stats.runs_completed) == (3, 3)
+    assert [len(r.notices) for r in runner.runs] == [0, 1, 2]
+    assert published.texts[1:] == ["seen: ADDED a", "seen: ADDED b; ADDED c"]

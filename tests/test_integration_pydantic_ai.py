@@ -19,7 +19,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from asyncai_watch.integrations.pydantic_ai import AgentTurns, watch_runner, watch_toolset
-from tests.integration_memo import WAIT, Brain, Call, Published, ask_call, memo
+from tests.integration_memo import WAIT, Brain, Call, Published, ask_call, memo, two_notices_during_one_run
 
 pytestmark = pytest.mark.anyio
 
@@ -120,21 +120,7 @@ async def test_two_notices_during_a_run_give_one_follow_up_run() -> None:
     async with memo() as m:
         agent = Agent(FunctionModel(model.respond), toolsets=[watch_toolset(m.watches)])
         async with watch_runner(agent, m.watches, publish=published) as runner:
-            with anyio.fail_after(WAIT):
-                await runner.ask(ask_call("watch_start", name="notes", uri="memo://notes"))
-                brain.hold = anyio.Event()
-                await m.set("a", 1)
-                await brain.holding.wait()  # run 2 is in the model, held open
-                await m.set("b", 2)
-                await runner.wait(lambda s: s.notices == 2)
-                await m.set("c", 3)
-                await runner.wait(lambda s: s.notices == 3)
-                assert runner.stats.queued == 2
-                brain.hold.set()
-                stats = await runner.wait_idle()
-            assert (stats.runs_started, stats.runs_completed) == (3, 3)
-            assert [len(r.notices) for r in runner.runs] == [0, 1, 2]
-            assert published.texts[1:] == ["seen: ADDED a", "seen: ADDED b; ADDED c"]
+            await two_notices_during_one_run(runner, m, brain, published)
             assert brain.prompts[-1].count("<watch-event") == 2
 
 

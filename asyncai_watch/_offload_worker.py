@@ -46,7 +46,7 @@ def answer(watches: dict[str, Watch], request: tuple[Any, ...]) -> tuple[str, An
     if kind == "baseline":
         _, _, name, uri, limits, text, mime = request
         fresh = Watch(name, uri, limits)
-        shape = fresh.baseline(Body.parse(text, mime))
+        shape = fresh.baseline(Body.of(text, mime))
         watches[key] = fresh
         return "ok", shape
     if kind == "read":
@@ -54,7 +54,7 @@ def answer(watches: dict[str, Watch], request: tuple[Any, ...]) -> tuple[str, An
         watch = watches.get(key)
         if watch is None:
             return "error", f"the large-body worker has no baseline for {key!r}"
-        return "ok", watch.read(Body.parse(text, mime))
+        return "ok", watch.read(Body.of(text, mime))
     if kind == "forget":
         watches.pop(key, None)
         return "ok", None

@@ -341,7 +341,7 @@ class Feed:
             # the next read is a whole one.
             self._position = None
             return Body.raw(result.text, result.mime_type)
-        body = Body.parse(result.text, result.mime_type)
+        body = Body.of(result.text, result.mime_type)
         if event_log:
             # Every watch on the feed takes every body (positioned ones are joined, never
             # replaced), so the next read can start where this one ended.

@@ -25,7 +25,7 @@ from asyncai_watch.core.events import ADDED, CHANGED, DELETED, MODIFIED, Event
 from asyncai_watch.core.identity import item_key
 from asyncai_watch.core.jsontext import compact_json
 
-__all__ = ["diff_state", "keyed"]
+__all__ = ["diff_state", "item_id", "keyed", "number_keys"]
 
 _MISSING: Any = object()
 _dict_get: Callable[[Any, str], Any] = dict.get
@@ -68,35 +68,51 @@ def _keyed(items: Sequence[Any], keys: list[str] | None) -> dict[str, Any]:
         fast = dict(zip(keys, items, strict=True))
         if len(fast) == len(keys):  # no key repeats: nothing to number
             return fast
-    out: dict[str, Any] = {}
-    for item in items:
-        # Fast path for the common shapes (a dict with a string uid/id/name); anything
-        # unusual goes through item_key, which has the full rules.
-        k: Any = None
-        if type(item) is dict:
-            meta = item.get("metadata")
-            if meta is None:
-                k = item.get("uid")
+    return dict(zip(number_keys(keys if keys is not None else list(map(item_id, items))), items, strict=True))
+
+
+def item_id(item: Any) -> str:
+    """An item's key before numbering: :func:`item_key`, else the item itself (a string item)
+    or its compact JSON (sorted keys)."""
+    # Fast path for the common shapes (a dict with a string uid/id/name); anything
+    # unusual goes through item_key, which has the full rules.
+    k: Any = None
+    if type(item) is dict:
+        meta = item.get("metadata")
+        if meta is None:
+            k = item.get("uid")
+            if k is None:
+                k = item.get("id")
                 if k is None:
-                    k = item.get("id")
-                    if k is None:
-                        k = item.get("name")
-            elif type(meta) is dict:
-                k = meta.get("uid")
-            if type(k) is not str or not k:
-                k = item_key(item)
-        elif type(item) is str:
-            k = item
-        else:
+                    k = item.get("name")
+        elif type(meta) is dict:
+            k = meta.get("uid")
+        if type(k) is not str or not k:
             k = item_key(item)
-        if k is None:
-            k = compact_json(item, sort_keys=True)
-        if k in out:
+    elif type(item) is str:
+        k = item
+    else:
+        k = item_key(item)
+    if k is None:
+        k = compact_json(item, sort_keys=True)
+    return str(k)
+
+
+def number_keys(ids: list[str]) -> list[str]:
+    """``ids`` with repeats numbered in list order: the second ``k`` becomes ``k#2``, the third
+    ``k#3``, ... (skipping any ``k#n`` already taken), so every key is unique."""
+    if len(set(ids)) == len(ids):
+        return ids
+    seen: set[str] = set()
+    out: list[str] = []
+    for k in ids:
+        if k in seen:
             n = 2
-            while f"{k}#{n}" in out:
+            while f"{k}#{n}" in seen:
                 n += 1
             k = f"{k}#{n}"
-        out[k] = item
+        seen.add(k)
+        out.append(k)
     return out
 
 

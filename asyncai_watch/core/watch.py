@@ -34,13 +34,13 @@ from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.changes import annotate
 from asyncai_watch.core.debounce import Debouncer
 from asyncai_watch.core.dedupe import Deduper
-from asyncai_watch.core.diff import diff_state
 from asyncai_watch.core.eventlog import Sequencer
 from asyncai_watch.core.events import Event, Shape, is_json_mime_type, shape_for_mime_type
 from asyncai_watch.core.jsontext import JsonError, parse_json
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.lines import default_line
 from asyncai_watch.core.notice import SOURCE_WATCH, Notice
+from asyncai_watch.core.state_index import StateIndex, diff_reads
 from asyncai_watch.errors import WatchError
 
 __all__ = [
@@ -69,7 +69,8 @@ class Body:
     """One read of a URI, parsed once for every watch on it.
 
     ``value`` is the parsed JSON, or the text itself when it is not JSON; ``error`` says why
-    it is not (``None`` when it parsed).
+    it is not (``None`` when it parsed). A state read made by :meth:`of` has its ``index``
+    instead (``value`` stays ``None``): its items are parsed only when they changed.
     """
 
     text: str
@@ -80,9 +81,21 @@ class Body:
     """``False`` for a :meth:`raw` body: parsed by whoever extracts its events."""
     delta: bool = False
     """An event-log read made with the reader's position: only the events after it."""
+    index: StateIndex | None = None
+
+    @classmethod
+    def of(cls, text: str, mime_type: str | None = None) -> Body:
+        """What a watch takes from a read: a state's items indexed (:class:`StateIndex`; parsed
+        when the body is not a JSON list or object), an event log parsed."""
+        if shape_for_mime_type(mime_type) == "state":
+            index = StateIndex.of(text)
+            if index is not None:
+                return cls(text, mime_type, index=index)
+        return cls.parse(text, mime_type)
 
     @classmethod
     def parse(cls, text: str, mime_type: str | None = None) -> Body:
+        """``text`` parsed whole."""
         try:
             return cls(text, mime_type, parse_json(text), None)
         except JsonError as exc:
@@ -94,7 +107,12 @@ class Body:
         return cls(text, mime_type, None, None, parsed=False)
 
     def parsed_body(self) -> Body:
-        return self if self.parsed else Body.parse(self.text, self.mime_type)
+        return self if self.parsed else Body.of(self.text, self.mime_type)
+
+    @property
+    def state(self) -> Any:
+        """A state read as :func:`diff_reads` takes it: the index, else the value."""
+        return self.index if self.index is not None else self.value
 
     def then(self, newer: Body, *, max_events: int = MAX_MERGED_EVENTS) -> Body:
         """What a watch that has not taken this body yet should take once ``newer`` came too.
@@ -203,7 +221,7 @@ class Watch:
                     f"watch_start: {self.uri} is served as {body.mime_type} but its body is not JSON "
                     f"({body.error}); a state resource's body must parse as its mimeType says"
                 )
-            self._previous = body.value
+            self._previous = body.state
         self.shape = shape
         return shape
 
@@ -228,8 +246,8 @@ class Watch:
                 )
             )
         else:
-            events = diff_state(self._previous, body.value)
-            self._previous = body.value
+            events = diff_reads(self._previous, body.state)
+            self._previous = body.state
             if len(events) > limit:
                 lines.append(
                     Line(f"+{len(events) - limit} more changes not shown (Limits.events_per_update={limit})")

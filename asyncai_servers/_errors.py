@@ -1,37 +1,11 @@
-"""The protocol errors every reference server answers with, so they agree on codes and wording.
+"""The protocol errors every reference server answers with: re-exported from the library.
 
-MCP makes an unknown tool name a JSON-RPC protocol error with code -32602
-(invalid params), not an ``isError`` tool result: ``isError`` is for a tool
-that ran and failed, which the model should read. A URI the server does not
-serve is -32602 too (the 2026-07-28 spec retired -32002 for it). Raise what
-these functions return from a request handler; the SDK turns an ``MCPError``
-into the JSON-RPC error.
+The one definition (and why an unknown tool or resource is -32602) is in
+:mod:`asyncai_watch._mcp_errors`, which ``asyncai-watch serve`` uses too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
-
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from asyncai_watch._mcp_errors import RESOURCE_NOT_FOUND, UNKNOWN_TOOL, resource_not_found, unknown_tool
 
 __all__ = ["RESOURCE_NOT_FOUND", "UNKNOWN_TOOL", "resource_not_found", "unknown_tool"]
-
-UNKNOWN_TOOL: Final = INVALID_PARAMS
-"""-32602: ``tools/call`` named a tool the server does not offer."""
-
-RESOURCE_NOT_FOUND: Final = INVALID_PARAMS
-"""-32602: ``resources/read`` (or a subscription) named a URI the server does not serve."""
-
-
-def unknown_tool(server: str, name: str, tools: Iterable[str]) -> MCPError:
-    """The error for ``tools/call`` of ``name``, which ``server`` does not offer; it lists ``tools``."""
-    offered = list(tools)
-    accepted = f"its tools are {', '.join(offered)}" if offered else "it offers no tools"
-    return MCPError(UNKNOWN_TOOL, f"{server}: unknown tool {name!r}; {accepted}")
-
-
-def resource_not_found(server: str, uri: str, served: str) -> MCPError:
-    """The error for a URI ``server`` does not serve; ``served`` says what it does serve."""
-    return MCPError(RESOURCE_NOT_FOUND, f"{server}: unknown resource {uri!r}; {served}")

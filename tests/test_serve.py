@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientExtension, NotificationBinding
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from pydantic import BaseModel, ConfigDict
@@ -106,6 +106,16 @@ async def tool_error(client: Client, tool: str, **args: Any) -> str:
     text: str = getattr(result.content[0], "text", "")
     assert result.is_error, f"{tool}({args}) did not fail: {text}"
     return text
+
+
+async def protocol_error(client: Client, tool: str, **args: Any) -> MCPError:
+    """The JSON-RPC error ``tools/call`` of ``tool`` gets (an unknown tool is not an ``isError`` result)."""
+    with anyio.fail_after(WAIT), pytest.raises(MCPError) as caught:
+        await client.call_tool(tool, args)
+    return caught.value
+
+
+TOOL_NAMES = "list_resources, read_resource, watch_start, watch_stop, watch_list, watch_notices"
 
 
 @asynccontextmanager
@@ -217,6 +227,12 @@ async def test_legacy_stdio_gets_pushes_and_a_restart_restores_the_watches(tmp_p
         assert push.meta == {"watch": "doc", "uri": uri, "notice_id": "1", "kind": "watch"}
         pulled = await call(client, "watch_notices", after_id=0)
         assert [(n["id"], n["text"]) for n in pulled["notices"]] == [(1, "MODIFIED a (1→2)")]
+        # Claude Code's handshake gets the same protocol error for an unknown tool as a 2026 client.
+        error = await protocol_error(client, "watch_everything")
+        assert (error.code, error.message) == (
+            -32602,
+            f"asyncai-watch: unknown tool 'watch_everything'; its tools are {TOOL_NAMES}",
+        )
     assert json.loads(state.read_text())  # the spec was saved
 
     channel = Channel()
@@ -340,8 +356,15 @@ async def test_bad_input_is_a_tool_error_that_says_what_is_accepted(tmp_path: Pa
         assert error == "watch_start: missing required argument(s) uri; it accepts name, uri, on_event"
         error = await tool_error(client, "watch_notices", after_id=-1)
         assert error == "watch_notices: after_id must be an integer >= 0, got -1"
-        error = await tool_error(client, "watch_everything")
-        assert "unknown tool 'watch_everything'; tools: list_resources" in error
+        # An unknown tool did not run and fail: it is JSON-RPC -32602 (invalid params), as every
+        # reference server answers, naming the server and the tools there are.
+        unknown = await protocol_error(client, "watch_everything", name="x")
+        assert (unknown.code, unknown.message) == (
+            -32602,
+            f"asyncai-watch: unknown tool 'watch_everything'; its tools are {TOOL_NAMES}",
+        )
+        # serve serves no MCP resources itself (read_resource is a tool): no resource-not-found error.
+        assert client.server_capabilities.resources is None
 
         for i in range(5):
             await call(client, "watch_start", name=f"w{i}", uri=file_uri(tmp_path / f"f{i}.json"))

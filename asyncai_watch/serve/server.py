@@ -14,7 +14,12 @@ connection; Streamable HTTP: each legacy session, on its standalone GET stream).
 Tools return the design's shapes (:mod:`asyncai_watch.shapes`) as JSON text, plus structured
 content (an object, as MCP requires: lists are wrapped, e.g. ``{"resources": [...]}``). Bad
 input is an ``isError`` result whose text says what was wrong and what is accepted; nothing
-is subscribed then.
+is subscribed then. An unknown tool name is not a tool that ran and failed but a JSON-RPC
+error -32602 (invalid params) naming the tools there are, as the MCP spec says and as every
+reference server answers (:mod:`asyncai_watch._mcp_errors`). This server serves no MCP
+resources itself (``read_resource`` is a tool), so it has no resource-not-found error: it
+declares no ``resources`` capability (``resources/read`` is -32601, method not found) and
+leaves a listen's ``resourceSubscriptions`` out of the acknowledgment.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
+from asyncai_watch._mcp_errors import unknown_tool
 from asyncai_watch.errors import WatchError
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
@@ -45,6 +51,7 @@ from .ring import Entry, NoticeRing
 
 __all__ = ["TOOLS", "ConnectionAttach", "WatchServer", "build_server", "connection_writer"]
 
+SERVER_NAME: Final = "asyncai-watch"
 DEFAULT_NOTICES_LIMIT: Final = 100
 MAX_NOTICES_LIMIT: Final = 1000
 
@@ -273,7 +280,7 @@ def build_server(
     ) -> types.CallToolResult:
         handler = handlers.get(params.name)
         if handler is None:
-            return _error(f"unknown tool {params.name!r}; tools: {', '.join(handlers)}")
+            raise unknown_tool(SERVER_NAME, params.name, handlers)
         args = params.arguments or {}
         try:
             _check_arguments(params.name, args)
@@ -330,7 +337,7 @@ def build_server(
         return types.SubscriptionsListenResult(_meta=meta)
 
     return WatchServer(
-        "asyncai-watch",
+        SERVER_NAME,
         version=version,
         instructions=instructions,
         on_list_tools=list_tools,

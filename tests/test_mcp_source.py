@@ -416,6 +416,32 @@ async def test_the_sdk_stdio_reader_gets_chunks_holding_a_newline_and_the_tail_a
     assert chunks == ['{"a":1}\n{', '"b":2}\n{"c":3}\n', "étail"]
 
 
+def test_a_large_message_is_parsed_to_the_same_message_the_sdk_makes() -> None:
+    """Lines over LARGE_LINE are decoded by msgspec, then validated by the SDK's own model: the
+    message is the same; a large line that is not JSON (or not a message) gets the SDK's error."""
+    import mcp.client.stdio
+
+    from asyncai_watch._sdk_stdio import _SDK_PARSE, LARGE_LINE, parse_line
+
+    assert vars(mcp.client.stdio)["_parse_line"] is parse_line  # installed on import
+    text = json.dumps({"big": 'é"x' * (LARGE_LINE // 3), "n": 12345678901234567890123})
+    answer = {"contents": [{"uri": "memo://notes", "mimeType": "application/json", "text": text}]}
+    for message in [
+        {"jsonrpc": "2.0", "id": 7, "result": answer},
+        {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": text}},
+    ]:
+        line = json.dumps(message)
+        assert len(line) > LARGE_LINE
+        assert parse_line(line).message == _SDK_PARSE(line).message
+    for bad in [
+        '{"jsonrpc": "2.0", "id": 1, "result": ' + "[" * 3 + '"' + "x" * LARGE_LINE,
+        '{"no": "message", "x": "' + "x" * LARGE_LINE + '"}',
+    ]:
+        got, sdk = parse_line(bad), _SDK_PARSE(bad)
+        assert isinstance(got, Exception)
+        assert (type(got), str(got)) == (type(sdk), str(sdk))
+
+
 @pytest.mark.anyio
 async def test_a_large_body_arrives_whole_over_stdio() -> None:
     value = "x" * (3 * 1024 * 1024)  # 3 MiB: about 50 chunks of the SDK's reader

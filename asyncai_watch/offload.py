@@ -84,7 +84,9 @@ class Offload:
             data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
             answered = False
             try:
-                await process.stdin.send(_HEADER.pack(len(data)) + data)
+                # Two sends: joining them would copy the (large) body once more, holding the loop.
+                await process.stdin.send(_HEADER.pack(len(data)))
+                await process.stdin.send(data)
                 (size,) = _HEADER.unpack(await _receive(process.stdout, _HEADER.size))
                 kind, value = pickle.loads(await _receive(process.stdout, size))
                 answered = True

@@ -168,6 +168,9 @@ def build_server(board: Board | None = None) -> Server[Any]:
         on_read_resource=read_resource,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        # Over HTTP the SDK checks each tools/call's Mcp-Param-* headers against the tool's input
+        # schema; without this lookup it runs a whole tools/list dispatch on every call to find it.
+        get_tool_input_schema={tool.name: tool.input_schema for tool in TOOLS}.get,
         on_subscriptions_listen=TrackingListen(board),  # makes the SDK advertise resources.subscribe
     )
 

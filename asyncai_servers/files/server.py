@@ -60,6 +60,7 @@ from asyncai_servers.files.content import (
 )
 from asyncai_servers.files.dirlog import DirSpec, FileObject, observe, reconcile, scan
 from asyncai_servers.files.paths import PathRefused, Roots
+from asyncai_watch._tool_schemas import input_schemas
 from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
@@ -448,6 +449,7 @@ class FilesServer:
             on_read_resource=self._on_read,
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
+            get_tool_input_schema=input_schemas(()),
             on_subscriptions_listen=self._on_listen,
         )
 

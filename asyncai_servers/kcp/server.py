@@ -33,6 +33,7 @@ from asyncai_servers.kcp.uri import (
     validate_workspace,
 )
 from asyncai_servers.kcp.watcher import SeedError, WatcherPool
+from asyncai_watch._tool_schemas import input_schemas
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 __all__ = ["KcpServer", "ListenTracker", "check_watchable"]
@@ -133,6 +134,7 @@ class KcpServer:
             on_read_resource=self._read_resource,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            get_tool_input_schema=input_schemas(self.tools()),
             on_subscriptions_listen=self.listen,
         )
 

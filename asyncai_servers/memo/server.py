@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 
 from asyncai_servers._errors import RESOURCE_NOT_FOUND, resource_not_found, unknown_tool
+from asyncai_watch._tool_schemas import input_schemas
 
 __all__ = [
     "MIME_TYPE",
@@ -287,5 +288,6 @@ def build_server(state: MemoState | None = None) -> Server[Any]:
         on_read_resource=read_resource,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        get_tool_input_schema=input_schemas(_TOOLS),
         on_subscriptions_listen=_ValidatingListen(memo, memo.listen),
     )

@@ -34,6 +34,7 @@ from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_servers._errors import resource_not_found, unknown_tool
+from asyncai_watch._tool_schemas import input_schemas
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 
 from .config import Credential, Credentials
@@ -175,8 +176,6 @@ TOOLS: Final = [
         annotations=_RO,
     ),
 ]
-
-TOOL_SCHEMAS: Final[Mapping[str, Mapping[str, Any]]] = {tool.name: tool.input_schema for tool in TOOLS}
 
 
 def channel_notification(
@@ -512,9 +511,7 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
         "switchboard",
         version="0.1.0",
         instructions=INSTRUCTIONS,
-        # Over HTTP the SDK checks a tools/call's Mcp-Param headers against the tool's schema; without
-        # this lookup it finds the schema by running a whole tools/list dispatch on every call.
-        get_tool_input_schema=TOOL_SCHEMAS.get,
+        get_tool_input_schema=input_schemas(TOOLS),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,

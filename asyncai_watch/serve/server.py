@@ -41,6 +41,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
 from asyncai_watch._mcp_errors import unknown_tool
+from asyncai_watch._tool_schemas import input_schemas
 from asyncai_watch.errors import WatchError
 from asyncai_watch.manager import WatchManager
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
@@ -342,6 +343,7 @@ def build_server(
         instructions=instructions,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        get_tool_input_schema=input_schemas(TOOLS),
         on_subscriptions_listen=listen,
     )
 

@@ -84,6 +84,12 @@ async def test_stdio_contract_and_listen_roundtrip() -> None:
 
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert set(tools) == {"memo_set", "memo_get", "memo_delete", "memo_stats"}
+        # The schema lookup the SDK's HTTP transport uses instead of a tools/list per call agrees
+        # with the listing.
+        lookup = build_server().get_tool_input_schema
+        assert lookup is not None
+        assert {name: lookup(name) for name in tools} == {name: t.input_schema for name, t in tools.items()}
+        assert lookup("no_such_tool") is None
         get_notes = tools["memo_get"].annotations
         set_notes = tools["memo_set"].annotations
         delete_notes = tools["memo_delete"].annotations

@@ -110,4 +110,5 @@ def test_a_large_body_is_left_unparsed_until_a_worker_takes_it() -> None:
     assert raw.value is None
     assert not raw.parsed
     taken = raw.parsed_body()  # as a state read: indexed, its items parsed only when they change
-    assert taken.index is not None and taken.index.value == ["x"] * 10
+    assert taken.index is not None
+    assert taken.index.value == ["x"] * 10

@@ -11,10 +11,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import pytest
 from mcp import Client
@@ -67,6 +70,24 @@ class Lines:
             await self._more()
         rest, self._buf = bytes(self._buf), bytearray()
         return rest
+
+
+@asynccontextmanager
+async def spawned(argv: list[str], **options: Any) -> AsyncIterator[tuple[anyio.abc.Process, int]]:
+    """``argv`` with its stdout on a pipe of ours; yields the process and the pipe's read end."""
+    out_r, out_w = os.pipe()
+    try:
+        process = await anyio.open_process(argv, stdout=out_w, **options)
+    finally:
+        os.close(out_w)
+    try:
+        yield process, out_r
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+        os.close(out_r)
 
 
 def nonblocking_pipe() -> tuple[int, int]:
@@ -138,15 +159,10 @@ async def test_a_full_pipe_parks_only_the_writing_task() -> None:
 
 async def test_stray_output_while_serving_misses_the_wire_and_fd_1_is_restored() -> None:
     messages = [{"jsonrpc": "2.0", "id": i, "method": "ping"} for i in (1, 2)]
-    out_r, out_w = os.pipe()
-    try:
-        # sys.stdout on a pipe is block-buffered, as a server's is, unless PYTHONUNBUFFERED says otherwise
-        env = {name: value for name, value in ENV.items() if name != "PYTHONUNBUFFERED"}
-        process = await anyio.open_process(ECHO, env=env, stdout=out_w)
-    finally:
-        os.close(out_w)
+    # sys.stdout on a pipe is block-buffered, as a server's is, unless PYTHONUNBUFFERED says otherwise
+    env = {name: value for name, value in ENV.items() if name != "PYTHONUNBUFFERED"}
     stderr = bytearray()
-    try:
+    async with spawned(ECHO, env=env) as (process, out_r):
         with anyio.fail_after(WAIT):
             async with anyio.create_task_group() as tg:
 
@@ -164,12 +180,6 @@ async def test_stray_output_while_serving_misses_the_wire_and_fd_1_is_restored()
                 await process.stdin.aclose()
                 rest = await wire.rest()
                 assert await process.wait() == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with anyio.CancelScope(shield=True):
-            await process.aclose()
-        os.close(out_r)
     text = stderr.decode(errors="replace")
     # After serving, fd 1 is the wire again, blocking as it was; the print still buffered at the
     # end of serving went to stderr, not out here after the last message.
@@ -184,13 +194,8 @@ async def test_a_stalled_stdio_client_does_not_stop_http_clients(tmp_path: Path)
     big = big_text(MIB)
     ready = tmp_path / "ready"
     os.mkfifo(ready)  # reading it waits for the server's READY line: a signal, not a probe
-    out_r, out_w = os.pipe()
     argv = [*MEMO, "--also-http", "127.0.0.1:0", "--ready-file", str(ready)]
-    try:
-        process = await anyio.open_process(argv, env=ENV, stdin=subprocess.PIPE, stdout=out_w, stderr=None)
-    finally:
-        os.close(out_w)
-    try:
+    async with spawned(argv, env=ENV, stdin=subprocess.PIPE, stderr=None) as (process, out_r):
         assert process.stdin is not None
         wire = Lines(out_r)
 
@@ -224,9 +229,3 @@ async def test_a_stalled_stdio_client_does_not_stop_http_clients(tmp_path: Path)
         with anyio.fail_after(WAIT):
             await process.stdin.aclose()
             assert await process.wait() == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with anyio.CancelScope(shield=True):
-            await process.aclose()
-        os.close(out_r)

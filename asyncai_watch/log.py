@@ -32,6 +32,7 @@ __all__ = [
     "configure_ndjson",
     "emit",
     "events",
+    "events_enabled",
     "logger",
 ]
 
@@ -79,10 +80,17 @@ def emit(event: str, *, verbose: bool = False, **fields: Any) -> None:
         logger.log(level, event, extra=fields)
 
 
+def events_enabled(*, verbose: bool = False) -> bool:
+    """Whether :func:`events` would log anything now (usually not: then a caller need not
+    build the records at all)."""
+    # The level emit() would log each at.
+    return logger.isEnabledFor(logging.INFO if verbose or "watch.event" in ALWAYS_LOGGED else logging.DEBUG)
+
+
 def events(records: Iterable[EventRecord], *, watch: str, uri: str, verbose: bool = False) -> None:
     """One ``watch.event`` record per event: what became of it (kept, deduped, dropped, ...)."""
-    # The level emit() would log each at, checked once: usually nobody listens (a call per event).
-    if not logger.isEnabledFor(logging.INFO if verbose or "watch.event" in ALWAYS_LOGGED else logging.DEBUG):
+    # Checked once: usually nobody listens (a call per event).
+    if not events_enabled(verbose=verbose):
         return
     for rec in records:
         ev = rec.event

@@ -154,8 +154,10 @@ class _Loop:
                     )
             if task.result is not None:
                 (lines, records), task.result, busy = task.result, None, False
+                # The kept/deduped records only when the log takes them (usually it does not).
+                wanted = log.events_enabled(verbose=self.verbose)
                 log.events(
-                    [*records, *core.add(lines, self.clock.now())],
+                    [*records, *core.add(lines, self.clock.now(), records=wanted)],
                     watch=task.spec.name,
                     uri=task.spec.uri,
                     verbose=self.verbose,

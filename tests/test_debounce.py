@@ -163,3 +163,22 @@ def test_notice_lists_distinct_lines_in_first_arrival_order(lines: list[str], ma
     assert shown == order[:max_lines]
     counts = count(notice)
     assert counts.get("", 0) == sum(lines.count(x) for x in order[max_lines:])
+
+
+@given(
+    batches=st.lists(
+        st.tuples(st.lists(st.sampled_from(["a", "b", "c"]), max_size=5), st.floats(0, 30, allow_nan=False)),
+        max_size=8,
+    ),
+    max_lines=st.integers(1, 4),
+)
+def test_add_all_is_add_in_turn(batches: list[tuple[list[str], float]], max_lines: int) -> None:
+    """The batch path (a watch's whole read at once) moves the deadline and counts as add does,
+    a clock that steps back included."""
+    one, batch = (Debouncer(quiet=3.0, max_wait=10.0, max_lines=max_lines) for _ in range(2))
+    for lines, now in batches:
+        for line in lines:
+            one.add(line, now)
+        assert batch.add_all(lines, now) == one.deadline
+        assert (batch.pending, batch.flush_due(now + 5.0)) == (one.pending, one.flush_due(now + 5.0))
+    assert batch.flush() == one.flush()

@@ -49,3 +49,20 @@ def test_admits_exactly_when_the_line_differs_from_the_keys_last(pairs: list[tup
         assert d.admit(key, line) == expected
         if key is not None:
             last[key] = line
+
+
+@given(
+    pairs=st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", None]), st.sampled_from(["x", "y"]))),
+    max_keys=st.integers(1, 4),
+    split=st.integers(0, 30),
+)
+def test_admit_all_is_admit_in_turn(pairs: list[tuple[str | None, str]], max_keys: int, split: int) -> None:
+    """The batch path (a watch's whole read at once) answers and remembers as admit does."""
+    one, batch = Deduper(max_keys), Deduper(max_keys)
+    expected = [one.admit(key, line) for key, line in pairs]
+    head, tail = pairs[:split], pairs[split:]
+    got = batch.admit_all([k for k, _ in head], [t for _, t in head])
+    got += batch.admit_all([k for k, _ in tail], [t for _, t in tail])
+    assert got == expected
+    assert batch._last == one._last
+    assert list(batch._last) == list(one._last)  # the same least-recently-seen order

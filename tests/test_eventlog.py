@@ -10,7 +10,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncai_servers._eventlog import EventRing
-from asyncai_watch.core.eventlog import GAP_LIMIT, GAP_RESET, GAP_TRUNCATED, BodyError, Sequencer
+from asyncai_watch.core.changes import annotate
+from asyncai_watch.core.eventlog import (
+    GAP_LIMIT,
+    GAP_RESET,
+    GAP_TRUNCATED,
+    BodyError,
+    Sequencer,
+    _parse,
+    _sorted_unique,
+    position,
+)
 from asyncai_watch.core.events import ERROR, GAP, Event
 
 
@@ -333,3 +343,81 @@ def test_a_restarted_empty_log_is_reported_once_and_measured_from_its_last_seq()
         sequencer.feed({"log_id": "b", "last_seq": 1, "events": [{"seq": 1, "type": "ADDED"}]}).events[0].seq
         == 1
     )
+
+
+# --- the fast paths against the general ones --------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["a", "b", "x.y", "", "n\nl"]),
+    lambda k: (
+        st.lists(k, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "uid", "id"]), k, max_size=3)
+    ),
+    max_leaves=8,
+)
+kube_objects = st.fixed_dictionaries(
+    {
+        "metadata": st.fixed_dictionaries(
+            {"uid": st.sampled_from(["u1", "u2", "", 7]), "resourceVersion": st.sampled_from(["1", "2"])},
+            optional={"name": st.sampled_from(["web", ""]), "generation": st.integers(1, 2)},
+        ),
+        "status": st.dictionaries(st.sampled_from(["phase", "ready"]), json_values, max_size=2),
+    }
+)
+objects_ = kube_objects | json_values
+good_events = st.builds(
+    lambda seq, typ, obj, old, extra: {"seq": seq, "type": typ, "object": obj, **old, **extra},
+    st.integers(0, 12),
+    st.sampled_from(["MODIFIED", "MODIFIED", "ADDED", "DELETED", ERROR]),
+    objects_,
+    st.just({}) | st.builds(lambda v: {"old": v}, objects_ | st.none()),
+    st.just({}) | st.builds(lambda v: {"message": v}, json_values),
+)
+bad_events = st.sampled_from(
+    [None, 3, "x", [], {"seq": "1", "type": "A"}, {"seq": True, "type": "A"}, {"seq": 1}, {"type": "A"}]
+)
+bodies = st.fixed_dictionaries(
+    {"events": st.lists(good_events | bad_events, max_size=8) | st.lists(good_events, max_size=8)},
+    optional={"log_id": st.sampled_from(["L1", "L2", "", 3]), "last_seq": st.integers(-1, 14)},
+)
+
+
+@given(
+    reads=st.lists(bodies, min_size=1, max_size=4),
+    last=st.none() | st.integers(0, 6),
+    limit=st.none() | st.integers(1, 4),
+)
+def test_feed_annotated_is_feed_then_annotate(
+    reads: list[dict[str, Any]], last: int | None, limit: int | None
+) -> None:
+    """The watch's one-pass path gives what feed then annotate give, read after read."""
+    fast, slow = Sequencer(last), Sequencer(last)
+    for read in reads:
+        fed, noops = fast.feed_annotated(read, limit=limit)
+        expected = slow.feed(read, limit=limit)
+        annotated = [(ev, annotate(ev)) for ev in expected.events]
+        assert fed.events == [a for _, a in annotated if a is not None]
+        assert noops == [ev for ev, a in annotated if a is None]
+        assert fed.error == expected.error
+        assert (fast.last_seq, fast.log_id) == (slow.last_seq, slow.log_id)
+
+
+@given(events=st.lists(good_events | bad_events, max_size=8))
+def test_event_checks_in_c_passes_match_the_rules(events: list[Any]) -> None:
+    """_parse's all-valid pass and position's seq pass keep exactly the well-formed events."""
+    valid = [
+        ev for ev in events if type(ev) is dict and type(ev.get("seq")) is int and type(ev.get("type")) is str
+    ]
+    items, error, _ = _parse({"events": events})
+    assert items == [(ev["seq"], ev) for ev in valid]
+    assert (error is None) == (len(valid) == len(events))
+    seqs = [ev["seq"] for ev in events if type(ev) is dict and type(ev.get("seq")) is int]
+    assert position({"log_id": "L", "events": events}) == (("L", max(seqs)) if seqs else None)
+
+
+@given(st.lists(st.integers(0, 6), max_size=8))
+def test_sorted_unique_keeps_the_first_of_each_seq(seqs_: list[int]) -> None:
+    items = [(seq, {"n": n}) for n, seq in enumerate(seqs_)]
+    first: dict[int, tuple[int, Any]] = {}
+    for item in items:
+        first.setdefault(item[0], item)
+    assert _sorted_unique(items) == sorted(first.values(), key=lambda item: item[0])

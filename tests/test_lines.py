@@ -7,11 +7,12 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from asyncai_watch.core import lines as lines_module
 from asyncai_watch.core.changes import annotate
 from asyncai_watch.core.diff import diff_state
 from asyncai_watch.core.eventlog import Sequencer
 from asyncai_watch.core.events import ADDED, DELETED, MODIFIED, Event
-from asyncai_watch.core.lines import default_line, short_value
+from asyncai_watch.core.lines import _narrow, default_line, short_value
 
 
 def k8s(name: str, namespace: str | None = "default", **status: Any) -> dict[str, Any]:
@@ -197,3 +198,51 @@ def test_any_event_gets_one_line(old: Any, new: Any) -> None:
         line = default_line(out)
         assert line.startswith(out.type)
         assert "\n" not in line
+
+
+# --- the narrowing fast path against the general rule ------------------------------------------------
+
+_UNSEEN = object()
+
+
+def narrow_reference(path: str, a: Any, b: Any) -> tuple[str, Any, Any]:
+    """The narrowing rule written plainly: while both sides are lists of one length (at most
+    100) with one differing element, or dicts with one differing string key, step into it."""
+    for _ in range(4):
+        if type(a) is list and type(b) is list and len(a) == len(b) <= 100:
+            diff = [i for i in range(len(a)) if a[i] != b[i]]
+            if len(diff) != 1:
+                break
+            path, a, b = f"{path}[{diff[0]}]", a[diff[0]], b[diff[0]]
+        elif type(a) is dict and type(b) is dict:
+            keys = [k for k in {**a, **b} if a.get(k, _UNSEEN) != b.get(k, _UNSEEN)]
+            if len(keys) != 1 or type(keys[0]) is not str:
+                break
+            k = keys[0]
+            path, a, b = (f"{path}.{k}" if path else k), a.get(k, _UNSEEN), b.get(k, _UNSEEN)
+        else:
+            break
+    return path, a, b
+
+
+narrow_values = st.recursive(
+    st.none() | st.integers(0, 2) | st.sampled_from(["a", "b"]),
+    lambda k: st.lists(k, max_size=3) | st.dictionaries(st.sampled_from(["p", "q", 1]), k, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(path=st.sampled_from(["", "status", "spec.a"]), a=narrow_values, b=narrow_values)
+def test_narrowing_follows_the_rule(path: str, a: Any, b: Any) -> None:
+    got = _narrow(path, a, b)
+    want = narrow_reference(path, a, b)
+    assert got[0] == want[0]
+    # The sides, the lines module's own "missing" standing for the reference's.
+    assert [_UNSEEN if v is lines_module._MISSING else v for v in got[1:]] == list(want[1:])
+
+
+def test_narrowing_into_a_list_of_many_and_an_added_key() -> None:
+    a = [{"n": i} for i in range(100)]
+    b = [*a[:42], {"n": 42, "new": True}, *a[43:]]
+    assert _narrow("items", a, b) == ("items[42].new", lines_module._MISSING, True)
+    assert _narrow("items", [*a, {}], [*b, {}])[0] == "items"  # more than 100: not followed

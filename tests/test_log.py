@@ -177,3 +177,11 @@ async def test_a_line_dedupe_drops_is_logged_as_deduped_not_kept(ndjson: io.Stri
         assert notice.text == "MODIFIED d/x"
     logged = [(r["seq"], r["outcome"], r["kept"]) for r in records(ndjson) if r["event"] == "watch.event"]
     assert logged == [(1, "kept", True), (2, "deduped", False)]
+
+
+def test_events_enabled_says_whether_events_would_log(ndjson: io.StringIO) -> None:
+    log.configure_ndjson(ndjson, verbose=False)
+    assert not log.events_enabled()  # watch.event is DEBUG: nobody listens
+    assert log.events_enabled(verbose=True)  # a verbose emitter logs it at INFO
+    log.configure_ndjson(ndjson, verbose=True)
+    assert log.events_enabled()

@@ -10,13 +10,14 @@ import json
 import re
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncai_watch import Limits, WatchError
-from asyncai_watch.core.events import EVENTS_MIME_TYPE, GAP
-from asyncai_watch.core.watch import Body, GiveUp, Line, Resubscribe, Retry, Watch
+from asyncai_watch.core.events import EVENTS_MIME_TYPE, GAP, Event
+from asyncai_watch.core.watch import Body, EventRecord, GiveUp, Line, Resubscribe, Retry, Watch
 
 JSON = "application/json"
 LIMITS = Limits(debounce_quiet=3.0, debounce_max_wait=15.0, lines_per_notice=5)
@@ -310,3 +311,36 @@ def test_resubscribe_delays_follow_the_backoff_and_give_up_after_five(
             return
         assert decision == Retry([1.0, 2.0, 4.0, 8.0, 16.0][failed], failed + 1)
         now += decision.delay
+
+
+def test_add_without_records_delivers_the_same() -> None:
+    """records=False (nobody logs them) changes only the answer: dedupe and debounce as before."""
+    ev = Event(type="MODIFIED", key="a", item={"id": "a"}, old={"id": "a", "x": 1}, changed=("x",))
+    lines = [Line("MODIFIED a (x)", "a", ev), Line("MODIFIED a (x)", "a", ev), Line("GAP", None)]
+    with_records, without = watch(), watch()
+    records = with_records.add(lines, 1.0)
+    assert [(r.outcome, r.line) for r in records] == [
+        ("kept", "MODIFIED a (x)"),
+        ("deduped", "MODIFIED a (x)"),
+    ]
+    assert records == [
+        EventRecord(ev, "kept", "MODIFIED a (x)"),
+        EventRecord(ev, "deduped", "MODIFIED a (x)"),
+    ]
+    assert without.add(lines, 1.0, records=False) == []
+    assert without.deadline == with_records.deadline
+    assert without.flush() == with_records.flush()
+    assert without.add(lines[:1], 2.0, records=False) == []  # remembered: deduped
+    assert without.flush() is None
+
+
+def test_default_lines_are_plain_lines() -> None:
+    """Watch.lines builds its Lines without attrs' __init__: the same values all the same."""
+    w = watch()
+    w.baseline(body({"a": 1}))
+    lines, _ = w.lines(w.read(body({"a": 2})))
+    (line,) = lines
+    assert line == Line("MODIFIED a (1→2)", "a", line.event)
+    assert attrs.asdict(line, recurse=False) == attrs.asdict(
+        Line(line.text, line.key, line.event), recurse=False
+    )

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from asyncai_watch.core.events import MODIFIED, Event, make_event
 
-__all__ = ["IGNORED_METADATA", "ROOT", "annotate", "changed_paths"]
+__all__ = ["IGNORED_METADATA", "ROOT", "annotate", "changed_paths", "modified_paths"]
 
 IGNORED_METADATA: Final = frozenset({"resourceVersion", "generation", "managedFields"})
 """Keys of the top-level ``metadata`` object whose changes do not count."""
@@ -173,3 +173,16 @@ def annotate(event: Event) -> Event | None:
         if not changed:
             return None
     return make_event(event.type, event.key, new, old, changed, event.seq, event.fields)
+
+
+def modified_paths(old: Any, new: Any) -> tuple[str, ...]:
+    """The ``changed`` that :func:`annotate` fills in for a MODIFIED with ``old`` (``()``: a
+    no-op), for a caller that builds its events itself (the event-log sequencer)."""
+    # Same as annotate's, the usual case (two dicts) inline.
+    if type(old) is dict and type(new) is dict:
+        out: list[str] = []
+        _walk_top(old, new, 3, out)
+        if len(out) > 1:
+            out.sort()
+        return tuple(out)
+    return _changed(old, new, 3)

@@ -12,6 +12,9 @@ next line and ``d.deadline``; ``d.flush_due(now)`` gives the notice text once du
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
 __all__ = ["Debouncer"]
 
 
@@ -23,7 +26,7 @@ class Debouncer:
         self.quiet = float(quiet)
         self.max_wait = float(max_wait)
         self.max_lines = max_lines
-        self._counts: dict[str, int] = {}
+        self._counts: Counter[str] = Counter()
         self._total = 0
         self._first = 0.0
         self._last = 0.0
@@ -56,6 +59,19 @@ class Debouncer:
         cap = self._first + self.max_wait
         return cap if cap < quiet_end else quiet_end
 
+    def add_all(self, lines: Sequence[str], now: float) -> float | None:
+        """:meth:`add` for each of ``lines`` (all arrived at ``now``), in one call; returns the
+        deadline (``None`` when nothing is pending)."""
+        if lines:
+            if not self._total:
+                self._first = self._last = now
+            elif now > self._last:
+                self._last = now
+            # Counter.update counts in C, in first-arrival order, as add's loop would.
+            self._counts.update(lines)
+            self._total += len(lines)
+        return self.deadline
+
     def flush_due(self, now: float) -> str | None:
         """The notice text when the deadline has passed at ``now``, else ``None``."""
         deadline = self.deadline
@@ -68,7 +84,7 @@ class Debouncer:
         if not self._total:
             return None
         counts, total = self._counts, self._total
-        self._counts = {}
+        self._counts = Counter()
         self._total = 0
         out: list[str] = []
         shown = 0

@@ -8,6 +8,8 @@ lets its next line through.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = ["Deduper"]
 
 
@@ -33,6 +35,28 @@ class Deduper:
         if prev is None and len(last) > self.max_keys:
             del last[next(iter(last))]
         return True
+
+    def admit_all(self, keys: Iterable[str | None], lines: Iterable[str]) -> list[bool]:
+        """:meth:`admit` for each ``(key, line)`` pair in turn, in one call (a watch's whole read)."""
+        # admit's body inline: a method call per line costs as much as the work.
+        last = self._last
+        pop = last.pop
+        max_keys = self.max_keys
+        out: list[bool] = []
+        append = out.append
+        for key, line in zip(keys, lines, strict=True):
+            if key is None:
+                append(True)
+                continue
+            prev = pop(key, None)
+            last[key] = line
+            if prev == line:
+                append(False)
+                continue
+            if prev is None and len(last) > max_keys:
+                del last[next(iter(last))]
+            append(True)
+        return out
 
     def __len__(self) -> int:
         return len(self._last)

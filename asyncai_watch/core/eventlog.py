@@ -22,10 +22,13 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Mapping
+from itertools import islice, repeat
+from operator import itemgetter, lt
 from typing import Any, Final
 
 import attrs
 
+from asyncai_watch.core.changes import modified_paths
 from asyncai_watch.core.events import GAP, MODIFIED, Event, make_event
 from asyncai_watch.core.identity import item_key
 from asyncai_watch.core.jsontext import JsonError, parse_json
@@ -50,6 +53,14 @@ not ignores it and answers the whole log, which is always correct."""
 Position = tuple[str, int]
 """An event-log reader's position: the log's ``log_id`` and the newest ``seq`` read."""
 
+# For the C-level passes over a body's events (map/set instead of a Python test per event).
+_dict_get: Final = dict.get
+_SEQ: Final = repeat("seq")
+_TYPE: Final = repeat("type")
+_DICT: Final = frozenset({dict})
+_INT: Final = frozenset({int})
+_STR: Final = frozenset({str})
+
 
 def position(body: Any) -> Position | None:
     """The position a read leaves its reader at: ``(log_id, newest seq)``, when the body names
@@ -59,7 +70,13 @@ def position(body: Any) -> Position | None:
     mark, log_id = _header(body)
     if log_id is None:
         return None
-    seqs = [ev["seq"] for ev in body.get("events") or () if type(ev) is dict and type(ev.get("seq")) is int]
+    events = body.get("events") or ()
+    seqs: list[Any] = []
+    # All events well-formed (the usual case): C-level passes instead of a test per event.
+    if type(events) is list and {*map(type, events)} == _DICT:
+        seqs = list(map(_dict_get, events, _SEQ))
+    if {*map(type, seqs)} != _INT:
+        seqs = [ev["seq"] for ev in events if type(ev) is dict and type(ev.get("seq")) is int]
     top = max([*seqs, *([mark] if mark is not None else [])], default=None)
     return None if top is None else (log_id, top)
 
@@ -147,15 +164,13 @@ def _parse(
             BodyError(f'event-log "events" is a JSON {_json_type(raw)}, not an array; {_EXPECTED}'),
             data,
         )
-    # One comprehension for the common all-valid body; the loop below only runs to name problems.
-    out: list[tuple[int, Any]] = [
-        (ev["seq"], ev)
-        for ev in raw
-        if type(ev) is dict and type(ev.get("seq")) is int and type(ev.get("type")) is str
-    ]
-    if len(out) == len(raw):
-        return out, None, data
-    out = []
+    # The common all-valid body in C-level passes (a Python test per event costs more than the
+    # rest of the sequencer); the loop below only runs when one fails, to name the problems.
+    if raw and {*map(type, raw)} == _DICT:
+        seqs: list[Any] = list(map(_dict_get, raw, _SEQ))
+        if {*map(type, seqs)} == _INT and {*map(type, map(_dict_get, raw, _TYPE))} == _STR:
+            return list(zip(seqs, raw, strict=True)), None, data
+    out: list[tuple[int, Any]] = []
     problems: list[str] = []
     for i, ev in enumerate(raw):
         if type(ev) is dict or isinstance(ev, Mapping):
@@ -231,6 +246,57 @@ class Sequencer:
         self, body: str | bytes | bytearray | Mapping[str, Any], *, limit: int | None = None
     ) -> FeedResult:
         """The events of one read that were not delivered before, GAPs first."""
+        events, new, error = self._take(body, limit)
+        append = events.append
+        make = make_event
+        for seq, ev in new:
+            obj = ev.get("object")
+            typ = ev["type"]
+            append(make(typ, _key(obj), obj, ev.get("old") if typ == MODIFIED else None, (), seq, ev))
+        return FeedResult(events, error)
+
+    def feed_annotated(
+        self, body: str | bytes | bytearray | Mapping[str, Any], *, limit: int | None = None
+    ) -> tuple[FeedResult, list[Event]]:
+        """:meth:`feed` with :func:`~asyncai_watch.core.changes.annotate` applied in the same pass:
+        the result holds the annotated events that are not no-ops, and the no-op ``MODIFIED``
+        events (as :meth:`feed` delivers them) come apart, in order. Builds one Event per event,
+        where ``feed`` then ``annotate`` build two: this is the watch's per-event hot path."""
+        events, new, error = self._take(body, limit)
+        append = events.append
+        make = make_event
+        noops: list[Event] = []
+        for seq, ev in new:
+            obj = ev.get("object")
+            # _key's usual answer inline (a call per event costs more than the test).
+            key: str | None = None
+            if type(obj) is dict:
+                meta = obj.get("metadata")
+                if type(meta) is dict:
+                    uid = meta.get("uid")
+                    if type(uid) is str and uid:
+                        key = uid
+            if key is None:
+                key = item_key(obj)
+            typ = ev["type"]
+            if typ != MODIFIED:
+                append(make(typ, key, obj, None, (), seq, ev))
+                continue
+            old = ev.get("old")
+            if old is None and (ev and "old" not in ev):
+                # No "old" sent: annotate passes such an event through as it is.
+                append(make(typ, key, obj, None, (), seq, ev))
+            elif changed := modified_paths(old, obj):
+                append(make(typ, key, obj, old, changed, seq, ev))
+            else:
+                noops.append(make(typ, key, obj, old, (), seq, ev))
+        return FeedResult(events, error), noops
+
+    def _take(
+        self, body: str | bytes | bytearray | Mapping[str, Any], limit: int | None
+    ) -> tuple[list[Event], list[tuple[int, Any]], BodyError | None]:
+        """One read's GAPs, its new ``(seq, event)`` items (at most ``limit``, by seq) and its body
+        error; moves :attr:`last_seq` past the new items."""
         if limit is not None and (type(limit) is not int or limit < 1):
             raise ValueError(f"Sequencer.feed: limit must be a positive int or None, got {limit!r}")
         items, error, data = _parse(body)
@@ -245,9 +311,9 @@ class Sequencer:
                 if restarted and not items:
                     previous, self.last_seq = self.last_seq, mark
                     gap = _gap(GAP_RESET, None, None, None, previous_seq=previous, first_seq=None)
-                    return FeedResult([gap], error)
+                    return [gap], [], error
         if not items:
-            return FeedResult([], error)
+            return [], [], error
         items = _sorted_unique(items)
         last = self.last_seq
         gaps: list[Event] = []
@@ -261,9 +327,9 @@ class Sequencer:
             gaps.append(_gap(GAP_RESET, None, None, None, previous_seq=last, first_seq=items[0][0]))
             new = items
         else:
-            new = items[bisect_right(items, last, key=_seq_of) :]
+            new = items[bisect_right(items, last, key=_first) :]
             if not new:
-                return FeedResult([], error)
+                return [], [], error
             if new[0][0] > last + 1:
                 hole_from, hole_missed = last + 1, new[0][0] - last - 1
         if limit is not None and len(new) > limit:
@@ -273,40 +339,30 @@ class Sequencer:
         elif hole_from is not None:
             gaps.append(_gap(GAP_TRUNCATED, hole_from, new[0][0] - 1, hole_missed))
         self.last_seq = new[-1][0]
-        append = gaps.append
-        make = make_event
-        for seq, ev in new:
-            obj = ev.get("object")
-            # item_key's usual answer inline: a Kubernetes object's non-empty string
-            # metadata.uid; anything else gets the full rules.
-            key: str | None = None
-            if type(obj) is dict:
-                meta = obj.get("metadata")
-                if type(meta) is dict:
-                    uid = meta.get("uid")
-                    if type(uid) is str and uid:
-                        key = uid
-            if key is None:
-                key = item_key(obj)
-            typ = ev["type"]
-            append(make(typ, key, obj, ev.get("old") if typ == MODIFIED else None, (), seq, ev))
-        return FeedResult(gaps, error)
+        return gaps, new, error
 
 
-def _seq_of(item: tuple[int, Any]) -> int:
-    return item[0]
+def _key(obj: Any) -> str | None:
+    """:func:`item_key`, its usual answer first: a Kubernetes object's non-empty string
+    ``metadata.uid``; anything else gets the full rules."""
+    if type(obj) is dict:
+        meta = obj.get("metadata")
+        if type(meta) is dict:
+            uid = meta.get("uid")
+            if type(uid) is str and uid:
+                return uid
+    return item_key(obj)
+
+
+_first: Final = itemgetter(0)
 
 
 def _sorted_unique(items: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
     """Sorted by seq, first occurrence of each seq kept; the common already-sorted case is one pass."""
-    prev: int | None = None
-    for seq, _ in items:
-        if prev is not None and seq <= prev:
-            break
-        prev = seq
-    else:
+    seqs = list(map(_first, items))
+    if all(map(lt, seqs, islice(seqs, 1, None))):
         return items
-    items = sorted(items, key=_seq_of)  # stable: a repeated seq keeps its first occurrence
+    items = sorted(items, key=_first)  # stable: a repeated seq keeps its first occurrence
     out = [items[0]]
     for item in items[1:]:
         if item[0] != out[-1][0]:

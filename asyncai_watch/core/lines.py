@@ -39,6 +39,10 @@ MAX_JSON_CHARS: Final = 300
 _UNSET: Final = "(unset)"
 _NARROW_STEPS: Final = 4
 _NARROW_LIST: Final = 100
+# Made once: range() and an int's formatting cost more than the small loops they serve.
+_STEPS: Final = range(_NARROW_STEPS)
+_INDEXES: Final = tuple(range(n) for n in range(_NARROW_LIST + 1))
+_SUBSCRIPTS: Final = tuple(f"[{i}]" for i in range(_NARROW_LIST))
 _MISSING: Final = object()
 _PARTS: Final[dict[str, list[str]]] = {}
 _PARTS_MAX: Final = 1024
@@ -98,13 +102,13 @@ def _narrow(path: str, a: Any, b: Any) -> tuple[str, Any, Any]:
     """
     # Plain loops: the containers met here are small (a few conditions, a few keys), where
     # a loop beats building iterator chains. Elements compare with ``!=`` (not ``is``).
-    for _ in range(_NARROW_STEPS):
+    for _ in _STEPS:
         if type(a) is list and type(b) is list:
             n = len(a)
             if n != len(b) or n > _NARROW_LIST:
                 break
             i = -1
-            for j in range(n):
+            for j in _INDEXES[n]:
                 if a[j] != b[j]:
                     if i != -1:
                         i = -2
@@ -112,23 +116,29 @@ def _narrow(path: str, a: Any, b: Any) -> tuple[str, Any, Any]:
                     i = j
             if i < 0:
                 break
-            path, a, b = f"{path}[{i}]", a[i], b[i]
+            path, a, b = path + _SUBSCRIPTS[i], a[i], b[i]
         elif type(a) is dict and type(b) is dict:
             get = b.get
-            keys = []
+            differ = 0  # keys whose values differ; the last one's key and values kept
+            key: Any = None
+            va: Any = None
+            vb: Any = None
             missing = False  # a key of a that b lacks (then b may have keys a lacks)
             for k, v in a.items():
                 w = get(k, _MISSING)
                 if w is _MISSING:
                     missing = True
                 if v != w:
-                    keys.append(k)
+                    differ += 1
+                    key, va, vb = k, v, w
             if missing or len(b) != len(a):
-                keys += [k for k in b if k not in a]
-            if len(keys) != 1 or type(keys[0]) is not str:
+                for k in b:
+                    if k not in a:
+                        differ += 1
+                        key, va, vb = k, _MISSING, b[k]
+            if differ != 1 or type(key) is not str:
                 break
-            k = keys[0]
-            path, a, b = (f"{path}.{k}" if path else k), a.get(k, _MISSING), get(k, _MISSING)
+            path, a, b = (f"{path}.{key}" if path else key), va, vb
         else:
             break
     return path, a, b

@@ -26,6 +26,7 @@ ended" in, "retry after N s" or "give up after N attempts" out.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import compress
 from typing import Any, Final, Literal, Protocol
 
 import attrs
@@ -162,6 +163,32 @@ class Pending:
     records: tuple[EventRecord, ...] = ()
 
 
+# Fast constructors for the per-event hot path (one Line and one EventRecord per event), as
+# events.make_event: the slots set directly, without attrs' __init__ (no validators or
+# converters here, so the result is the same object).
+_new_object = object.__new__
+_set_line_text, _set_line_key, _set_line_event = (Line.__dict__[a.name].__set__ for a in attrs.fields(Line))
+_set_record_event, _set_record_outcome, _set_record_line = (
+    EventRecord.__dict__[a.name].__set__ for a in attrs.fields(EventRecord)
+)
+
+
+def _make_line(text: str, key: str | None, event: Event | None) -> Line:
+    line: Line = _new_object(Line)
+    _set_line_text(line, text)
+    _set_line_key(line, key)
+    _set_line_event(line, event)
+    return line
+
+
+def _make_record(event: Event, outcome: Outcome, line: str | None) -> EventRecord:
+    record: EventRecord = _new_object(EventRecord)
+    _set_record_event(record, event)
+    _set_record_outcome(record, outcome)
+    _set_record_line(record, line)
+    return record
+
+
 class FilterResult(Protocol):
     """One event's filter outcome: a line, a drop (both ``None``) or an error."""
 
@@ -232,10 +259,15 @@ class Watch:
         limit = self.limits.events_per_update
         lines: list[Line] = []
         if self.shape == "event-log":
-            fed = self._sequencer.feed(body.value if body.error is None else body.text, limit=limit)
-            events = fed.events
+            # Annotated in the sequencer's own pass (one Event per event instead of two).
+            fed, unchanged = self._sequencer.feed_annotated(
+                body.value if body.error is None else body.text, limit=limit
+            )
             if fed.error is not None:
                 lines.append(Line(f"ERROR {fed.error.message}"))
+            self.events += len(fed.events)
+            noop_records = tuple(EventRecord(ev, "noop") for ev in unchanged)
+            return Pending(tuple(fed.events), tuple(lines), noop_records)
         elif self._json and body.error is not None:
             # Keep the last good baseline: the next good read diffs against it.
             return Pending(
@@ -288,7 +320,7 @@ class Watch:
         records = list(pending.records)
         out: list[Line] = []
         if results is None:
-            out = [Line(default_line(ev), ev.key, ev) for ev in pending.events]
+            out = [_make_line(default_line(ev), ev.key, ev) for ev in pending.events]
         else:
             for ev, result in zip(pending.events, results, strict=False):
                 if result.error is not None:
@@ -310,19 +342,20 @@ class Watch:
 
     # -- delivery -------------------------------------------------------------------------------
 
-    def add(self, lines: Sequence[Line], now: float) -> list[EventRecord]:
+    def add(self, lines: Sequence[Line], now: float, *, records: bool = True) -> list[EventRecord]:
         """Dedupe ``lines`` and queue the rest for the next notice; returns the records of the
-        events the lines stand for (``kept`` or ``deduped``). :attr:`deadline` says when next."""
-        records: list[EventRecord] = []
-        admit = self._deduper.admit
-        debounce = self._debouncer.add
-        for line in lines:
-            admitted = line.key is None or admit(line.key, line.text)
-            if line.event is not None:
-                records.append(EventRecord(line.event, "kept" if admitted else "deduped", line.text))
-            if admitted:
-                debounce(line.text, now)
-        return records
+        events the lines stand for (``kept`` or ``deduped``), or ``[]`` with ``records=False``
+        (nobody logs them). :attr:`deadline` says when next."""
+        texts = [line.text for line in lines]
+        admitted = self._deduper.admit_all([line.key for line in lines], texts)
+        self._debouncer.add_all(list(compress(texts, admitted)), now)
+        if not records:
+            return []
+        return [
+            _make_record(line.event, "kept" if ok else "deduped", line.text)
+            for line, ok in zip(lines, admitted, strict=True)
+            if line.event is not None
+        ]
 
     @property
     def deadline(self) -> float | None:

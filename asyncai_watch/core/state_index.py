@@ -85,6 +85,7 @@ _KEYED_BY: Final[tuple[tuple[Callable[[str], list[Any]], Callable[[Any], str]], 
 )
 _ids: Final = msgspec.json.Decoder(list[_Ids]).decode
 _NOT_INDEXED: Final = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+_UNPARSED: Final[Any] = object()
 _ID_TYPES: Final = frozenset({str, int, float})  # bool is not an id: type(True) is bool
 
 
@@ -137,9 +138,6 @@ class StateIndex:
     def _take_keys(self, older: StateIndex) -> None:
         """This read has ``older``'s keys (its items kept their keys and places)."""
         self._keys, self._keys_known = older._keys, older._keys_known
-
-
-_UNPARSED: Final[Any] = object()
 
 
 def _list_keys(text: str) -> list[str] | None:

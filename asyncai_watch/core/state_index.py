@@ -204,20 +204,18 @@ def _diff_lists(
 ) -> list[Event] | None:
     if len(o) == len(n):
         changed = list(compress(range(len(n)), map(ne, o, n)))
+        if not changed:  # the same text: the same items and keys
+            new._take_keys(old)
+            return []
         pairs = [(_parse(o[i]), _parse(n[i])) for i in changed]
-        if all(item_id(a) == item_id(b) for a, b in pairs):
-            # Every item kept its key and place: the key lists are equal, only values changed.
-            if not changed:
-                new._take_keys(old)
-                return []
-            keys = old.keys()
-            if keys is not None:
-                new._take_keys(old)
-                return [
-                    Event(type=MODIFIED, key=keys[i], item=b, old=a)
-                    for i, (a, b) in zip(changed, pairs, strict=True)
-                    if a != b
-                ]
+        # Every item kept its key and place: the key lists are equal, only values changed.
+        if all(item_id(a) == item_id(b) for a, b in pairs) and (keys := old.keys()) is not None:
+            new._take_keys(old)
+            return [
+                Event(type=MODIFIED, key=keys[i], item=b, old=a)
+                for i, (a, b) in zip(changed, pairs, strict=True)
+                if a != b
+            ]
     old_keys, new_keys = old.keys(), new.keys()
     if old_keys is None or new_keys is None:
         return None

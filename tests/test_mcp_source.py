@@ -8,8 +8,10 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from mcp.client import advertise
 from test_memo_server import MEMO, WAIT, memo_http_server
@@ -397,23 +399,93 @@ async def test_a_source_closed_by_cancellation_inside_an_exit_stack_exits() -> N
     assert (proc.returncode, proc.stdout.decode().strip()) == (0, "closed True"), proc.stderr.decode()
 
 
+async def _chunks_of(stream: Any) -> list[str]:
+    return [chunk async for chunk in stream]
+
+
+def _byte_stream(pieces: list[bytes]) -> Any:
+    send, receive = anyio.create_memory_object_stream[bytes](len(pieces) + 1)
+    for piece in pieces:
+        send.send_nowait(piece)
+    send.close()
+    return receive
+
+
+PIECES = [b'{"a"', b":1}\n{", b'"b":2}\n{"c":3}\n', "é".encode()[:1], "é".encode()[1:] + b"tail"]
+
+
 @pytest.mark.anyio
-async def test_the_sdk_stdio_reader_gets_chunks_holding_a_newline_and_the_tail_at_eof() -> None:
-    """The SDK's stdio client reads through WholeLines: every chunk holds a newline, so a long
-    message is joined once instead of re-copied per 64 KiB chunk; the same text comes out, a
-    tail without a newline included."""
+async def test_the_sdk_stdio_reader_gets_whole_lines_and_the_tail_at_eof() -> None:
+    """The SDK's stdio client reads UTF-8 through LineChunks: every chunk is whole lines, so a
+    long message is copied once instead of per 64 KiB chunk; the same text comes out, a tail
+    without a newline included (a character split between reads too)."""
     import mcp.client.stdio
 
-    from asyncai_watch._sdk_stdio import WholeLines
+    from asyncai_watch._sdk_stdio import LineChunks, WholeLines, text_stream
 
-    assert vars(mcp.client.stdio)["TextReceiveStream"] is WholeLines  # installed on import
-    send, receive = anyio.create_memory_object_stream[bytes](16)
-    for piece in [b'{"a"', b":1}\n{", b'"b":2}\n{"c":3}\n', "é".encode()[:1], "é".encode()[1:] + b"tail"]:
-        await send.send(piece)
-    send.close()
-    stream = WholeLines(receive)  # type: ignore[arg-type]
-    chunks = [chunk async for chunk in stream]
-    assert chunks == ['{"a":1}\n{', '"b":2}\n{"c":3}\n', "étail"]
+    assert vars(mcp.client.stdio)["TextReceiveStream"] is text_stream  # installed on import
+    stream = text_stream(_byte_stream(PIECES), encoding="UTF8", errors="strict")
+    assert isinstance(stream, LineChunks)
+    assert await _chunks_of(stream) == ['{"a":1}\n', '{"b":2}\n{"c":3}\n', "étail"]
+    # Another encoding keeps the text decoder: a chunk holds a newline, a long line joined once.
+    latin = text_stream(_byte_stream(PIECES), encoding="latin-1")
+    assert isinstance(latin, WholeLines)
+    assert await _chunks_of(latin) == ['{"a":1}\n{', '"b":2}\n{"c":3}\n', "Ã©tail"]
+
+
+@pytest.mark.anyio
+async def test_a_large_line_is_parsed_in_steps_while_the_loop_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line over LARGE_LINE is parsed by the reader with the event loop running between steps
+    (another task runs many times meanwhile), and reaches the SDK's loop as a token line that
+    parse_line exchanges for the same message the SDK would have made; lines around it are kept."""
+    from asyncai_watch import _sdk_stdio
+
+    text = json.dumps({"big": 'é"x\\😀' * 200_000, "n": 12345678901234567890123})
+    line = json.dumps(
+        {"jsonrpc": "2.0", "id": 7, "result": {"contents": [{"uri": "memo://n", "text": text}]}}
+    )
+    monkeypatch.setattr(_sdk_stdio, "LARGE_LINE", len(line) // 10)
+    data = (
+        b'{"jsonrpc":"2.0","method":"ping","id":1}\n'
+        + line.encode()
+        + b'\n{"jsonrpc":"2.0","id":2,"result":{}}\n'
+    )
+    turns = 0
+
+    async def other_task() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other_task)
+        chunks = await _chunks_of(_sdk_stdio.LineChunks(_byte_stream([data])))  # one read: no waits
+        tg.cancel_scope.cancel()
+    lines = "".join(chunks).split("\n")
+    assert lines[-1] == ""
+    assert len(lines) == 4
+    parsed = [_sdk_stdio.parse_line(text) for text in lines[:3]]
+    assert lines[1].startswith("\x00")  # the token, not the 2 MB line
+    assert parsed[1].message == _sdk_stdio._SDK_PARSE(line).message
+    assert [p.message.id for p in parsed] == [1, 7, 2]
+    assert turns >= 6  # the parse stepped: each level's scan, then the 2 MB string in 1 MiB pieces
+    assert _sdk_stdio.parse_line(lines[1]) != parsed[1]  # a token is exchanged once
+
+
+@pytest.mark.anyio
+async def test_a_large_line_that_is_no_message_gets_the_sdks_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncai_watch import _sdk_stdio
+
+    monkeypatch.setattr(_sdk_stdio, "LARGE_LINE", 1000)
+    for bad in [
+        '{"no": "message", "x": "' + "x" * 5000 + '"}',
+        '{"jsonrpc": "2.0", "id": 1, "result": [' + "1," * 3000,
+    ]:
+        chunks = await _chunks_of(_sdk_stdio.LineChunks(_byte_stream([bad.encode() + b"\n"])))
+        got, sdk = _sdk_stdio.parse_line(chunks[0].split("\n")[0]), _sdk_stdio._SDK_PARSE(bad)
+        assert isinstance(got, Exception)
+        assert (type(got), str(got)) == (type(sdk), str(sdk))
 
 
 def test_a_large_message_is_parsed_to_the_same_message_the_sdk_makes() -> None:

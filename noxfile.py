@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, typecheck, bench."""
+"""nox sessions: tests, lint, typecheck, bench, floors."""
 
 from __future__ import annotations
 
@@ -36,5 +36,13 @@ def bench(session: nox.Session) -> None:
     """Every benchmark in bench/, each printing its figures, baselines and ratios."""
     session.install("-e", ".[test]")
     for script in sorted(Path("bench").glob("*.py")):
-        if not script.name.startswith("_"):
+        # floors.py is not a bench: it reruns benches under a profiler (nox -s floors)
+        if not script.name.startswith("_") and script.name != "floors.py":
             session.run("python", str(script), *session.posargs)
+
+
+@nox.session
+def floors(session: nox.Session) -> None:
+    """Where the missed targets' CPU goes: benches profiled by py-spy, split by layer."""
+    session.install("-e", ".[test]", "py-spy>=0.4")
+    session.run("python", "bench/floors.py", *session.posargs)

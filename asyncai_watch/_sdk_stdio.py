@@ -94,6 +94,8 @@ class LineChunks(ObjectReceiveStream[str]):
                 tail, self._line = self._line, bytearray()
                 return tail.decode("utf-8", self._errors)  # the SDK's loop keeps it, as its own would
             last = chunk.rfind(b"\n")
+            if last == len(chunk) - 1 and not self._line and last <= LARGE_LINE:
+                return chunk.decode("utf-8", self._errors)  # the usual read: whole small lines
             if last < 0:
                 self._line += chunk
                 continue

@@ -203,3 +203,53 @@ def test_a_null_id_falls_back_to_the_name_as_in_the_whole_body_diff() -> None:
     a, b = indexed(json.dumps(old)), indexed(json.dumps(new))
     assert [(e.type, e.key) for e in diff_reads(a, b)] == [(MODIFIED, "a#2")]
     assert diff_reads(a, b) == diff_state(old, new)
+
+
+def test_a_big_diff_runs_with_the_collector_paused_and_leaves_it_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over a read of more than _GC_PAUSE_ITEMS items the cyclic GC is off while the diff runs
+    (a collection then would only rescan what the diff built), and back as it was after it,
+    also when the diff raises."""
+    import gc
+
+    items = [{"id": f"i{i}", "n": i} for i in range(state_index._GC_PAUSE_ITEMS + 1)]
+    old = StateIndex.of(json.dumps(items))
+    changed = [dict(item, n=-1) if item["id"] == "i7" else item for item in items]
+    new = StateIndex.of(json.dumps(changed))
+    assert old is not None
+    assert new is not None
+    seen: list[bool] = []
+    real = state_index._parse
+
+    def parse(raw: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(raw)
+
+    monkeypatch.setattr(state_index, "_parse", parse)
+    assert gc.isenabled()
+    assert [e.key for e in diff_reads(old, new)] == ["i7"]
+    assert seen
+    assert not any(seen)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        diff_reads(old, new)
+        assert not gc.isenabled()  # not turned on by the diff
+    finally:
+        gc.enable()
+
+    def fail(raw: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(state_index, "_parse", fail)
+    with pytest.raises(RuntimeError, match="boom"):
+        diff_reads(old, new)
+    assert gc.isenabled()
+    small = StateIndex.of(json.dumps(items[:10]))
+    small_new = StateIndex.of(json.dumps(changed[:10]))
+    seen.clear()
+    monkeypatch.setattr(state_index, "_parse", parse)
+    diff_reads(small, small_new)
+    assert seen
+    assert all(seen)  # a small read is diffed as before

@@ -23,6 +23,7 @@ The result is exactly :func:`~asyncai_watch.core.diff.diff_state` of the parsed 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Sequence
 from itertools import compress
 from operator import attrgetter, ne
@@ -86,7 +87,8 @@ _KEYED_BY: Final[tuple[tuple[Callable[[str], list[Any]], Callable[[Any], str]], 
 _ids: Final = msgspec.json.Decoder(list[_Ids]).decode
 _NOT_INDEXED: Final = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 _UNPARSED: Final[Any] = object()
-_ID_TYPES: Final = frozenset({str, int, float})  # bool is not an id: type(True) is bool
+_ID_TYPES: Final = frozenset({str, int, float})
+_GC_PAUSE_ITEMS: Final = 1000  # reads with more items are diffed with the cyclic GC paused  # bool is not an id: type(True) is bool
 
 
 class StateIndex:
@@ -167,7 +169,10 @@ def _list_keys(text: str) -> list[str] | None:
 
 
 def _numbered(keys: list[str]) -> list[str] | None:
-    return None if "" in keys else number_keys(keys)
+    unique = set(keys)
+    if "" in unique:
+        return None
+    return keys if len(unique) == len(keys) else number_keys(keys)
 
 
 def _parse(raw: msgspec.Raw) -> Any:
@@ -178,7 +183,16 @@ def diff_reads(old: Any, new: Any) -> list[Event]:
     """:func:`~asyncai_watch.core.diff.diff_state` of two reads, each a :class:`StateIndex`
     or an already-parsed value; parses only what changed when both are indexes."""
     if isinstance(old, StateIndex) and isinstance(new, StateIndex):
-        events = _diff_indexes(old, new)
+        # Everything the diff allocates stays reachable until it returns, so a collection in the
+        # middle frees nothing; over a big read it only scans the new objects again and again.
+        paused = len(new.items) > _GC_PAUSE_ITEMS and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            events = _diff_indexes(old, new)
+        finally:
+            if paused:
+                gc.enable()
         if events is not None:
             return events
     return diff_state(

@@ -123,6 +123,7 @@ def role(cmd: str) -> str:
     """A short name for a sampled process, from its command line."""
     for pattern, name in (
         (r"asyncai_servers\.(\w+)", r"\1 server"),
+        (r"-m asyncai_watch\.(\w+)", r"\1"),
         (r"bench/_(\w+)\.py", r"\1"),
         (r"bench/(\w+)\.py", r"\1 bench process"),
     ):

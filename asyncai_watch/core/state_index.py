@@ -87,8 +87,8 @@ _KEYED_BY: Final[tuple[tuple[Callable[[str], list[Any]], Callable[[Any], str]], 
 _ids: Final = msgspec.json.Decoder(list[_Ids]).decode
 _NOT_INDEXED: Final = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 _UNPARSED: Final[Any] = object()
-_ID_TYPES: Final = frozenset({str, int, float})
-_GC_PAUSE_ITEMS: Final = 1000  # reads with more items are diffed with the cyclic GC paused  # bool is not an id: type(True) is bool
+_ID_TYPES: Final = frozenset({str, int, float})  # bool is not an id: type(True) is bool
+_GC_PAUSE_ITEMS: Final = 1000  # reads with more items are diffed with the cyclic GC paused
 
 
 class StateIndex:

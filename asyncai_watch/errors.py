@@ -16,6 +16,7 @@ __all__ = [
     "StateFileError",
     "SubscriptionLostError",
     "WatchError",
+    "describe",
 ]
 
 
@@ -97,3 +98,9 @@ class ServerConnectionError(WatchError):
 
 class ServerTimeoutError(ServerConnectionError):
     """A request got no answer within ``request_timeout``; the connection was dropped and is remade."""
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` (or just the type): how errors are named in notices, logs and tool results."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

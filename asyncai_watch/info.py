@@ -36,6 +36,9 @@ class WatchInfo:
     shape: Shape | None = None
     """``"state"`` or ``"event-log"``; ``None`` for a watch that never started (``restore_failed``)."""
     server: str | None = None
+    protocol: str | None = None
+    """The MCP version its server speaks: ``2026-07-28`` watches ride ``subscriptions/listen``,
+    older ones ``resources/subscribe`` (``None`` for a watch that never started)."""
     on_event: str | None = None
     """The filter source, if any."""
     events: int = 0

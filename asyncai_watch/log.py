@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from pythonjsonlogger.json import JsonFormatter
 
 if TYPE_CHECKING:
-    from asyncai_watch.core.watch import EventRecord
+    from asyncai_watch.core.deliver import EventRecord
 
 __all__ = [
     "ALWAYS_LOGGED",

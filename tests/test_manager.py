@@ -103,7 +103,14 @@ async def test_start_push_notice() -> None:
         assert notice.text.startswith("MODIFIED owner")
         assert m.watch_list() == [
             WatchInfo(
-                name="notes", uri=NOTES, status="running", shape="state", server="memo", events=2, notices=2
+                name="notes",
+                uri=NOTES,
+                status="running",
+                shape="state",
+                server="memo",
+                protocol="2026-07-28",
+                events=2,
+                notices=2,
             )
         ]
     # Leaving the manager cancels the watch: its subscription is closed.
@@ -521,7 +528,7 @@ async def test_manager_close_cancels_every_watch() -> None:
     async with manager(fake) as m:
         for i, uri in enumerate([NOTES, "memo://readme", NOTES]):
             await m.watch_start(f"w{i}", uri)
-        assert fake.listeners() == 2  # one per URI
+        assert fake.subscribed() == {NOTES, "memo://readme"}
     assert fake.listeners() == 0
     with pytest.raises(anyio.EndOfStream):
         m.notices.receive_nowait()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,15 @@ from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import ProtocolVersionError, WatchError
 from asyncai_watch.mcp.client import McpResourceSource
-from asyncai_watch.mcp.source import ListedResource, ListedTemplate, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.source import (
+    ListedResource,
+    ListedTemplate,
+    ReadResult,
+    SubscriptionMode,
+    ToolInfo,
+    ToolResult,
+    Updates,
+)
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.runtime.tools import tool_functions
 from asyncai_watch.testing import FakeClock
@@ -91,8 +99,12 @@ class GatedSource:
             await gate.wait()
         return await self.inner.read(uri, after=after)
 
-    def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
-        return self.inner.listen(uri)
+    @property
+    def subscription_mode(self) -> SubscriptionMode:
+        return self.inner.subscription_mode
+
+    def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
+        return self.inner.subscribe(uris)
 
     async def list_tools(self) -> list[ToolInfo]:
         return await self.inner.list_tools()

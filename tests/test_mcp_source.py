@@ -24,7 +24,7 @@ from asyncai_watch.errors import (
     SubscriptionLostError,
     WatchError,
 )
-from asyncai_watch.mcp.client import McpResourceSource, _covers
+from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.mcp.source import ReadResult, ResourceSource
 from asyncai_watch.testing import FakeClock
 
@@ -59,7 +59,7 @@ async def test_stdio_memo_listen_update_reread() -> None:
             uri="memo://notes", text="{}", mime_type="application/json"
         )
 
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             await memo_set(src, "k", {"nested": [1, None, "x"]})
             with anyio.fail_after(WAIT):
                 await anext(updates)
@@ -74,7 +74,7 @@ async def test_stdio_memo_listen_update_reread() -> None:
 
         # A URI from the template: its own listen, its own updates.
         assert await read_json(src, "memo://notes/wanted") is None
-        async with src.listen("memo://notes/wanted") as updates:
+        async with src.subscribe(["memo://notes/wanted"]) as updates:
             await memo_set(src, "unrelated", 1)
             await memo_set(src, "wanted", "yes")
             with anyio.fail_after(WAIT):
@@ -82,13 +82,15 @@ async def test_stdio_memo_listen_update_reread() -> None:
             assert await read_json(src, "memo://notes/wanted") == "yes"
 
 
-def test_updates_cover_the_uri_and_its_sub_resources_only() -> None:
-    # The memo server filters exactly, so the client-side filter is checked directly.
-    assert _covers("file:///dir", "file:///dir")
-    assert _covers("file:///dir", "file:///dir/a.txt")
-    assert _covers("file:///dir/", "file:///dir/a.txt")
-    assert not _covers("file:///dir", "file:///dir2")
-    assert not _covers("memo://notes/a", "memo://notes")
+@pytest.mark.anyio
+async def test_one_listen_holds_many_uris_and_names_the_one_that_changed() -> None:
+    async with McpResourceSource.stdio(MEMO) as src:
+        uris = [f"memo://notes/k{i}" for i in range(2000)]
+        async with src.subscribe(uris) as updates:
+            assert updates.honored == frozenset(uris)
+            await memo_set(src, "k1234", "x")
+            with anyio.fail_after(WAIT):
+                assert await anext(updates) == "memo://notes/k1234"
 
 
 @pytest.mark.anyio
@@ -105,7 +107,7 @@ async def test_http_bearer_token_goes_in_headers() -> None:
 @pytest.mark.anyio
 async def test_http_server_killed_loses_subscription_and_a_restart_is_picked_up() -> None:
     async with memo_http_server() as (url, proc), McpResourceSource.http(url) as src:
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             await memo_set(src, "before", 1)
             with anyio.fail_after(WAIT):
                 await updates.__anext__()
@@ -120,7 +122,7 @@ async def test_http_server_killed_loses_subscription_and_a_restart_is_picked_up(
         async with memo_http_server(address=address) as (url2, _proc2):
             assert url2 == url
             assert await read_json(src) == {}  # a fresh server: its memo is empty
-            async with src.listen("memo://notes") as updates:
+            async with src.subscribe(["memo://notes"]) as updates:
                 await memo_set(src, "after", 2)
                 with anyio.fail_after(WAIT):
                     await updates.__anext__()
@@ -140,7 +142,7 @@ async def test_stdio_server_death_surfaces_then_the_next_call_respawns_it(tmp_pa
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
     async with McpResourceSource.stdio(wrapper, name="doomed") as src:
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             await memo_set(src, "a", 1)
             with anyio.fail_after(WAIT):
                 await updates.__anext__()
@@ -165,7 +167,7 @@ async def test_stdio_server_death_surfaces_then_the_next_call_respawns_it(tmp_pa
                 tg.start_soon(read_into)
         assert reads == [{}, {}]
         assert src.reconnects == 1
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             await memo_set(src, "b", 2)
             with anyio.fail_after(WAIT):
                 await updates.__anext__()
@@ -185,7 +187,7 @@ async def test_stdio_server_death_surfaces_then_the_next_call_respawns_it(tmp_pa
         ):
             await src.read("memo://notes")
         with anyio.fail_after(WAIT), pytest.raises(ServerConnectionError, match=r"cannot connect"):
-            async with src.listen("memo://notes"):
+            async with src.subscribe(["memo://notes"]):
                 pass
         refuse.unlink()
         with anyio.fail_after(WAIT):
@@ -218,7 +220,7 @@ async def test_tools_and_server_errors() -> None:
         assert "memo://notes" in caught.value.server_message
         assert isinstance(caught.value, WatchError)
         with pytest.raises(ServerError, match=r"cannot subscribe to \['memo://nope'\]"):
-            async with src.listen("memo://nope"):
+            async with src.subscribe(["memo://nope"]):
                 pass
         # A tool failure is an in-band result, not an exception.
         failed = await src.call_tool("memo_set", {"key": "k"})
@@ -253,7 +255,7 @@ async def test_legacy_server_serves_tools_but_cannot_be_watched() -> None:
             await src.read("legacy://blob/binary")
 
         with pytest.raises(ProtocolVersionError) as caught:
-            async with src.listen("legacy://state"):
+            async with src.subscribe(["legacy://state"]):
                 pass
         message = str(caught.value)
         assert "'legacy'" in message
@@ -326,7 +328,7 @@ async def test_a_server_that_stops_answering_times_out_and_the_source_recovers()
         McpResourceSource.http(url, request_timeout=20, clock=clock) as src,
     ):
         await memo_set(src, "k", 1)
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             os.kill(proc.pid, signal.SIGSTOP)
             try:
                 async with anyio.create_task_group() as tg:

@@ -212,7 +212,7 @@ async def test_the_version_and_watchability_errors_are_the_ones_the_doc_quotes()
         )
         assert str(raised.value) in doc
         with pytest.raises(ProtocolVersionError) as listen_raised:
-            async with legacy.listen("legacy://state"):
+            async with legacy.subscribe(["legacy://state"]):
                 pass
         assert str(listen_raised.value) in doc
     for variant in ("no-subscribe", "no-listen"):

@@ -15,8 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from asyncai_watch.codemode import WatchApi, builtins
-from asyncai_watch.errors import WatchError
-from asyncai_watch.runtime.subscriptions import describe
+from asyncai_watch.errors import WatchError, describe
 
 __all__ = ["TOOL_ERRORS", "tool_error_text", "watch_functions"]
 

@@ -40,7 +40,7 @@ import shlex
 import shutil
 import sys
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from types import TracebackType
@@ -76,7 +76,14 @@ from asyncai_watch.errors import (
 )
 from asyncai_watch.http_auth import refresh_first
 from asyncai_watch.mcp import _sdk_stdio
-from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.source import (
+    MODERN_PROTOCOL_VERSION,
+    ReadResult,
+    SubscriptionMode,
+    ToolInfo,
+    ToolResult,
+    Updates,
+)
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
@@ -128,21 +135,27 @@ class _Connection:
 
 
 class _Updates:
-    """The ``listen`` iterator: one ``None`` per (coalesced) update of the watched URI, or per
-    ``list_changed`` when ``uri`` is ``None``."""
+    """An open ``subscriptions/listen``: the honored URIs, then one URI per ``updated`` signal
+    (``None`` per ``list_changed`` when ``uris`` is ``None``)."""
 
     def __init__(
-        self, source: McpResourceSource, conn: _Connection, uri: str | None, subscription: Subscription
+        self,
+        source: McpResourceSource,
+        conn: _Connection,
+        uris: frozenset[str] | None,
+        subscription: Subscription,
+        honored: frozenset[str] | None,
     ) -> None:
         self._source = source
         self._conn = conn
-        self._uri = uri
+        self._uris = uris
         self._subscription = subscription
+        self.honored = honored
 
     def __aiter__(self) -> _Updates:
         return self
 
-    async def __anext__(self) -> None:
+    async def __anext__(self) -> Any:
         while True:
             try:
                 event = await self._subscription.__anext__()
@@ -150,21 +163,23 @@ class _Updates:
                 cause = exc.__cause__ if exc.__cause__ is not None else exc
                 if _is_connection_closed(cause):
                     self._conn.dead = True  # the re-listen reconnects first
-                what = repr(self._uri) if self._uri is not None else "resource list changes"
+                what = _what(self._uris) if self._uris is not None else "resource list changes"
                 raise SubscriptionLostError(
                     f"server {self._source.name!r}: subscription to {what} was lost ({cause}); "
                     "re-listen and re-read"
                 ) from exc
-            if self._uri is None:
+            if self._uris is None:
                 if isinstance(event, ResourcesListChanged):
                     return None
-            # The spec lets a server stamp a sub-resource's URI; that changes this one too.
-            elif isinstance(event, ResourceUpdated) and _covers(self._uri, event.uri):
-                return None
+            elif isinstance(event, ResourceUpdated):
+                return event.uri
 
 
-def _covers(watched: str, updated: str) -> bool:
-    return updated == watched or updated.startswith(watched.rstrip("/") + "/")
+def _what(uris: Collection[str]) -> str:
+    """How a listen's URIs are named in errors: the URI, or the count and the first."""
+    if len(uris) == 1:
+        return repr(next(iter(uris)))
+    return f"{len(uris)} URIs ({min(uris)!r}, ...)"
 
 
 def _leaf_errors(exc: BaseException) -> list[BaseException]:
@@ -645,16 +660,24 @@ class McpResourceSource:
             ) from exc
         return ReadResult(uri=content.uri or uri, text=text, mime_type=content.mime_type)
 
-    def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
-        """Open one ``subscriptions/listen`` for ``uri``; see :class:`~asyncai_watch.mcp.source.ResourceSource`."""
-        return self._listen(f"subscriptions/listen {uri!r}", uri=uri)
+    @property
+    def subscription_mode(self) -> SubscriptionMode:
+        """``"listen"``: one ``subscriptions/listen`` carries any number of URIs."""
+        return "listen"
+
+    def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
+        """One ``subscriptions/listen`` for ``uris``; see :class:`~asyncai_watch.mcp.source.ResourceSource`."""
+        wanted = frozenset(uris)
+        if not wanted or not all(isinstance(uri, str) and uri for uri in wanted):
+            raise ValueError(f"McpResourceSource.subscribe: uris must be non-empty strings, got {uris!r}")
+        return self._listen(f"subscriptions/listen {_what(wanted)}", uris=wanted)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``notifications/resources/list_changed``."""
-        return self._listen("subscriptions/listen resourcesListChanged", uri=None)
+        return self._listen("subscriptions/listen resourcesListChanged", uris=None)
 
     @asynccontextmanager
-    async def _listen(self, what: str, *, uri: str | None) -> AsyncIterator[AsyncIterator[None]]:
+    async def _listen(self, what: str, *, uris: frozenset[str] | None) -> AsyncIterator[_Updates]:
         conn = await self._live()
         client = conn.client
         if client.protocol_version != MODERN_PROTOCOL_VERSION:
@@ -664,20 +687,20 @@ class McpResourceSource:
             )
         resources = conn.capabilities.resources
         advertised = resources is not None and (
-            resources.subscribe if uri is not None else resources.list_changed
+            resources.subscribe if uris is not None else resources.list_changed
         )
         if not advertised:
             raise NotWatchableError(
                 f"server {self.name!r} is not watchable: it does not advertise "
-                + ("resources.subscribe" if uri is not None else "resources.listChanged")
+                + ("resources.subscribe" if uris is not None else "resources.listChanged")
                 + " (docs/server-contract.md says what makes a server watchable)"
             )
         async with AsyncExitStack() as stack:
             try:
                 async with fail_after(self._clock, self._ack_timeout):
                     subscription = await stack.enter_async_context(
-                        client.listen(resource_subscriptions=[uri])
-                        if uri is not None
+                        client.listen(resource_subscriptions=sorted(uris))
+                        if uris is not None
                         else client.listen(resources_list_changed=True)
                     )
             except TimeoutError as exc:
@@ -706,18 +729,12 @@ class McpResourceSource:
                         "docs/server-contract.md says what makes a server watchable"
                     ) from exc
                 raise ServerError(self.name, what, exc.code, exc.message) from exc
-            if uri is not None:
-                honored = subscription.honored.resource_subscriptions or []
-                if uri not in honored:
-                    raise ServerError(
-                        self.name,
-                        what,
-                        None,
-                        f"the server did not honor the subscription (honored: {honored})",
-                    )
+            honored: frozenset[str] | None = None
+            if uris is not None:
+                honored = frozenset(subscription.honored.resource_subscriptions or ()) & uris
             elif not subscription.honored.resources_list_changed:
                 raise NotWatchableError(f"server {self.name!r} did not honor resourcesListChanged")
-            yield _Updates(self, conn, uri, subscription)
+            yield _Updates(self, conn, uris, subscription, honored)
 
     async def list_tools(self) -> list[ToolInfo]:
         pages = await self._pages("tools/list", lambda client, c: client.list_tools(cursor=c))

@@ -12,8 +12,8 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-import pytest
 import mcp_types as types
+import pytest
 from mcp.client import advertise
 from mcp.shared.message import SessionMessage
 from test_memo_server import MEMO, WAIT, memo_http_server
@@ -509,9 +509,10 @@ def test_a_large_message_is_parsed_to_the_same_message_the_sdk_makes() -> None:
         parsed = anyio.run(_lines.read_message, line)
         assert isinstance(parsed, SessionMessage)
         assert parsed.message == sdk_parse(line)
-        assert _lines.encode_message(parsed) == parsed.message.model_dump_json(
-            by_alias=True, exclude_unset=True
-        ).encode() + b"\n"
+        assert (
+            _lines.encode_message(parsed)
+            == parsed.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+        )
 
 
 @pytest.mark.anyio

@@ -46,7 +46,6 @@ _PREFIX_LENGTH: Final = re.compile(r"[1-9][0-9]{0,3}")  # RFC 6570 §2.4.1: 1..9
 _MAX_LISTED: Final = 20
 
 
-
 @functools.cache
 def _sdk() -> ModuleType:
     """The SDK's ``mcp.shared.uri_template``, imported on first use (it loads all of ``mcp``)."""

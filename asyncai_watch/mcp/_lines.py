@@ -36,7 +36,15 @@ from pydantic import ValidationError
 
 from asyncai_watch.mcp._stepped_json import parse_in_steps
 
-__all__ = ["LARGE_LINE", "LineReader", "MessageError", "encode_message", "error_line", "is_blank", "read_message"]
+__all__ = [
+    "LARGE_LINE",
+    "LineReader",
+    "MessageError",
+    "encode_message",
+    "error_line",
+    "is_blank",
+    "read_message",
+]
 
 LARGE_LINE: Final = 1 << 20
 """Lines longer than this (bytes) are decoded in steps (see the module)."""
@@ -168,7 +176,11 @@ def _request_id(line: bytes | bytearray) -> int | str | None:
     for token in _TOKEN.finditer(line, opened.end(), min(len(line), _ID_SCAN)):
         first = line[token.start()]
         if first == 0x22:  # '"': a key or a string value
-            if depth == 0 and token.end() - token.start() == 4 and line[token.start() : token.end()] == b'"id"':
+            if (
+                depth == 0
+                and token.end() - token.start() == 4
+                and line[token.start() : token.end()] == b'"id"'
+            ):
                 value = _ID_VALUE.match(line, token.end())
                 if value is not None:
                     found: int | str = _decode_scalar(value.group(1))

@@ -130,7 +130,9 @@ class StdioTransport:
                 os.close(exit_fd)
 
 
-_Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+_Streams = tuple[
+    MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]
+]
 
 
 class _Connection:
@@ -143,7 +145,8 @@ class _Connection:
         read_send: MemoryObjectSendStream[SessionMessage | Exception],
         write_receive: MemoryObjectReceiveStream[SessionMessage],
     ) -> None:
-        assert process.stdin is not None and process.stdout is not None, "spawned with pipes"
+        assert process.stdin is not None, "spawned with pipes"
+        assert process.stdout is not None, "spawned with pipes"
         self.process = process
         self.stdin = process.stdin
         self.stdout = process.stdout

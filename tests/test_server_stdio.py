@@ -79,19 +79,25 @@ def nested(depth: int) -> str:
 
 
 @SERVERS
-async def test_every_bad_line_gets_its_jsonrpc_error_with_its_id_and_the_server_goes_on(argv: list[str]) -> None:
-    bad = [
+async def test_every_bad_line_gets_its_jsonrpc_error_with_its_id_and_the_server_goes_on(
+    argv: list[str],
+) -> None:
+    bad: list[tuple[str, int, int | str | None]] = [
         # (line, the error code, the id the answer carries)
-        (b'{"jsonrpc": "2.0", "id": 10, "method": "ping", "params": {', -32700, 10),
+        ('{"jsonrpc": "2.0", "id": 10, "method": "ping", "params": {', -32700, 10),
         (f'{{"jsonrpc": "2.0", "id": 11, "method": "ping", "params": {{"x": {nested(1000)}}}}}', -32700, 11),
-        (f'{{"jsonrpc": "2.0", "id": 12, "method": "ping", "params": {{"x": {nested(100_000)}}}}}', -32700, 12),
-        (b"hello, server", -32700, None),
-        (b'{"jsonrpc": "2.0", "id": "thirteen", "params": {}}', -32600, "thirteen"),
-        (b"[1, 2]", -32600, None),
+        (
+            f'{{"jsonrpc": "2.0", "id": 12, "method": "ping", "params": {{"x": {nested(100_000)}}}}}',
+            -32700,
+            12,
+        ),
+        ("hello, server", -32700, None),
+        ('{"jsonrpc": "2.0", "id": "thirteen", "params": {}}', -32600, "thirteen"),
+        ("[1, 2]", -32600, None),
     ]
     async with spoken_to(argv) as wire:
         for line, _, _ in bad:
-            await wire.send_line(line if isinstance(line, bytes) else line.encode())
+            await wire.send_line(line.encode())
         await wire.send({"id": 20, "method": "ping"})
         for _, code, request_id in bad:
             answer = await wire.answer()
@@ -113,7 +119,7 @@ async def test_a_large_request_is_answered_and_so_is_the_one_after_it(argv: list
 
 
 async def test_a_large_value_reaches_the_memo_whole() -> None:
-    value = "".join(f"{i:07d}é→\\\"" for i in range(MIB // 2))  # numbered, so a torn copy cannot match
+    value = "".join(f'{i:07d}é→\\"' for i in range(MIB // 2))  # numbered, so a torn copy cannot match
     async with spoken_to(MEMO) as wire:
         call = {"name": "memo_set", "arguments": {"key": "big", "value": value}}
         await wire.send({"id": 5, "method": "tools/call", "params": call})

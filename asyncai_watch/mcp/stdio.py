@@ -223,7 +223,14 @@ class _Connection:
                     "MCP server process %d is still alive after SIGKILL; leaving it", self.process.pid
                 )
         await _close(self.stdout)  # a kill survivor may hold the pipe open: end the reader anyway
-        _close_subprocess_transport(self.process)
+        transport = _SubprocessTransport(self.process)
+        transport.close_pipes()  # so that the wait below never waits on a pipe a kill survivor holds
+        # The exit was seen on the pidfd; the runtime learns of it from its child watcher a moment
+        # later. Closing the transport before that would reap the process under the watcher
+        # (which then warns of an "unknown child process" once the loop is gone).
+        with anyio.move_on_after(_REAP_GRACE):
+            await self.process.wait()
+        transport.close()
 
     async def _exited(self, grace: float) -> bool:
         """Whether the server process exits within ``grace`` seconds (a wait, not a probe)."""
@@ -294,11 +301,25 @@ async def _close(stream: anyio.abc.AsyncResource) -> None:
         await stream.aclose()
 
 
-def _close_subprocess_transport(process: anyio.abc.Process) -> None:
-    """Close asyncio's subprocess transport now, as the SDK does: while a surviving descendant
-    holds a pipe end it would stay open (and warn when collected). Nothing public exposes it."""
-    transport = getattr(getattr(process, "_process", None), "_transport", None)
-    close = getattr(transport, "close", None)
-    if callable(close):
-        with suppress(PermissionError):  # re-killing a setuid child on Python <= 3.12
-            close()
+class _SubprocessTransport:
+    """asyncio's transport under an anyio process, closed here as the SDK closes it: while a
+    surviving descendant holds a pipe end it would stay open (and warn when collected). Nothing
+    public exposes it, hence the attribute walk; duck-typed (uvloop's is no
+    ``asyncio.SubprocessTransport``); nothing to do on another backend."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self._transport = getattr(getattr(process, "_process", None), "_transport", None)
+
+    def close_pipes(self) -> None:
+        pipe_transport = getattr(self._transport, "get_pipe_transport", None)
+        if callable(pipe_transport):
+            for fd in (0, 1):
+                pipe = pipe_transport(fd)
+                if pipe is not None:
+                    pipe.close()
+
+    def close(self) -> None:
+        close = getattr(self._transport, "close", None)
+        if callable(close):
+            with suppress(PermissionError):  # re-killing a setuid child on Python <= 3.12
+                close()

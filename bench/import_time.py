@@ -76,6 +76,7 @@ def main() -> None:
     print(
         f"  import asyncai_watch - import mcp: {difference:+.1f} ms: {'ok' if difference <= TARGET_MS else 'MISSED'}"
     )
+    print(f"  load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

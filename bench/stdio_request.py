@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -138,6 +139,7 @@ def main() -> None:
             flush=True,
         )
         print(f"  {name + ': the ping after it':<44} {ping:8.2f} s", flush=True)
+    print(f"  load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ refused at import."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -116,6 +117,23 @@ async def test_the_server_gets_env_and_cwd_and_its_stderr_goes_to_errlog(tmp_pat
     with pytest.raises(RuntimeError, match="entered once"):
         async with transport:
             pass
+
+
+async def test_an_errlog_without_a_descriptor_is_refused_and_a_replaced_stderr_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server's stderr needs a descriptor: an explicit errlog without one is a clear error
+    before anything starts; a ``sys.stderr`` replaced by one without (a test's capture) makes
+    the server inherit our fd 2 instead of failing."""
+    with pytest.raises(ValueError, match="errlog must be a file with a descriptor"):
+        async with StdioTransport(sys.executable, ["-c", "pass"], errlog=io.StringIO()):
+            pass
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    transport = StdioTransport(sys.executable, ["-m", "asyncai_servers.memo"], env={"PYTHONPATH": str(ROOT)})
+    with anyio.fail_after(WAIT):
+        async with Client(transport, cache=None) as client:
+            (content,) = (await client.read_resource("memo://notes")).contents
+    assert getattr(content, "text", None) == "{}"
 
 
 STUBBORN = """

@@ -97,7 +97,7 @@ class StdioTransport:
         process = await anyio.open_process(
             [self.command, *self.args],
             env=get_default_environment() | (self.env or {}),
-            stderr=self.errlog if self.errlog is not None else sys.stderr,
+            stderr=_stderr_for(self.errlog),
             cwd=self.cwd,
             start_new_session=True,  # its own process group: the whole tree can be ended
         )
@@ -264,6 +264,21 @@ class _Connection:
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(group, 0)  # anyone left (a member that started late, or ignores SIGTERM)?
             os.killpg(group, signal.SIGKILL)
+
+
+def _stderr_for(errlog: TextIO | None) -> TextIO | None:
+    """Where the server's stderr goes: ``errlog``, else ours (``sys.stderr`` now, or fd 2 when
+    ``sys.stderr`` has no descriptor, e.g. replaced by a test's capture)."""
+    target = errlog if errlog is not None else sys.stderr
+    try:
+        target.fileno()
+    except (AttributeError, OSError, ValueError) as exc:
+        if errlog is not None:
+            raise ValueError(
+                f"errlog must be a file with a descriptor (an open file, sys.stderr), got {errlog!r}"
+            ) from exc
+        return None  # inherit our fd 2
+    return target
 
 
 def _pidfd(pid: int) -> int | None:

@@ -182,9 +182,13 @@ def _request_id(line: bytes | bytearray) -> int | str | None:
                 and line[token.start() : token.end()] == b'"id"'
             ):
                 value = _ID_VALUE.match(line, token.end())
-                if value is not None:
+                if value is None:
+                    return None  # an id that is neither a string nor an integer
+                try:
                     found: int | str = _decode_scalar(value.group(1))
-                    return found
+                except msgspec.DecodeError:  # e.g. an integer msgspec cannot hold
+                    return None
+                return found
             continue
         depth += 1 if first in b"[{" else -1
         if depth < 0:  # the object closed without an id

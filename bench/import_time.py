@@ -1,7 +1,7 @@
 """``import asyncai_watch`` costs at most 50 ms more than ``import mcp``.
 
     python bench/import_time.py          # 15 fresh interpreters per import
-    python bench/import_time.py -n 31
+    python bench/import_time.py --quick  # 5
 
 Each import is timed inside a fresh interpreter (``time.perf_counter`` around the import
 statement: interpreter start-up is left out), the imports interleaved so that a busy machine
@@ -53,7 +53,10 @@ def timed(statement: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("-n", type=int, default=15, help="fresh interpreters per import (default 15)")
+    parser.add_argument("--quick", action="store_true", help="5 interpreters per import")
     args = parser.parse_args()
+    if args.quick:
+        args.n = 5
     samples: dict[str, list[float]] = {label: [] for label in IMPORTS}
     for statement in IMPORTS.values():
         timed(statement)  # warm the file caches (and .pyc files) first

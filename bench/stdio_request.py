@@ -1,7 +1,7 @@
 """A 50 MB request to a server over stdio is answered in about the time its parse takes.
 
     python bench/stdio_request.py            # 50 MB
-    python bench/stdio_request.py --mb 20
+    python bench/stdio_request.py --quick    # 20 MB
 
 The client writes one ``ping`` whose ``_meta`` carries the given size of text, then a plain
 ``ping``, to ``asyncai-watch serve`` (and to the memo server), both over stdio with the server
@@ -123,7 +123,10 @@ def parse_alone(line: bytes) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--mb", type=int, default=50, help="request size in MB (default 50)")
+    parser.add_argument("--quick", action="store_true", help="a 20 MB request")
     args = parser.parse_args()
+    if args.quick:
+        args.mb = 20
     line = request_line(args.mb)
     ours, sdk = parse_alone(line)
     print(

@@ -133,7 +133,10 @@ class Runner:
     # -- executing actions ------------------------------------------------------------------------
 
     def _execute(
-        self, actions: list[Action[Watcher]], pending: Pending | None = None, cause: BaseException | None = None
+        self,
+        actions: list[Action[Watcher]],
+        pending: Pending | None = None,
+        cause: BaseException | None = None,
     ) -> None:
         """Carry out ``actions`` in order; ``pending`` is the events of the read they follow,
         ``cause`` the exception of the failure they answer."""
@@ -201,7 +204,11 @@ class Runner:
                     async for uri in updates:
                         self._execute(self.feed.updated(uri, self._clock.now()))
         except (ServerError, NotWatchableError) as exc:
-            reason, refused, cause = f"subscribing on server {self.source.name!r} failed: {describe(exc)}", True, exc
+            reason, refused, cause = (
+                f"subscribing on server {self.source.name!r} failed: {describe(exc)}",
+                True,
+                exc,
+            )
         except SubscriptionLostError as exc:
             reason, cause = str(exc) or "subscription lost", exc
         except WatchError as exc:

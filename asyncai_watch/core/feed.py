@@ -297,6 +297,7 @@ class _Listen:
     order: tuple[str, ...] = ()  # the URIs in the order they came (reads go in that order)
     replaces: tuple[int, ...] = ()  # listens closed once this one is acknowledged
     acked: bool = False
+    wanted: int = 0  # how many of its URIs are watched (kept up to date by the feed)
     replaced_by: int | None = None  # an opening listen that will take this one's place
 
 
@@ -340,6 +341,9 @@ class Feed(Generic[W]):
         )
         self._uris: dict[str, _Uri[W]] = {}
         self._listens: dict[int, _Listen] = {}
+        # Indexes, so that nothing per URI costs more than the listens holding it:
+        self._holders: dict[str, list[int]] = {}  # URI -> listens open or opening that hold it
+        self._uncovered: dict[str, None] = {}  # watched URIs no listen holds (an ordered set)
         self._ids = 0
         self._reads = 0  # reads in flight
         self._waiting: deque[str] = deque()  # URIs waiting for a read slot
@@ -375,7 +379,8 @@ class Feed(Generic[W]):
 
     def covered(self, uri: str) -> bool:
         """Whether an acknowledged listen holds ``uri``."""
-        return any(lst.acked and uri in lst.uris for lst in self._listens.values())
+        listens = self._listens
+        return any(listens[i].acked for i in self._holders.get(uri, ()))
 
     def listen_uris(self, listen: int) -> frozenset[str]:
         return self._listen(listen).uris
@@ -386,7 +391,7 @@ class Feed(Generic[W]):
         """``watcher`` joins ``uri``."""
         entry = self._uris.get(uri)
         if entry is None:
-            entry = self._uris[uri] = _Uri()
+            entry = self._track(uri)
         elif watcher in entry.watchers or watcher in entry.joiners:
             raise FeedStateError(f"Feed.watch: {watcher!r} already watches {uri!r}")
         if entry.baseline and not (entry.reading or entry.queued or entry.stale) and self.covered(uri):
@@ -423,13 +428,13 @@ class Feed(Generic[W]):
             raise FeedStateError(f"Feed.acked: listen {listen} was already acknowledged")
         out: list[Action[W]] = []
         refused = lst.uris - frozenset(honored) if honored is not None else frozenset()
-        lst.uris -= refused
+        self._unhold(lst, refused)
         newly = [uri for uri in lst.order if uri in lst.uris and uri in self._uris and not self.covered(uri)]
         lst.acked = True
         for old in lst.replaces:
             if old in self._listens:  # not ended meanwhile
                 out.append(CloseListen(old))
-                del self._listens[old]
+                self._drop(old)
         if refused:
             self._refused(refused, "the server did not honor the subscription", now, out)
         back = [uri for uri in newly if self._uris[uri].down]
@@ -455,8 +460,7 @@ class Feed(Generic[W]):
 
         ``refused``: the server answered the listen request with an error (as opposed to the
         connection failing or the ack not coming in time)."""
-        lst = self._listen(listen)
-        del self._listens[listen]
+        lst = self._drop(listen)
         out: list[Action[W]] = []
         for other in self._listens.values():
             if other.replaced_by == listen:
@@ -575,7 +579,7 @@ class Feed(Generic[W]):
             return
         else:
             purpose = "cover"
-        uncovered = [uri for uri in self._uris if not self._in_listen(uri)]
+        uncovered = list(self._uncovered)
         if not uncovered:
             return
         size = 1 if self.mode == "subscribe" else self.max_listen
@@ -589,6 +593,11 @@ class Feed(Generic[W]):
         listen = _Listen(self._ids, frozenset(uris), purpose, tuple(uris), replaces)
         self._listens[self._ids] = listen
         uris_set = listen.uris
+        for uri in uris_set:
+            self._holders.setdefault(uri, []).append(listen.id)
+            if uri in self._uris:
+                listen.wanted += 1
+                self._uncovered.pop(uri, None)
         for old in replaces:
             self._listens[old].replaced_by = self._ids
         out.append(OpenListen(self._ids, uris_set))
@@ -597,9 +606,9 @@ class Feed(Generic[W]):
         """Merge same-size listens (binary counter), shrink or close mostly unwatched ones."""
         if self.mode == "subscribe":
             for lst in list(self._listens.values()):
-                if lst.acked and not any(uri in self._uris for uri in lst.uris):
+                if lst.acked and not lst.wanted:
                     out.append(CloseListen(lst.id))
-                    del self._listens[lst.id]
+                    self._drop(lst.id)
             return
         if self._listens_opening("replace"):
             return  # one replacement at a time: the next is decided once it is acknowledged
@@ -607,22 +616,20 @@ class Feed(Generic[W]):
         for lst in list(self._listens.values()):
             if not lst.acked or lst.replaced_by is not None:
                 continue
-            wanted = [uri for uri in lst.order if uri in lst.uris and uri in self._uris]
-            if not wanted:
+            if not lst.wanted:
                 out.append(CloseListen(lst.id))
-                del self._listens[lst.id]
+                self._drop(lst.id)
                 continue
-            if len(wanted) * 2 < len(lst.uris):
-                self._open(wanted, "replace", out, (lst.id,))
+            if lst.wanted * 2 < len(lst.uris):
+                self._open(self._wanted(lst), "replace", out, (lst.id,))
                 return
-            size_class = int(math.log2(len(wanted)))
+            size_class = int(math.log2(lst.wanted))
             twin = classes.get(size_class)
             if twin is None:
                 classes[size_class] = lst
                 continue
-            merged = [uri for uri in twin.order if uri in twin.uris and uri in self._uris] + wanted
-            if len(merged) <= self.max_listen:
-                self._open(merged, "replace", out, (twin.id, lst.id))
+            if twin.wanted + lst.wanted <= self.max_listen:
+                self._open(self._wanted(twin) + self._wanted(lst), "replace", out, (twin.id, lst.id))
                 return
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -646,7 +653,45 @@ class Feed(Generic[W]):
         return entry
 
     def _in_listen(self, uri: str) -> bool:
-        return any(uri in lst.uris for lst in self._listens.values())
+        return uri in self._holders
+
+    def _wanted(self, lst: _Listen) -> list[str]:
+        return [uri for uri in lst.order if uri in lst.uris and uri in self._uris]
+
+    def _track(self, uri: str) -> _Uri[W]:
+        """A newly watched URI: counted in the listens that hold it (or waiting for one)."""
+        entry = self._uris[uri] = _Uri()
+        holders = self._holders.get(uri)
+        if holders is None:
+            self._uncovered[uri] = None
+        else:
+            for i in holders:
+                self._listens[i].wanted += 1
+        return entry
+
+    def _drop(self, listen: int) -> _Listen:
+        """Forget listen ``listen`` (closed, or ended); its URIs no other listen holds are uncovered."""
+        lst = self._listen(listen)
+        del self._listens[listen]
+        self._unhold(lst, lst.uris)
+        return lst
+
+    def _unhold(self, lst: _Listen, uris: Iterable[str]) -> None:
+        """``lst`` no longer holds ``uris``."""
+        gone = frozenset(uris)
+        if not gone:
+            return
+        for uri in gone:
+            holders = self._holders[uri]
+            holders.remove(lst.id)
+            if not holders:
+                del self._holders[uri]
+                if uri in self._uris:
+                    self._uncovered[uri] = None
+            if uri in self._uris:
+                lst.wanted -= 1
+        if gone is not lst.uris:
+            lst.uris = lst.uris - gone
 
     def _listens_opening(self, purpose: _Purpose) -> bool:
         if purpose == "replace":
@@ -681,6 +726,9 @@ class Feed(Generic[W]):
         if entry.queued:
             entry.queued = False  # its place in the read queue is skipped
         del self._uris[uri]
+        self._uncovered.pop(uri, None)
+        for i in self._holders.get(uri, ()):
+            self._listens[i].wanted -= 1
         if entry.baseline:
             out.append(Forget(uri))
 

@@ -16,7 +16,7 @@ The manager never calls a model: the agent consumes :attr:`WatchManager.notices`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -148,8 +148,7 @@ class WatchManager:
                 for watcher in watchers:
                     watcher.stop_filter()
                 for watcher in watchers:
-                    if watcher.session is not None:
-                        await watcher.filter_done.wait()
+                    await watcher.filter_stopped()
                 await self._offload.aclose()
             if tg is None:
                 return None
@@ -183,8 +182,8 @@ class WatchManager:
         watcher = self._watchers.get(name)
         if watcher is None:
             return False
-        if watcher.status == "starting":
-            await watcher.began.wait()
+        if watcher.settled is not None:
+            await watcher.settled.wait()
             if self._watchers.get(name) is not watcher:
                 return False
         await self._save(without=name)
@@ -228,9 +227,7 @@ class WatchManager:
     async def _start(self, name: str, uri: str, on_event: str | None, *, restoring: bool) -> WatchInfo:
         self._check_open()
         spec = WatchSpec.checked(name, uri, on_event)
-        check_room(
-            spec, {n: (w.spec.uri, w.status) for n, w in self._watchers.items()}, self.limits.max_watches
-        )
+        check_room(spec, _Slots(self._watchers), self.limits.max_watches)
         previous = self._watchers.get(name)
         watcher = Watcher(spec, self.limits, verbose=self.verbose)
         # Reserve the name now: two concurrent starts of one name must not both win.
@@ -243,9 +240,11 @@ class WatchManager:
                     self._watchers[name] = previous  # a failed restart keeps the saved failed spec
                 else:
                     del self._watchers[name]
-            watcher.began.set()
+            if watcher.settled is not None:
+                watcher.settled.set()
             raise
         watcher.status = "running"
+        watcher.settled = None
         watcher.log("watch.subscribed", server=watcher.server, attempt=0)
         watcher.log(
             "watch.started",
@@ -282,15 +281,20 @@ class WatchManager:
                     tools, read_resource=self.read_resource, list_resources=self._code_mode_resources
                 )
                 event_log = shape_for_mime_type(found.mime_type) == "event-log"
-                watcher.session = await open_filter(
-                    self._engine, spec, catalog=catalog, limits=self.limits, event_log=event_log, stack=stack
+                watcher.use_filter(
+                    await open_filter(
+                        self._engine,
+                        spec,
+                        catalog=catalog,
+                        limits=self.limits,
+                        event_log=event_log,
+                        stack=stack,
+                    )
                 )
             await runner.join(watcher)
             if watcher.session is not None:
                 assert self._tg is not None
-                self._tg.start_soon(
-                    watcher.filter_events, stack.pop_all(), self.clock.now, name=f"filter {spec.name}"
-                )
+                await self._tg.start(watcher.filter_events, stack.pop_all(), self.clock.now)
 
     async def _end(self, watcher: Watcher) -> None:
         """Leave the watch's subscription (closing it if it was the last) and end its filter."""
@@ -298,9 +302,8 @@ class WatchManager:
         if runner is not None and watcher.status in ("running", "starting"):
             await runner.leave(watcher)
         watcher.stop_filter()
-        if watcher.session is not None and watcher.status != "restore_failed":
-            with anyio.CancelScope(shield=True):
-                await watcher.filter_done.wait()
+        with anyio.CancelScope(shield=True):
+            await watcher.filter_stopped()
 
     async def _send_notice(self, watcher: Watcher, notice: Notice) -> None:
         extra = {k: v for k, v in notice.meta.items() if k not in ("name", "uri")}
@@ -327,10 +330,9 @@ class WatchManager:
             except Exception as exc:
                 outcome.add(spec, exc, describe(exc))
                 if fate(exc) == "kept":  # listed restore_failed, still saved
-                    kept = Watcher(spec, self.limits, status="restore_failed", error=describe(exc))
-                    kept.began.set()
-                    kept.filter_done.set()
-                    self._watchers[spec.name] = kept
+                    self._watchers[spec.name] = Watcher(
+                        spec, self.limits, status="restore_failed", error=describe(exc)
+                    )
             else:
                 outcome.add(spec, None)
         if outcome.dropped:
@@ -366,3 +368,20 @@ class WatchManager:
 def _parse_large(text: str) -> Body:
     with gc_paused(len(text)):
         return Body.parse(text)
+
+
+class _Slots(Mapping[str, tuple[str, str]]):
+    """The manager's watches as ``check_room`` reads them (name -> (uri, status)), without a copy."""
+
+    def __init__(self, watchers: dict[str, Watcher]) -> None:
+        self._watchers = watchers
+
+    def __getitem__(self, name: str) -> tuple[str, str]:
+        watcher = self._watchers[name]
+        return watcher.spec.uri, watcher.status
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._watchers)
+
+    def __len__(self) -> int:
+        return len(self._watchers)

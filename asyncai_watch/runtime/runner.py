@@ -101,11 +101,12 @@ class Runner:
     async def join(self, watcher: Watcher) -> None:
         """Subscribe ``watcher`` to its URI; returns once it began on a read (raises when that
         failed, once a subscription made only for it is closed again)."""
+        settled = watcher.settled = anyio.Event()
         self._execute(self.feed.watch(watcher.uri, watcher, self._clock.now()))
         try:
-            await watcher.began.wait()
+            await settled.wait()
         except BaseException:
-            if not watcher.began.is_set():
+            if not settled.is_set():
                 self._execute(self.feed.unwatch(watcher.uri, watcher, self._clock.now()))
             raise
         if watcher.start_error is not None:

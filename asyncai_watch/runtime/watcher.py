@@ -17,6 +17,7 @@ from contextlib import AsyncExitStack
 from typing import Literal
 
 import anyio
+import anyio.abc
 import attrs
 
 from asyncai_watch import log
@@ -35,6 +36,18 @@ Status = Literal["starting", "running", "failed", "restore_failed"]
 
 
 @attrs.define(eq=False)
+class _Filter:
+    """A filtered watch's task state: the one-slot mailbox and the task's scope."""
+
+    session: FilterSession
+    mailbox: Pending | None = None
+    mail: anyio.Event = attrs.field(factory=anyio.Event)
+    scope: anyio.CancelScope = attrs.field(factory=anyio.CancelScope)
+    running: bool = False
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+
+
+@attrs.define(eq=False)
 class Watcher:
     """One watch (see the module docstring). Identity is the watch: two watchers never compare equal."""
 
@@ -46,21 +59,17 @@ class Watcher:
     """The MCP version the watch's server speaks (its era: listen or legacy subscribe)."""
     error: str | None = None
     shape: Shape | None = None
-    session: FilterSession | None = None
     verbose: bool = False
     scheduled: float | None = None
     """The debounce deadline the notice task holds for this watch (see notices.py)."""
     delivery: Delivery = attrs.field(init=False)
-    began: anyio.Event = attrs.field(factory=anyio.Event)
-    """Set once the start is settled: begun on a read, or failed (:attr:`start_error`)."""
+    settled: anyio.Event | None = None
+    """While the watch starts: set once the start is settled, begun on a read or failed
+    (:attr:`start_error`). ``None`` before and after, so a running watch holds no event."""
     start_error: str | None = None
     start_cause: BaseException | None = None
-    _mailbox: Pending | None = None
-    _mail: anyio.Event = attrs.field(factory=anyio.Event)
     _on_lines: Callable[[Watcher], None] | None = None
-    _filter_scope: anyio.CancelScope = attrs.field(factory=anyio.CancelScope)
-    filter_done: anyio.Event = attrs.field(factory=anyio.Event)
-    """Set once the filter's task ended and its session is closed (at once without a filter)."""
+    _filter: _Filter | None = None
 
     def __attrs_post_init__(self) -> None:
         self.delivery = Delivery(self.spec.name, self.spec.uri, self.limits)
@@ -72,6 +81,10 @@ class Watcher:
     @property
     def uri(self) -> str:
         return self.spec.uri
+
+    @property
+    def session(self) -> FilterSession | None:
+        return self._filter.session if self._filter is not None else None
 
     def info(self) -> WatchInfo:
         return WatchInfo(
@@ -96,20 +109,25 @@ class Watcher:
         """The watch began on its URI's state; ``on_lines`` is told whenever lines were queued."""
         self.shape = shape
         self._on_lines = on_lines
-        self.began.set()
+        if self.settled is not None:
+            self.settled.set()
 
     def fail_start(self, error: str, cause: BaseException | None = None) -> None:
         self.start_error, self.start_cause = error, cause
-        self.began.set()
+        if self.settled is not None:
+            self.settled.set()
 
     def take(self, pending: Pending, now: float) -> None:
         """A read's events: lines at once without a filter, else into the filter's mailbox."""
-        if self.session is None:
+        filtering = self._filter
+        if filtering is None:
             self._add(*self.delivery.lines(pending), now)
             return
-        mailbox = self._mailbox
-        self._mailbox = pending if mailbox is None else mailbox.then(pending, max_events=MAX_MERGED_EVENTS)
-        self._mail.set()
+        mailbox = filtering.mailbox
+        filtering.mailbox = (
+            pending if mailbox is None else mailbox.then(pending, max_events=MAX_MERGED_EVENTS)
+        )
+        filtering.mail.set()
 
     def read_failed(self, error: str, now: float) -> None:
         self._add(self.delivery.read_failed(error), [], now)
@@ -125,26 +143,44 @@ class Watcher:
 
     # -- the filter's task -----------------------------------------------------------------------
 
+    def use_filter(self, session: FilterSession) -> None:
+        """Run ``session`` over this watch's events (in :meth:`filter_events`)."""
+        self._filter = _Filter(session)
+
     def stop_filter(self) -> None:
         """End the filter's task (its session is closed on the way out)."""
-        self._filter_scope.cancel()
+        if self._filter is not None:
+            self._filter.scope.cancel()
 
-    async def filter_events(self, stack: AsyncExitStack, clock_now: Callable[[], float]) -> None:
+    async def filter_stopped(self) -> None:
+        """Return once the filter's task has ended and its session is closed (at once without one)."""
+        if self._filter is not None and self._filter.running:
+            await self._filter.done.wait()
+
+    async def filter_events(
+        self,
+        stack: AsyncExitStack,
+        clock_now: Callable[[], float],
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
         """Run the filter over each read's events until :meth:`stop_filter`; ``stack`` holds the session."""
+        filtering = self._filter
+        assert filtering is not None
+        filtering.running = True
+        task_status.started()
         try:
-            with self._filter_scope:
+            with filtering.scope:
                 async with stack:
-                    await self._filter_loop(clock_now)
+                    await self._filter_loop(filtering, clock_now)
         finally:
-            self.filter_done.set()
+            filtering.done.set()
 
-    async def _filter_loop(self, clock_now: Callable[[], float]) -> None:
-        session = self.session
-        assert session is not None
+    async def _filter_loop(self, filtering: _Filter, clock_now: Callable[[], float]) -> None:
         while True:
-            await self._mail.wait()
-            self._mail = anyio.Event()
-            pending, self._mailbox = self._mailbox, None
+            await filtering.mail.wait()
+            filtering.mail = anyio.Event()
+            pending, filtering.mailbox = filtering.mailbox, None
             if pending is None:
                 continue
             if not pending.events:
@@ -152,7 +188,7 @@ class Watcher:
                 continue
             dicts = [ev.to_filter_dict(watch=self.spec.name, uri=self.spec.uri) for ev in pending.events]
             try:
-                outcome = self.delivery.lines(pending, await session.run(dicts))
+                outcome = self.delivery.lines(pending, await filtering.session.run(dicts))
             except Exception as exc:  # the session itself failed: one error line, go on
                 outcome = self.delivery.filter_failed(pending, describe(exc))
             self._add(*outcome, clock_now())

@@ -177,7 +177,7 @@ elif k == "mro":
     assert "open() is not available" in str(outcomes[1].error)
     assert "'__class__' is not accessible" in str(outcomes[2].error)
     assert "str.format is blocked" in str(outcomes[3].error)
-    assert "attribute 'mro' of a class is not accessible" in str(outcomes[4].error)
+    assert "attribute 'mro' is not accessible on any object" in str(outcomes[4].error)
     assert outcomes[5].line == "fine"
 
 

@@ -142,12 +142,19 @@ class FileTokenStorage(TokenStorage):
             entry = dict(entry) if isinstance(entry, dict) else {}
             entry[key] = value
             data[self.server_url] = entry
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _make_private_dirs(self.path.parent)
             part = self.path.with_name(self.path.name + ".part")
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(data, out, indent=1, sort_keys=True)
-            part.replace(self.path)
+            fd = _create_private(part)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    json.dump(data, out, indent=1, sort_keys=True)
+                    out.flush()
+                    os.fsync(out.fileno())
+                part.replace(self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    part.unlink()
+                raise
 
     async def get_tokens(self) -> OAuthToken | None:
         raw = (await anyio.to_thread.run_sync(self._entry)).get("tokens")
@@ -165,6 +172,39 @@ class FileTokenStorage(TokenStorage):
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         value = client_info.model_dump(mode="json", exclude_none=True)
         await anyio.to_thread.run_sync(self._update, "client_info", value)
+
+
+def _make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` (and missing parents) 0700; an existing one is left as the user made it."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=0o700)
+            d.chmod(0o700)  # mkdir's mode is masked by the umask
+
+
+def _create_private(part: Path) -> int:
+    """A new file at ``part``, 0600, written by no one else: whatever is there is removed, never followed.
+
+    A ``.part`` left by a killed run may be 0644 (its tokens would stay readable after the
+    rename) or a symlink (writing through it would put the tokens in the link's target).
+    ``O_EXCL | O_NOFOLLOW`` refuses both; we remove the leftover (``unlink`` removes a link,
+    not its target) and try once more. Something recreating it in between is an error.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(part, flags, 0o600)
+    except FileExistsError:
+        part.unlink()
+        try:
+            fd = os.open(part, flags, 0o600)
+        except FileExistsError:
+            raise OAuthFlowError(
+                f"OAuth token store: {str(part)!r} reappeared as soon as it was removed; is another "
+                "program writing there? Choose another --oauth-store"
+            ) from None
+    os.fchmod(fd, 0o600)  # the umask may have taken bits, never added any; be exact
+    return fd
 
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import stat
 from pathlib import Path
 
 import anyio
@@ -45,6 +46,49 @@ async def test_a_token_file_keeps_each_server_apart_and_survives_a_new_process(t
     assert info.client_id == "client-b"
     assert path.stat().st_mode & 0o777 == 0o600
     assert set(json.loads(path.read_text())) == {"https://a/mcp", "https://b/mcp"}
+
+
+@pytest.mark.anyio
+async def test_a_stale_world_readable_part_file_does_not_leak_its_mode_into_the_store(tmp_path: Path) -> None:
+    # A run killed mid-write left tokens.json.part at 0644: the refresh token must still end at 0600.
+    path = tmp_path / "tokens.json"
+    part = tmp_path / "tokens.json.part"
+    part.write_text("{}")
+    part.chmod(0o644)
+    await FileTokenStorage(path, "https://a/mcp").set_tokens(
+        OAuthToken(access_token="at", refresh_token="rt")
+    )
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not part.exists()
+    tokens = await FileTokenStorage(path, "https://a/mcp").get_tokens()
+    assert tokens is not None
+    assert tokens.refresh_token == "rt"
+
+
+@pytest.mark.anyio
+async def test_a_part_file_that_is_a_symlink_is_removed_not_followed(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    target = tmp_path / "elsewhere"
+    target.write_text("precious\n")
+    target.chmod(0o644)
+    (tmp_path / "tokens.json.part").symlink_to(target)
+    await FileTokenStorage(path, "https://a/mcp").set_tokens(
+        OAuthToken(access_token="at", refresh_token="rt")
+    )
+    assert target.read_text() == "precious\n"  # no token written through the link
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert not (tmp_path / "tokens.json.part").is_symlink()
+    assert not path.is_symlink()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "rt" in path.read_text()
+
+
+@pytest.mark.anyio
+async def test_a_token_store_directory_it_creates_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "tokens.json"
+    await FileTokenStorage(path, "https://a/mcp").set_tokens(OAuthToken(access_token="at"))
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 @pytest.mark.anyio

@@ -11,8 +11,9 @@ from typing import Final
 from asyncai_agent.backends.base import BackendError
 from asyncai_agent.transcript import TranscriptError
 from asyncai_watch import WatchError
+from asyncai_watch.core.echo import redact
 
-__all__ = ["PROG", "fail", "known_error", "leaves"]
+__all__ = ["PROG", "fail", "known_error", "leaves", "warn"]
 
 PROG: Final = "asyncai-agent"
 
@@ -35,6 +36,11 @@ def known_error(exc: BaseException) -> BaseException | None:
 
 
 def fail(message: str, code: int = 1) -> int:
-    """One line on stderr, then the exit code."""
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    """One line on stderr, then the exit code; no URL in it keeps its secrets."""
+    print(f"{PROG}: error: {redact(message)}", file=sys.stderr, flush=True)
     return code
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr; the agent goes on."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)

@@ -28,6 +28,8 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
+import stat
 import sys
 import threading
 import urllib.parse
@@ -71,6 +73,8 @@ DEFAULT_AUTHORIZATION_TIMEOUT: Final = 300.0
 CLIENT_NAME: Final = "asyncai-watch"
 _EXPIRED: Final = 1.0  # a token expiry time long past (0 and None mean "never expires" to the SDK)
 _MAX_REQUEST: Final = 65536
+MAX_SECRET_FILE: Final = 65536
+"""Bytes a ``--token-file`` or ``--oauth-client-secret-file`` may hold (a JWT is a few KB)."""
 
 
 # -- token storage ----------------------------------------------------------------------------------
@@ -466,30 +470,96 @@ def add_http_auth_arguments(parser: argparse.ArgumentParser, *, servers: str = "
     )
 
 
-def _read_secret(path: Path, option: str) -> str:
+_FILE_KINDS: Final = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_secret(path: Path, option: str, warn: Callable[[str], None]) -> str:
+    """The one-line secret in ``path``: a regular file of at most :data:`MAX_SECRET_FILE` bytes.
+
+    Opened non-blocking (a FIFO with no writer would block the open or the read for good) and
+    checked with ``fstat`` before a byte is read, so a FIFO, a device (``/dev/zero``) or a
+    directory is refused at once. A symlink is followed: the user named it, and a mounted
+    secret (Kubernetes) is one; what it points at is checked like any file. Errors are one
+    line and never quote the file's content.
+    """
+    where = f"{option}: {str(path)!r}"
     try:
-        value = path.read_text(encoding="utf-8").strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as exc:
         raise ValueError(f"{option}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "not a file")
+            raise ValueError(f"{where} is not a regular file ({kind}); give a file that holds the secret")
+        if info.st_size > MAX_SECRET_FILE:
+            raise ValueError(
+                f"{where} is larger than {MAX_SECRET_FILE:,} bytes; a token file holds one token"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SECRET_FILE:  # the size may have grown since fstat
+            chunk = os.read(fd, MAX_SECRET_FILE + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ValueError(f"{option}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_SECRET_FILE:
+        raise ValueError(f"{where} is larger than {MAX_SECRET_FILE:,} bytes; a token file holds one token")
+    try:
+        value = b"".join(chunks).decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"{where} is not UTF-8 text; it must hold the secret on one line") from None
     if not value:
-        raise ValueError(f"{option}: {str(path)!r} is empty")
+        raise ValueError(f"{where} is empty")
+    bad = next((c for c in value if c in "\r\n\x00" or not c.isprintable()), None)
+    if bad is not None:
+        what = {"\r": "a line break", "\n": "a line break", "\x00": "a NUL"}.get(bad, "a control character")
+        raise ValueError(
+            f"{where} holds {what} inside the secret; it must be one line of printable text "
+            "(a trailing newline is fine)"
+        )
+    if info.st_mode & 0o077:
+        warn(
+            f"{where} can be read by others (mode {stat.S_IMODE(info.st_mode):04o}); "
+            f"it holds a secret: chmod 600 {shlex.quote(str(path))}"
+        )
     return value
 
 
+def _warn_on_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
 def http_auth_from_args(
-    args: argparse.Namespace, *, show_url: Callable[[str], None] | None = None
+    args: argparse.Namespace,
+    *,
+    show_url: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> HttpAuth:
     """The :class:`HttpAuth` the options of :func:`add_http_auth_arguments` describe.
 
     Raises ``ValueError`` with a one-line message for a bad combination or an unreadable file.
-    ``show_url`` shows ``--auth oauth``'s authorization URL to the person (default: stderr).
+    ``show_url`` shows ``--auth oauth``'s authorization URL to the person (default: stderr);
+    ``warn`` says that a secret file can be read by others (default: a line on stderr).
     """
+    warn = warn if warn is not None else _warn_on_stderr
     mode: str | None = args.auth
     headers = None
     if args.token_file is not None:
         if mode is not None:
             raise ValueError("use either --token-file (a fixed bearer token) or --auth, not both")
-        headers = {"Authorization": f"Bearer {_read_secret(args.token_file, '--token-file')}"}
+        headers = {"Authorization": f"Bearer {_read_secret(args.token_file, '--token-file', warn)}"}
     oauth_only = {
         "--oauth-store": args.oauth_store,
         "--oauth-scope": args.oauth_scope,
@@ -507,7 +577,7 @@ def http_auth_from_args(
     if args.oauth_client_secret_file is not None:
         if args.oauth_client_id is None:
             raise ValueError("--oauth-client-secret-file needs --oauth-client-id")
-        secret = _read_secret(args.oauth_client_secret_file, "--oauth-client-secret-file")
+        secret = _read_secret(args.oauth_client_secret_file, "--oauth-client-secret-file", warn)
     store: Path | None = args.oauth_store
     scope: str | None = args.oauth_scope
     client_id: str | None = args.oauth_client_id

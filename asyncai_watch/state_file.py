@@ -36,6 +36,7 @@ from typing import Any, Final
 import attrs
 import cattrs
 
+from asyncai_watch.core.echo import redact
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import StateFileError
 
@@ -223,7 +224,7 @@ class StateFile:
 
 
 def _holder_note() -> str:
-    command = " ".join(sys.argv) or sys.executable
+    command = redact(" ".join(sys.argv) or sys.executable)  # a --server URL may carry a secret
     if len(command) > _HOLDER_COMMAND_CAP:
         command = command[:_HOLDER_COMMAND_CAP] + "…"
     return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command}) + "\n"

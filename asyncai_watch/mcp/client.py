@@ -64,6 +64,7 @@ from mcp.client.subscriptions import (
 
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.clock import Clock, SystemClock, fail_after
+from asyncai_watch.core.echo import quoted, redact, redact_url
 from asyncai_watch.core.eventlog import AFTER_META_KEY
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import (
@@ -182,7 +183,8 @@ def _describe_error(exc: BaseException) -> str:
     for leaf in _leaf_errors(exc):
         text = str(leaf) or type(leaf).__name__
         parts.append(text if isinstance(leaf, MCPError) else f"{type(leaf).__name__}: {text}")
-    return "; ".join(dict.fromkeys(parts))
+    # The SDK's and httpx's messages may hold the request URL (and so its secret parameters).
+    return redact("; ".join(dict.fromkeys(parts)))
 
 
 def _is_connection_closed(exc: BaseException) -> bool:
@@ -331,15 +333,27 @@ class McpResourceSource:
         next call reconnect (a stdio server is restarted): a server that stopped
         answering must not stall its watches for good.
         """
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        try:
+            parsed = urllib.parse.urlsplit(url)
+            hostname = parsed.hostname
+        except ValueError:  # a bad port or bracket: not an http(s) URL either
+            hostname = None
+        if not hostname or parsed.scheme not in ("http", "https"):
             raise ValueError(
-                f"McpResourceSource.http: expected an http(s) URL such as http://127.0.0.1:8765/mcp, got {url!r}"
+                "McpResourceSource.http: expected an http(s) URL such as http://127.0.0.1:8765/mcp, "
+                f"got {quoted(redact_url(url)) if isinstance(url, str) else quoted(url)}"
             )
+        for key, value in (headers or {}).items():
+            # httpx would refuse it later with the value in its message: a token in an error.
+            if any(c in f"{key}{value}" for c in "\r\n\x00"):
+                raise ValueError(
+                    f"McpResourceSource.http: header {quoted(key)} holds a line break or NUL; "
+                    "a header name and value must each be one line"
+                )
         return cls(
             target=url,
-            description=f"URL {_redact(url)!r}",
-            fallback_name=parsed.hostname,
+            description=f"URL {redact_url(url)!r}",
+            fallback_name=hostname,
             name=name,
             headers=headers,
             auth=refresh_first(auth) if auth is not None else None,
@@ -776,13 +790,3 @@ def _resolve(command: str) -> str:
         return command
     beside = Path(sys.executable).parent / command
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else command
-
-
-def _redact(url: str) -> str:
-    """``url`` without userinfo, so a password never lands in an error message."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

@@ -22,6 +22,7 @@ import anyio.abc
 import attrs
 
 from asyncai_watch.clock import Clock, move_on_at
+from asyncai_watch.core.echo import redact
 from asyncai_watch.core.eventlog import Position, position
 from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.limits import Limits
@@ -40,8 +41,9 @@ read (a positioned read of a fast log is a few thousand events); longer ones go 
 
 
 def describe(exc: BaseException) -> str:
-    """``Type: message`` (or just the type), the way errors are named in notices and logs."""
-    text = str(exc)
+    """``Type: message`` (or just the type), the way errors are named in notices and logs;
+    URLs in the message lose their secrets (:func:`~asyncai_watch.core.echo.redact`)."""
+    text = redact(str(exc))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

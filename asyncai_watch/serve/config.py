@@ -28,6 +28,7 @@ from typing import Any, Final
 
 import attrs
 
+from asyncai_watch.core.echo import quoted, redact_url
 from asyncai_watch.errors import WatchError
 from asyncai_watch.mcp.server_spec import parse_server
 
@@ -210,7 +211,7 @@ def _entry(name: str, entry: Any, where: str, env: Mapping[str, str]) -> Upstrea
         url = text("url", entry["url"])
         if not url.startswith(("http://", "https://")):
             raise ConfigError(
-                f"{where}.url must be an http(s) URL such as http://127.0.0.1:8765/mcp, got {url!r}"
+                f"{where}.url must be an http(s) URL such as http://127.0.0.1:8765/mcp, got {quoted(redact_url(url))}"
             )
         return Upstream(name=name, url=url, headers=strings("headers", dict), origin=where)
     command = text("command", entry["command"])

@@ -42,6 +42,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from asyncai_watch import log
 from asyncai_watch._mcp_errors import unknown_tool
 from asyncai_watch._tool_schemas import input_schemas
+from asyncai_watch.core.echo import redact
 from asyncai_watch.errors import WatchError
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
@@ -214,7 +215,8 @@ def _json_result(text_value: Any, structured: dict[str, Any]) -> types.CallToolR
 
 
 def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+    text = redact(message)  # an upstream's error may quote its URL, secret parameters and all
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 def channel_notification(

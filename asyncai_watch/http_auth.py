@@ -51,6 +51,8 @@ from mcp.shared.auth import (
 )
 from pydantic import AnyUrl, BaseModel, ValidationError
 
+from asyncai_watch.core.echo import quoted
+
 __all__ = [
     "AUTH_MODES",
     "DEFAULT_AUTHORIZATION_TIMEOUT",
@@ -616,7 +618,7 @@ def http_auth_from_args(
     loopback = LoopbackAuthorization(args.oauth_redirect_port, show=show_url)
     metadata_url: str | None = args.oauth_client_metadata_url
     if metadata_url is not None and not metadata_url.startswith("https://"):
-        raise ValueError(f"--oauth-client-metadata-url must be an https:// URL, got {metadata_url!r}")
+        raise ValueError(f"--oauth-client-metadata-url must be an https:// URL, got {quoted(metadata_url)}")
 
     def authorization_code(url: str) -> httpx2.Auth:
         return oauth_provider(

@@ -36,7 +36,7 @@ from typing import Any, Final
 import attrs
 import cattrs
 
-from asyncai_watch.core.echo import redact
+from asyncai_watch.core.echo import quoted, redact
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import StateFileError
 
@@ -56,13 +56,13 @@ class _StateDoc:
 def _strict_str(value: Any, _type: Any) -> str:
     # cattrs' default str hook calls str(); a number in a name would pass silently.
     if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__} {value!r}")
+        raise TypeError(f"expected a string, got {type(value).__name__} {quoted(value)}")
     return value
 
 
 def _strict_int(value: Any, _type: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {type(value).__name__} {value!r}")
+        raise TypeError(f"expected an integer, got {type(value).__name__} {quoted(value)}")
     return value
 
 
@@ -166,7 +166,7 @@ class StateFile:
             ) from exc
         if isinstance(data, dict) and data.get("version") not in (None, FORMAT_VERSION):
             raise StateFileError(
-                f"watch state file {self.path} has version {data.get('version')!r}; "
+                f"watch state file {self.path} has version {quoted(data.get('version'))}; "
                 f"this asyncai-watch reads version {FORMAT_VERSION}. It was left untouched."
             )
         try:

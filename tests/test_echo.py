@@ -9,12 +9,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp.client import Client
+from mcp.shared.exceptions import MCPError
 
 from asyncai_watch import log
-from asyncai_watch.core.echo import SECRET_PARAMETERS, redact, redact_url
-from asyncai_watch.errors import ServerConnectionError
+from asyncai_watch.core.echo import SECRET_PARAMETERS, quoted, redact, redact_url
+from asyncai_watch.core.routing import ServerCatalog
+from asyncai_watch.core.routing import route as route_uri
+from asyncai_watch.core.spec import WatchSpec
+from asyncai_watch.errors import (
+    FilterError,
+    InvalidWatchNameError,
+    RoutingError,
+    ServerConnectionError,
+    ServerError,
+)
 from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.serve.hub import Hub
+from asyncai_watch.serve.ring import NoticeRing
+from asyncai_watch.serve.server import build_server
+from asyncai_watch.testing import FakeClock
+from tests.test_manager import IMMEDIATE, NOTES, memo_fake
 
 SECRET = "S3CRET-value"
 
@@ -191,3 +209,89 @@ def test_the_cli_refuses_a_token_with_a_line_break_in_one_line_without_it(tmp_pa
     assert SECRET not in run.stderr
     assert "Injected" not in run.stderr
     assert run.returncode == 2
+
+
+# -- caller input, quoted with a cap ----------------------------------------------------------------
+
+
+def test_quoted_caps_a_long_string_and_says_how_long_it_was() -> None:
+    assert quoted("notes") == "'notes'"
+    assert quoted("a" * 10_000_000) == "'" + "a" * 200 + "…' (10,000,000 characters)"
+    assert quoted(7) == "7"
+    deep: list[object] = []
+    for _ in range(100_000):  # repr() of this would raise RecursionError
+        deep = [deep]
+    assert len(quoted(deep)) < 300
+    assert len(quoted(list(range(1_000_000)))) < 300
+    assert len(quoted(b"x" * 1_000_000)) < 300
+
+
+HUGE_NAME = "a" * 10_000_000
+HUGE_URI = "memo://notes/" + "u" * 4_000_000
+SHORT = (
+    2_500  # an error quoting caller input (and a server's echo of it) stays this short, whatever the input
+)
+
+
+async def tool_error_text(client: Client, tool: str, args: dict[str, object]) -> str:
+    with anyio.fail_after(60):
+        result = await client.call_tool(tool, args)
+    text: str = getattr(result.content[0], "text", "")
+    assert result.is_error, text[:300]
+    return text
+
+
+@pytest.mark.anyio
+async def test_serve_quotes_huge_tool_arguments_in_short_errors() -> None:
+    fake = memo_fake()
+    # A server that quotes the URI back in its error, as McpResourceSource raises it.
+    fake.read_errors[HUGE_URI] = ServerError(
+        "memo", f"resources/read {quoted(HUGE_URI)}", -32602, f"unknown {HUGE_URI!r}"
+    )
+    async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock()) as manager:
+        server = build_server(manager, NoticeRing(8), Hub(exclusive=False), instructions="")
+        async with Client(server) as client:
+            text = await tool_error_text(client, "watch_start", {"name": HUGE_NAME, "uri": NOTES})
+            assert len(text) < SHORT
+            assert "invalid watch name 'aaaa" in text
+            assert "(10,000,000 characters)" in text
+            for tool, args in [
+                ("watch_start", {"name": "big", "uri": HUGE_URI}),
+                ("read_resource", {"uri": HUGE_URI}),
+            ]:
+                text = await tool_error_text(client, tool, args)
+                assert len(text) < SHORT, (tool, len(text))
+                assert "(4,000,013 characters)" in text
+            text = await tool_error_text(client, "watch_start", {"name": "x", "uri": NOTES, HUGE_NAME: 1})
+            assert len(text) < SHORT
+            assert "unknown argument(s) aaaa" in text
+            nested: object = 1
+            for _ in range(60):  # as deep as the client's serializer sends
+                nested = [nested]
+            for value in ([0] * 1_000_000, nested):
+                text = await tool_error_text(
+                    client, "watch_start", {"name": "x", "uri": NOTES, "on_event": value}
+                )
+                assert len(text) < SHORT
+                assert text.startswith("watch_start: on_event must be string or null, got [")
+            with anyio.fail_after(60), pytest.raises(MCPError) as unknown:
+                await client.call_tool(HUGE_NAME, {})
+            assert len(unknown.value.message) < SHORT
+            assert "(10,000,000 characters)" in unknown.value.message
+
+
+def test_the_spec_and_routing_errors_quote_input_with_a_cap() -> None:
+    with pytest.raises(InvalidWatchNameError) as name:
+        WatchSpec.checked(HUGE_NAME, NOTES)
+    assert len(str(name.value)) < SHORT
+    with pytest.raises(InvalidWatchNameError) as kind:
+        WatchSpec.checked([0] * 1_000_000, NOTES)
+    assert len(str(kind.value)) < SHORT
+    with pytest.raises(FilterError) as on_event:
+        WatchSpec.checked("x", NOTES, {"k": "v" * 1_000_000})
+    assert len(str(on_event.value)) < SHORT
+    catalog = ServerCatalog(name="memo")
+    with pytest.raises(RoutingError) as route:
+        route_uri(HUGE_URI, [catalog])
+    assert len(str(route.value)) < SHORT
+    assert "(4,000,013 characters)" in str(route.value)

@@ -2,7 +2,7 @@
 
 Pure. Two rules, one helper each, used wherever text from outside is echoed:
 
-- :func:`quoted`: caller input (a watch name, a URI, a tool argument) is quoted as its
+- :func:`quoted` (and :func:`clip`, the same without the quotes): caller input (a watch name, a URI, a tool argument) is quoted as its
   ``repr``, cut at :data:`QUOTE_CAP` characters with its full length after it, so a 10 MB
   name makes a short error, not a 10 MB one: ``'aaaa…' (10,000,000 characters)``. Values
   that are not strings are shown by :mod:`reprlib`, which also bounds nesting.
@@ -19,7 +19,7 @@ import reprlib
 import urllib.parse
 from typing import Final
 
-__all__ = ["MASK", "QUOTE_CAP", "SECRET_PARAMETERS", "quoted", "redact", "redact_url"]
+__all__ = ["MASK", "QUOTE_CAP", "SECRET_PARAMETERS", "clip", "quoted", "redact", "redact_url"]
 
 QUOTE_CAP: Final = 200
 """Characters of caller input an error quotes; the rest is counted, not shown."""
@@ -89,6 +89,13 @@ def quoted(value: object, cap: int = QUOTE_CAP) -> str:
     except Exception:  # a caller's object whose __repr__ fails
         text = f"<{type(value).__name__}>"
     return text if len(text) <= cap + 40 else text[:cap] + "…"
+
+
+def clip(text: str, cap: int = QUOTE_CAP) -> str:
+    """``text`` as is, or cut at ``cap`` characters with its length after it: ``aaaa… (10,000,000 characters)``."""
+    if len(text) <= cap:
+        return text
+    return f"{text[:cap]}… ({len(text):,} characters)"
 
 
 def redact_url(url: str) -> str:

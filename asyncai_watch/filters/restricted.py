@@ -23,6 +23,7 @@ from typing import Any, Final
 import anyio
 import attrs
 
+from asyncai_watch.core.echo import quoted
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.filters import _wire
@@ -490,7 +491,7 @@ class RestrictedFilterSession:
                 "ret",
                 call_id,
                 False,
-                f"{name!r} is not in the filter's read-only catalog (allowed: {allowed})",
+                f"{quoted(name)} is not in the filter's read-only catalog (allowed: {allowed})",
             ]
         if calls > limit:
             return [

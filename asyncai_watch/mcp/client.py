@@ -274,11 +274,11 @@ class McpResourceSource:
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not argv or not argv[0]:
             raise ValueError(
-                f"McpResourceSource.stdio: command must name a program, e.g. 'asyncai-mcp-simple', got {command!r}"
+                f"McpResourceSource.stdio: command must name a program, e.g. 'asyncai-mcp-simple', got {quoted(command)}"
             )
         if not all(isinstance(arg, str) for arg in argv):
             raise TypeError(
-                f"McpResourceSource.stdio: command must be a str or a sequence of str, got {command!r}"
+                f"McpResourceSource.stdio: command must be a str or a sequence of str, got {quoted(command)}"
             )
         params = StdioServerParameters(
             command=_resolve(argv[0]), args=argv[1:], env=dict(env) if env is not None else None, cwd=cwd
@@ -589,7 +589,7 @@ class McpResourceSource:
             if cursor is None:
                 return pages
             if cursor in seen:
-                raise ServerError(self.name, what, None, f"pagination cursor {cursor!r} repeated")
+                raise ServerError(self.name, what, None, f"pagination cursor {quoted(cursor)} repeated")
             seen.add(cursor)
         raise ServerError(self.name, what, None, f"more than {_MAX_PAGES} pages")
 
@@ -637,7 +637,7 @@ class McpResourceSource:
         ``after`` (an event log's ``(log_id, seq)``) goes in the request's ``_meta``, so a server
         that knows positions answers with the newer events only.
         """
-        what = f"resources/read {uri!r}"
+        what = f"resources/read {quoted(uri)}"
         meta = {AFTER_META_KEY: {"log_id": after[0], "seq": after[1]}} if after is not None else None
         result = await self._request(
             what,
@@ -661,7 +661,7 @@ class McpResourceSource:
 
     def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``uri``; see :class:`~asyncai_watch.mcp.source.ResourceSource`."""
-        return self._listen(f"subscriptions/listen {uri!r}", uri=uri)
+        return self._listen(f"subscriptions/listen {quoted(uri)}", uri=uri)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``notifications/resources/list_changed``."""
@@ -739,7 +739,7 @@ class McpResourceSource:
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
         result = await self._request(
-            f"tools/call {name!r}", lambda client: client.call_tool(name, dict(arguments))
+            f"tools/call {quoted(name)}", lambda client: client.call_tool(name, dict(arguments))
         )
         return ToolResult(
             text="\n".join(_content_text(block) for block in result.content),

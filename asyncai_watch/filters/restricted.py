@@ -23,7 +23,7 @@ from typing import Any, Final
 import anyio
 import attrs
 
-from asyncai_watch.core.echo import quoted
+from asyncai_watch.core.echo import clip, quoted
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.filters import _wire
@@ -41,6 +41,9 @@ from asyncai_watch.filters.engine import Catalog, FilterOutcome, FilterSession, 
 __all__ = ["FILENAME", "RestrictedFilterSession", "RestrictedPythonEngine", "check_source"]
 
 MAX_DEATHS_PER_BATCH: Final = 3
+_UNSENDABLE_EVENT: Final = (
+    "the event is nested too deeply to hand to the filter (its JSON recursion would overflow); it was not run"
+)
 _CHUNK: Final = 256 * 1024
 _log = logging.getLogger(__name__)
 
@@ -282,10 +285,11 @@ class RestrictedFilterSession:
         deadline = anyio.current_time() + STARTUP_TIMEOUT
         return await self._recv(deadline, f"did not answer for {STARTUP_TIMEOUT:g} s and was killed")
 
-    async def _send(self, message: list[Any]) -> None:
+    async def _send(self, message: list[Any] | bytes) -> None:
         assert self._worker is not None
+        line = message if isinstance(message, bytes) else _wire.encode(message)
         try:
-            await self._worker.channel.send(_wire.encode(message))
+            await self._worker.channel.send(line)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             raise _WorkerGone(await self._exit_reason()) from None
 
@@ -298,7 +302,7 @@ class RestrictedFilterSession:
         raw = self._lines.popleft()
         try:
             message = _wire.decode(raw)
-        except ValueError:
+        except _wire.DECODE_ERRORS:  # not JSON, or nested too deeply to read: never raised on
             message = None
         # The worker is not trusted (a sandbox escape would run there): check every shape.
         if not (isinstance(message, list) and message and isinstance(message[0], str)):
@@ -410,9 +414,14 @@ class RestrictedFilterSession:
                     note = f"the filter worker could not be restarted: {exc}"
                     outcomes.extend(FilterOutcome(error=note, error_type="worker") for _ in pending)
                     break
+            batch, line = self._sendable(pending)
+            if line is None:  # the first event cannot be handed over; the rest may
+                outcomes.append(FilterOutcome(error=_UNSENDABLE_EVENT, error_type="event"))
+                pending = pending[1:]
+                continue
             try:
-                outcomes.extend(await self._exchange(pending))
-                break
+                outcomes.extend(await self._exchange(batch, line))
+                pending = pending[len(batch) :]
             except _Died as died:
                 outcomes.extend(died.done)
                 outcomes.append(
@@ -433,7 +442,25 @@ class RestrictedFilterSession:
                     break
         return outcomes
 
-    async def _exchange(self, events: list[Mapping[str, Any]]) -> list[FilterOutcome]:
+    def _sendable(self, events: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], bytes | None]:
+        """The longest prefix of ``events`` that can be written for the worker (usually all of
+        them) and its ``run`` line; no line when the first event cannot be (nested too deeply)."""
+        line = self._run_line(events)
+        if line is not None:
+            return events, line
+        # Rare: find the first event that cannot be written (if each can alone, go one by one).
+        bad = next((i for i, event in enumerate(events) if self._run_line([event]) is None), 1)
+        batch = events[: max(bad, 1)]
+        line = self._run_line(batch)
+        return (batch, line) if line is not None else ([], None)
+
+    def _run_line(self, events: list[Mapping[str, Any]]) -> bytes | None:
+        try:
+            return _wire.encode(["run", events, self.limits.filter_timeout])
+        except _wire.ENCODE_ERRORS:
+            return None
+
+    async def _exchange(self, events: list[Mapping[str, Any]], line: bytes) -> list[FilterOutcome]:
         done: list[FilterOutcome] = []
         finished = False
         timeout = self.limits.filter_timeout
@@ -442,7 +469,7 @@ class RestrictedFilterSession:
             f"(Limits.filter_timeout {timeout:g} s + {self._grace:g} s grace) and was killed"
         )
         try:
-            await self._send(["run", events, timeout])
+            await self._send(line)
             calls = 0
             # The event's wall-clock time starts when the parent hands it over (the batch
             # is sent, or the previous outcome arrives); the worker's own clock starts no
@@ -481,7 +508,7 @@ class RestrictedFilterSession:
             line=line, error=error and error[:cap], error_type=error_type and error_type[:100]
         )
 
-    async def _serve(self, message: list[Any], calls: int, deadline: float) -> list[Any]:
+    async def _serve(self, message: list[Any], calls: int, deadline: float) -> list[Any] | bytes:
         """The reply to a catalog call made by the event whose time is up at ``deadline``."""
         _, call_id, name, kwargs = message
         limit = self.limits.filter_tool_calls
@@ -508,7 +535,7 @@ class RestrictedFilterSession:
             with anyio.move_on_at(min(deadline, own_limit)) as waited:
                 value = await self.catalog.call(name, dict(kwargs))
         except Exception as exc:
-            text = str(exc)
+            text = clip(str(exc), 1000)
             return [
                 "ret",
                 call_id,
@@ -519,7 +546,23 @@ class RestrictedFilterSession:
             if deadline <= own_limit:
                 return ["ret", call_id, False, f"{name}() did not answer in time", "timeout"]
             return ["ret", call_id, False, f"{name}() timed out after {self.engine.catalog_timeout:g} s"]
-        return ["ret", call_id, True, value]
+        return self._answer(call_id, name, value)
+
+    def _answer(self, call_id: int, name: str, value: Any) -> list[Any] | bytes:
+        """The reply carrying a catalog call's answer, or an error the filter can catch when the
+        answer cannot be handed over (the worker would fail reading it, and die)."""
+        if _wire.nested_deeper_than(value, _wire.MAX_CALL_DEPTH):
+            why = f"its answer is nested more than {_wire.MAX_CALL_DEPTH} levels deep"
+        else:
+            try:
+                line = _wire.encode(["ret", call_id, True, value])
+            except _wire.ENCODE_ERRORS as exc:
+                why = f"its answer cannot be handed to the filter ({type(exc).__name__})"
+            else:
+                if len(line) <= _wire.MAX_LINE_BYTES:
+                    return line
+                why = f"its answer is {len(line):,} bytes; at most {_wire.MAX_LINE_BYTES:,}"
+        return ["ret", call_id, False, f"{name}(): {why}"]
 
     async def probe(self) -> dict[str, Any]:
         """The worker's own view of its environment and limits (diagnostics and tests)."""

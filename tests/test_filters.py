@@ -474,6 +474,7 @@ async def test_a_misbehaving_worker_cannot_break_the_parent(tmp_path: Any) -> No
         "    if line.startswith('[\"init\"'):\n"
         "        print('[\"ok\"]', flush=True)\n"
         "    elif line.startswith('[\"run\"'):\n"
+        "        print('[\"s\"]', flush=True)\n"
         '        print(\'["o", {"evil": 1}, null, null]\', flush=True)\n'
         "        print('not json', flush=True)\n"
     )

@@ -2,7 +2,8 @@
 
 Parent -> worker:
   ["init", source, filename, names]       compile, fresh scope; -> ["ok"] | ["err", message, type]
-  ["run", events, timeout]                 -> one ["o", line, error, error_type] per event
+  ["run", events, timeout]                 -> ["s"] (the batch is read and starting), then one
+                                              ["o", line, error, error_type] per event
   ["ret", call_id, ok, value_or_message]   the answer to a worker's ["call", ...]
   ["ret", call_id, false, message, "timeout"]  the event's time ran out during the call
   ["probe"]                                -> ["probe", {...}] (environment/limits, for tests)
@@ -46,6 +47,11 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, bytes):
         return obj.decode("utf-8", "replace")
     return str(obj)
+
+
+STARTED: Final = b'["s"]\n'
+"""Sent (and flushed) by the worker as it starts a batch: a worker that dies before it sends
+this ran none of the batch, so the batch is run again on a new worker instead of reported."""
 
 
 def encode(message: Any) -> bytes:

@@ -443,6 +443,8 @@ class Worker:
         # Each outcome is flushed as soon as it exists: if the next event kills the
         # worker, the parent knows exactly which event did.
         self.timeout = timeout
+        self.out.write(_wire.STARTED)
+        self.out.flush()
         signal.setitimer(signal.ITIMER_PROF, TICK, TICK)
         try:
             for event in events:

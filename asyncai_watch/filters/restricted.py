@@ -23,12 +23,14 @@ from typing import Any, Final
 import anyio
 import attrs
 
+from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.echo import clip, quoted
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.filters import _wire
 from asyncai_watch.filters._check import FILENAME, check_source
 from asyncai_watch.filters._launch import (
+    FORK_TIMEOUT,
     STARTUP_TIMEOUT,
     ForkServer,
     ServerGone,
@@ -59,7 +61,9 @@ class RestrictedPythonEngine:
     a worker's total CPU seconds before it is killed and restarted; ``watchdog`` is the
     grace after an event's ``Limits.filter_timeout`` before a worker that has not answered
     is killed (default ``max(2, filter_timeout)``); ``catalog_timeout`` bounds one catalog
-    call (within the event's own deadline).
+    call (within the event's own deadline). ``fork_timeout`` bounds a fork request to a running
+    fork server, on ``clock``: a server that does not answer in time (stopped, hung) is killed
+    and replaced, and the sessions whose workers it took start new ones at their next event.
     """
 
     limits: Limits = attrs.field(factory=Limits)
@@ -71,6 +75,8 @@ class RestrictedPythonEngine:
     drop_privileges: bool = True
     python: str = sys.executable
     fork_server: bool = True
+    fork_timeout: float = FORK_TIMEOUT
+    clock: Clock = attrs.field(factory=SystemClock)
     seccomp: str | None = attrs.field(default=None, init=False)
     """The latest worker's seccomp state as it reported it: ``"on"`` or ``"off: <why>"``
     (None before the first worker started)."""
@@ -138,22 +144,31 @@ class RestrictedPythonEngine:
         """A new worker for a session. FilterEngineError if none can be started."""
         if not self.fork_server:
             return await spawn_worker(self.command())
-        async with self._lock():
-            # A dead server (killed, crashed) is noticed here, by its first failed request,
-            # and replaced once: the workers it forked died with it, this one starts afresh.
-            for attempt in (1, 2):
-                server = self._server
-                if server is None or server.broken:
-                    if server is not None:
-                        self._server = None
-                        await server.aclose()
-                    server = self._server = await ForkServer.start(self.command())
-                try:
-                    return await server.fork()
-                except ServerGone as gone:
-                    if attempt == 2:
-                        raise FilterEngineError(f"the filter worker fork server {gone.reason}") from None
+        # A dead, stopped or hung server is noticed by its first failed request (bounded by
+        # fork_timeout), killed, and replaced once. The engine lock covers only finding or
+        # starting the server, never a fork request: sessions waiting on a stopped server all
+        # learn it within the bound, instead of one after another.
+        for attempt in (1, 2):
+            server = await self._running_server()
+            try:
+                return await server.fork(bound=self.fork_timeout, clock=self.clock)
+            except ServerGone as gone:
+                if self._server is server:
+                    self._server = None
+                await server.kill()  # its workers die with it; their sessions start new ones
+                if attempt == 2:
+                    raise FilterEngineError(f"the filter worker fork server {gone.reason}") from None
         raise AssertionError("unreachable")
+
+    async def _running_server(self) -> ForkServer:
+        async with self._lock():
+            server = self._server
+            if server is None or server.broken:
+                if server is not None:
+                    self._server = None
+                    await server.kill()
+                server = self._server = await ForkServer.start(self.command())
+            return server
 
     def _retain(self) -> None:
         self._sessions += 1
@@ -172,6 +187,14 @@ class RestrictedPythonEngine:
 
 class _WorkerGone(Exception):
     """The worker died or stopped answering; ``reason`` says how."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _NotStarted(Exception):
+    """The worker died before it started the batch: none of it ran."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -406,6 +429,7 @@ class RestrictedFilterSession:
         outcomes: list[FilterOutcome] = []
         pending = events
         deaths = 0
+        retried = False  # a batch whose worker died before starting it runs once more
         while pending:
             if self._worker is None:
                 try:
@@ -422,6 +446,25 @@ class RestrictedFilterSession:
             try:
                 outcomes.extend(await self._exchange(batch, line))
                 pending = pending[len(batch) :]
+                retried = False
+            except _NotStarted as gone:
+                # None of the batch ran (the worker died idle, e.g. with its fork server): that is
+                # no event's fault. Run it once more on a new worker; report it only if that fails too.
+                self.restarts += 1
+                if retried:
+                    note = (
+                        f"the filter worker {gone.reason} before on_event could run on this event, "
+                        "twice; the event was not run"
+                    )
+                    outcomes.extend(FilterOutcome(error=note, error_type="worker") for _ in batch)
+                    pending = pending[len(batch) :]
+                    retried = False
+                else:
+                    _log.warning(
+                        "a filter worker %s while idle; its events run on a new worker (its variables are gone)",
+                        gone.reason,
+                    )
+                    retried = True
             except _Died as died:
                 outcomes.extend(died.done)
                 outcomes.append(
@@ -434,6 +477,7 @@ class RestrictedFilterSession:
                     )
                 )
                 pending = pending[len(died.done) + 1 :]
+                retried = False
                 deaths += 1
                 self.restarts += 1
                 if deaths >= MAX_DEATHS_PER_BATCH and pending:
@@ -462,7 +506,7 @@ class RestrictedFilterSession:
 
     async def _exchange(self, events: list[Mapping[str, Any]], line: bytes) -> list[FilterOutcome]:
         done: list[FilterOutcome] = []
-        finished = False
+        finished = begun = False
         timeout = self.limits.filter_timeout
         overdue = (
             f"had not finished the event {timeout + self._grace:g} s after it started "
@@ -478,7 +522,11 @@ class RestrictedFilterSession:
             while len(done) < len(events):
                 message = await self._recv(started + timeout + self._grace, overdue)
                 kind = message[0]
-                if kind == "o":
+                if not begun:
+                    begun = True  # it is alive and speaking: what went wrong now is on this batch
+                    if message != ["s"]:
+                        raise _WorkerGone(f"sent {str(message)[:100]} before starting the batch")
+                elif kind == "o":
                     done.append(self._outcome(message))
                     calls = 0
                     started = anyio.current_time()
@@ -490,6 +538,8 @@ class RestrictedFilterSession:
             finished = True
             return done
         except _WorkerGone as gone:
+            if not begun:
+                raise _NotStarted(gone.reason) from None
             raise _Died(done, gone.reason) from None
         finally:
             if not finished:

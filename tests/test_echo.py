@@ -103,6 +103,14 @@ def test_every_url_and_bearer_token_in_a_text_is_redacted() -> None:
     assert "b'Bearer ***'" in out
     assert "https://***@h/x" in out
     assert redact("nothing to see here") == "nothing to see here"
+    # A token endpoint's body quoted in an OAuth error, as JSON or as a form.
+    body = f'Token refresh failed: 400 {{"access_token": "{SECRET}", "refresh_token":"{SECRET}"}}'
+    assert SECRET not in redact(body)
+    assert '"access_token": "***"' in redact(body)
+    assert redact(f"grant_type=refresh_token&refresh_token={SECRET}&client_secret={SECRET}") == (
+        "grant_type=refresh_token&refresh_token=***&client_secret=***"
+    )
+    assert redact("MODIFIED key=3 (token=2)") == "MODIFIED key=3 (token=2)"  # ordinary words stay
 
 
 # -- where URLs are echoed ------------------------------------------------------------------------
@@ -295,3 +303,20 @@ def test_the_spec_and_routing_errors_quote_input_with_a_cap() -> None:
         route_uri(HUGE_URI, [catalog])
     assert len(str(route.value)) < SHORT
     assert "(4,000,013 characters)" in str(route.value)
+
+
+def test_the_cli_quotes_a_huge_uri_in_a_short_error() -> None:
+    uri = "nosuch://" + "u" * 100_000  # near the longest argument a command line takes
+    run = subprocess.run(
+        [sys.executable, "-m", "asyncai_watch", "watch", uri, "--server", "asyncai-mcp-simple"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("asyncai-watch: error: ")
+    assert "(100,009 characters)" in line
+    assert len(line) < SHORT
+    assert run.returncode == 2

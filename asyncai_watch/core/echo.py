@@ -70,7 +70,12 @@ SECRET_PARAMETERS: Final = frozenset(
 
 _URL: Final = re.compile(r"""[A-Za-z][A-Za-z0-9+.\-]*://[^\s'"<>`]+""")
 _BEARER: Final = re.compile(r"(?i)\b(bearer\s+)[^\s'\"]+")
-_WORTH_A_LOOK: Final = re.compile(r"(?i)://|bearer")
+# Outside URLs only names that cannot be ordinary words: "key=3" in a notice stays as it is.
+_PAIR: Final = re.compile(
+    r"""(?i)(["']?\b(?:access_token|refresh_token|id_token|client_secret|code_verifier|password)["']?"""
+    r"""\s*[:=]\s*["']?)([^"'&\s,;}]+)"""
+)
+_WORTH_A_LOOK: Final = re.compile(r"(?i)://|bearer|_token|secret|password|code_verifier")
 
 
 _repr: Final = reprlib.Repr()  # bounded in size and in depth (a value nested 1,000 deep is fine)
@@ -116,11 +121,15 @@ def redact_url(url: str) -> str:
 
 
 def redact(text: str) -> str:
-    """``text`` with every URL in it redacted (:func:`redact_url`) and every bearer token masked."""
+    """``text`` with every URL in it redacted (:func:`redact_url`), every bearer token masked, and
+    the value of every ``access_token``, ``refresh_token``, ``id_token``, ``client_secret``,
+    ``code_verifier`` or ``password`` written as ``name=value`` or ``"name": "value"`` (a form
+    or JSON body quoted in an error) masked."""
     if not _WORTH_A_LOOK.search(text):  # the usual case, at C speed
         return text
     text = _URL.sub(lambda m: redact_url(m.group(0)), text)
-    return _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    return _PAIR.sub(lambda m: m.group(1) + MASK, text)
 
 
 def _redact_params(query: str) -> str:

@@ -11,7 +11,6 @@ from typing import Final
 from asyncai_agent.backends.base import BackendError
 from asyncai_agent.transcript import TranscriptError
 from asyncai_watch import WatchError
-from asyncai_watch.core.echo import redact
 
 __all__ = ["PROG", "fail", "known_error", "leaves", "warn"]
 
@@ -36,8 +35,8 @@ def known_error(exc: BaseException) -> BaseException | None:
 
 
 def fail(message: str, code: int = 1) -> int:
-    """One line on stderr, then the exit code; no URL in it keeps its secrets."""
-    print(f"{PROG}: error: {redact(message)}", file=sys.stderr, flush=True)
+    """One line on stderr, then the exit code."""
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
     return code
 
 

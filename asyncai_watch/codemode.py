@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from asyncai_watch.clock import Clock, SystemClock, move_on_at
+from asyncai_watch.core.echo import clip, quoted
 from asyncai_watch.filters.sandbox import (
     compile_repl,
     describe_error,
@@ -87,7 +88,7 @@ def check_call(fn: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Non
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
         raise TypeError(
-            f"{fn}() got unknown argument(s) {', '.join(unknown)}; it accepts "
+            f"{fn}() got unknown argument(s) {', '.join(clip(u) for u in unknown[:10])}; it accepts "
             f"{', '.join(accepted) or 'no arguments'}; {hint}"
         )
     missing = [a for a in required if a not in kwargs]
@@ -96,7 +97,7 @@ def check_call(fn: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Non
     for a in ("name", "uri"):
         if a in kwargs and not isinstance(kwargs[a], str):
             raise TypeError(
-                f"{fn}(): {a} must be a string, got {type(kwargs[a]).__name__} {kwargs[a]!r}; {hint}"
+                f"{fn}(): {a} must be a string, got {type(kwargs[a]).__name__} {quoted(kwargs[a])}; {hint}"
             )
 
 

@@ -40,6 +40,7 @@ from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
+from asyncai_watch.core.echo import clip, quoted, redact
 from asyncai_watch.errors import WatchError
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.server.errors import unknown_tool
@@ -168,6 +169,10 @@ TOOLS: Final = [
 _SCHEMAS: Final = {t.name: t.input_schema for t in TOOLS}
 
 
+_MAX_NAMED: Final = 10  # unknown argument names an error lists
+_ERROR_CAP: Final = 4000  # a tool error's text, whatever an error below it quoted
+
+
 class ToolInputError(WatchError):
     """A tool was called with arguments it does not accept."""
 
@@ -180,7 +185,9 @@ def _check_arguments(tool: str, args: Mapping[str, Any]) -> None:
     accepted = ", ".join(props) or "no arguments"
     unknown = sorted(set(args) - set(props))
     if unknown:
-        raise ToolInputError(f"{tool}: unknown argument(s) {', '.join(unknown)}; it accepts {accepted}")
+        named = ", ".join(clip(name) for name in unknown[:_MAX_NAMED])
+        more = f" and {len(unknown) - _MAX_NAMED:,} more" if len(unknown) > _MAX_NAMED else ""
+        raise ToolInputError(f"{tool}: unknown argument(s) {named}{more}; it accepts {accepted}")
     missing = [r for r in required if r not in args]
     if missing:
         raise ToolInputError(
@@ -196,9 +203,7 @@ def _check_arguments(tool: str, args: Mapping[str, Any]) -> None:
             for k in allowed
         )
         if not ok:
-            raise ToolInputError(
-                f"{tool}: {key} must be {' or '.join(allowed)}, got {json.dumps(value)[:80]}"
-            )
+            raise ToolInputError(f"{tool}: {key} must be {' or '.join(allowed)}, got {quoted(value)}")
         if isinstance(value, int) and not isinstance(value, bool):
             low, high = props[key].get("minimum"), props[key].get("maximum")
             if (low is not None and value < low) or (high is not None and value > high):
@@ -214,7 +219,9 @@ def _json_result(text_value: Any, structured: dict[str, Any]) -> types.CallToolR
 
 
 def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+    # An upstream's error may quote its URL (secret parameters and all) or a huge argument.
+    text = clip(redact(message), _ERROR_CAP)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 def channel_notification(
@@ -291,7 +298,7 @@ def build_server(
         except Exception as exc:
             # Still a tool error the model can read, not a dropped connection; the log has the details.
             log.logger.exception("serve.tool_failed", extra={"tool": params.name})
-            return _error(f"{params.name} failed: {type(exc).__name__}: {exc}")
+            return _error(f"{params.name} failed: {type(exc).__name__}: {clip(str(exc), _ERROR_CAP)}")
 
     async def listen(
         ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams

@@ -18,6 +18,8 @@ from typing import Final
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
+from asyncai_watch.core.echo import quoted
+
 __all__ = ["RESOURCE_NOT_FOUND", "UNKNOWN_TOOL", "resource_not_found", "unknown_tool"]
 
 UNKNOWN_TOOL: Final = INVALID_PARAMS
@@ -31,9 +33,9 @@ def unknown_tool(server: str, name: str, tools: Iterable[str]) -> MCPError:
     """The error for ``tools/call`` of ``name``, which ``server`` does not offer; it lists ``tools``."""
     offered = list(tools)
     accepted = f"its tools are {', '.join(offered)}" if offered else "it offers no tools"
-    return MCPError(UNKNOWN_TOOL, f"{server}: unknown tool {name!r}; {accepted}")
+    return MCPError(UNKNOWN_TOOL, f"{server}: unknown tool {quoted(name)}; {accepted}")
 
 
 def resource_not_found(server: str, uri: str, served: str) -> MCPError:
     """The error for a URI ``server`` does not serve; ``served`` says what it does serve."""
-    return MCPError(RESOURCE_NOT_FOUND, f"{server}: unknown resource {uri!r}; {served}")
+    return MCPError(RESOURCE_NOT_FOUND, f"{server}: unknown resource {quoted(uri)}; {served}")

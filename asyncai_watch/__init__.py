@@ -8,6 +8,8 @@ The public API is the names here plus these public submodules (docs/architecture
 - :mod:`asyncai_watch.http_auth`: bearer tokens and OAuth for Streamable HTTP servers, with the
   command-line options that configure them;
 - :mod:`asyncai_watch.log`: the NDJSON log (``configure_ndjson``, ``emit``, ``logger``);
+- :mod:`asyncai_watch.server`: helpers for writing a watchable MCP server
+  (``SubscriptionRegistry``: subscriptions of both MCP eras, O(listeners) per change);
 - :mod:`asyncai_watch.signals`: SIGTERM as an orderly shutdown for a process embedding watches;
 - :mod:`asyncai_watch.testing`: a fake clock and a fake source for tests.
 

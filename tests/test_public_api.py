@@ -13,6 +13,7 @@ PUBLIC_SUBMODULES = {
     "asyncai_watch.codemode",
     "asyncai_watch.http_auth",
     "asyncai_watch.log",
+    "asyncai_watch.server",
     "asyncai_watch.signals",
     "asyncai_watch.testing",
     "asyncai_watch.integrations",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -52,7 +53,8 @@ pytestmark = [
 
 WAIT = 30.0  # seconds: the bound on any one awaited notification (generous: 2 shared cores)
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
-Target = StdioServerParameters | Served
+Target = StdioServerParameters | Served | Server[Any]
+DOC = Path(__file__).resolve().parent.parent / "docs" / "server-contract.md"
 
 
 class Updates:
@@ -74,7 +76,7 @@ class Updates:
 async def legacy_client(target: Target) -> AsyncIterator[tuple[Client, Updates]]:
     """A stock SDK client speaking 2025-11-25, its updates collected; over HTTP, once its GET stream is open."""
     updates = Updates()
-    if isinstance(target, StdioServerParameters):
+    if isinstance(target, StdioServerParameters | Server):  # a subprocess, or in process
         async with Client(target, mode="legacy", message_handler=updates.handle, cache=None) as client:
             assert client.protocol_version == "2025-11-25"
             yield client, updates
@@ -361,7 +363,7 @@ async def test_a_closed_http_session_s_subscriptions_end_and_its_last_hooks_fire
 async def test_a_closed_stdio_like_session_s_subscriptions_end() -> None:
     """The JSON-RPC loop stdio runs, in memory: the connection ends, and its subscriptions with it."""
     server, registry, hooks = hooked("hooked")
-    async with Client(server, mode="legacy", cache=None) as client:
+    async with legacy_client(server) as (client, _):
         with anyio.fail_after(WAIT):
             await client.subscribe_resource("demo://x")
             with pytest.raises(
@@ -405,3 +407,43 @@ async def test_kcp_stops_the_watch_of_a_2025_session_that_ended(tmp_path: Path) 
         finally:
             proc.terminate()
             await proc.wait()
+
+
+# -- the contract page's example ----------------------------------------------------------------------
+
+
+def doc_example() -> dict[str, Any]:
+    """Run the python block of docs/server-contract.md's "Serving both eras" section; its globals."""
+    section = (
+        DOC.read_text().split("\n## Serving both eras with `asyncai_watch.server`", 1)[1].split("\n## ", 1)[0]
+    )
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    namespace: dict[str, Any] = {"__name__": "notes_example"}
+    exec(compile(block, str(DOC), "exec"), namespace)
+    return namespace
+
+
+async def test_the_contract_page_s_two_era_server_works_as_written() -> None:
+    example = doc_example()
+    server, set_note = example["server"], example["set_note"]
+    async with (
+        Client(server, cache=None) as modern,
+        modern.listen(resource_subscriptions=["notes://a"]) as sub,
+    ):
+        await set_note("a", 1)
+        with anyio.fail_after(WAIT):
+            assert await sub.__anext__() == ResourceUpdated(uri="notes://a")
+        content = (await modern.read_resource("notes://a")).contents[0]
+        assert getattr(content, "text", None) == "1"
+    async with legacy_client(server) as (legacy, updates):
+        caps = legacy.server_capabilities.resources
+        assert caps is not None
+        assert caps.subscribe is True
+        with anyio.fail_after(WAIT):
+            await legacy.subscribe_resource("notes://b")
+            with pytest.raises(
+                MCPError, match=r"notes: cannot subscribe to \['x://y'\]; this server serves notes"
+            ):
+                await legacy.subscribe_resource("x://y")
+        await set_note("b", 2)
+        assert await updates.next() == "notes://b"

@@ -37,9 +37,12 @@ from fake_kubectl import FakeCluster
 from http_servers import Served, reference_server
 from kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import ResourceUpdated
+from mcp.client.subscriptions import ResourceUpdated, listen
 from mcp.server import Server
+from mcp.shared.memory import create_client_server_memory_streams
+from mcp.shared.message import SessionMessage
 
 from asyncai_servers._http import serve_http
 from asyncai_servers._resumable import streamable_http_app
@@ -407,6 +410,56 @@ async def test_kcp_stops_the_watch_of_a_2025_session_that_ended(tmp_path: Path) 
         finally:
             proc.terminate()
             await proc.wait()
+
+
+async def test_a_listen_whose_client_stopped_reading_is_ended_and_releases_its_uris() -> None:
+    """The backlog cap: a reading client takes any burst; one that stopped reading is let go.
+
+    The JSON-RPC loop in memory, with the server's output relayed to the client through a stream
+    with no buffer: stopping the relay is a client that stopped reading (a full pipe or socket).
+    """
+    lasts: list[str] = []
+    registry = SubscriptionRegistry("stall", on_last=lasts.append, max_backlog=8)
+
+    async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[])
+
+    server = Server("stall", on_list_resources=list_resources, **registry.handlers())
+    uris = [f"demo://{i}" for i in range(20)]
+    out_send, out_receive = anyio.create_memory_object_stream[SessionMessage](0)
+    relay = anyio.CancelScope()
+    async with (
+        create_client_server_memory_streams() as ((client_read, client_write), (server_read, server_write)),
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(server.run, server_read, out_send, server.create_initialization_options())
+
+        async def relay_output() -> None:
+            with relay:
+                async for message in out_receive:
+                    await server_write.send(message)
+
+        tg.start_soon(relay_output)
+        with anyio.fail_after(WAIT):
+            async with ClientSession(client_read, client_write) as session:
+                await session.discover()
+                async with listen(session, resource_subscriptions=uris) as sub:
+                    # A burst of 20 distinct changes, more than max_backlog: the client reads, so
+                    # every one arrives and the stream stays.
+                    for uri in uris:
+                        await registry.publish(uri)
+                    got = {getattr(await sub.__anext__(), "uri", None) for _ in uris}
+                    assert got == set(uris)
+                    assert registry.stats().listens == 1
+
+                    relay.cancel()  # the client stops reading: the stream's next write blocks
+                    for uri in uris:
+                        await registry.publish(uri)
+                    # 1 taken by the stuck write, 8 queued behind it, the 10th ends the stream.
+                    stats = registry.stats()
+                    assert (stats.listens, stats.uris) == (0, 0)
+                    assert sorted(lasts) == sorted(uris)
+                    tg.cancel_scope.cancel()
 
 
 # -- the contract page's example ----------------------------------------------------------------------

@@ -9,7 +9,8 @@ A :class:`SubscriptionRegistry` is a server's one place for "who listens to what
   frame carries the listen's id under ``_meta["io.modelcontextprotocol/subscriptionId"]``,
   :meth:`SubscriptionRegistry.close` ends every stream gracefully with the final
   ``SubscriptionsListenResult``, a stream whose client stopped reading is ended once
-  ``max_backlog`` notifications wait, and the list-changed flags are honored.
+  ``max_backlog`` notifications queued up while it could not send one, and the list-changed
+  flags are honored.
 - **2025-11-25** (and 2025-06-18, 2025-03-26): it serves ``resources/subscribe`` and
   ``resources/unsubscribe`` (``registry.subscribe`` / ``registry.unsubscribe``) and pushes
   ``notifications/resources/updated`` on that client's session: the stdio connection, or a
@@ -90,8 +91,10 @@ DEFAULT_MAX_LISTENS: Final = 1024
 connection (two for a moment while it replaces one), however many URIs it watches."""
 
 DEFAULT_MAX_BACKLOG: Final = 1024
-"""Distinct notifications waiting on one stream whose client is not reading: at this many the
-stream is ended (the client re-listens and re-reads), as the SDK's ``max_buffered_events`` does."""
+"""Distinct notifications that may queue up on one stream while its writer cannot complete a single
+send (its client stopped reading): one more and the stream is ended (the client re-listens and
+re-reads), as the SDK's ``max_buffered_events`` does. A slow but reading client is never ended:
+every notification it takes resets the count, and what waits is a set, bounded by the listen's URIs."""
 
 DEFAULT_MAX_PUSHES: Final = 256
 """Server-specific notifications (:meth:`ListenStream.push`) waiting on one stream; more are refused."""
@@ -133,19 +136,19 @@ class SubscriptionStats:
 
 
 class _Outbox:
-    """One listener's pending events: a set in arrival order (they are level triggers), maybe bounded."""
+    """One listener's pending events: a set in arrival order (they are level triggers).
 
-    __slots__ = ("_pending", "cap")
+    Bounded by what the listener subscribed to: each URI (and list kind) is pending at most once.
+    """
 
-    def __init__(self, cap: int | None) -> None:
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
         self._pending: dict[ServerEvent, None] = {}
-        self.cap = cap
 
     def add(self, event: ServerEvent) -> bool:
-        """Queue ``event`` unless it is already pending; False when that would pass the cap."""
+        """Queue ``event``; False when it was already pending (the one notification covers both)."""
         if event in self._pending:
-            return True
-        if self.cap is not None and len(self._pending) >= self.cap:
             return False
         self._pending[event] = None
         return True
@@ -187,7 +190,9 @@ class ListenStream:
         self.overflowed = False
         """The stream was ended because its client stopped reading."""
         self._registry = registry
-        self._outbox = _Outbox(max_backlog)
+        self._outbox = _Outbox()
+        self._max_backlog = max_backlog
+        self._queued_since_send = 0  # distinct events queued since the writer last completed a send
         self._pushes: deque[types.Notification[Any, Any]] = deque()
         self._max_pushes = max_pushes
         self._closed = False
@@ -198,18 +203,25 @@ class ListenStream:
         return self._closed
 
     def deliver(self, event: ServerEvent) -> None:
-        if self._closed:
+        if self._closed or not self._outbox.add(event):
             return
-        if self._outbox.add(event):
-            self._wake.set()
+        self._queued_since_send += 1
+        if self._queued_since_send > self._max_backlog:
+            logger.warning(
+                "listen stream %r: %d notifications queued while none could be sent; ending it",
+                self.subscription_id,
+                self._queued_since_send,
+            )
+            self.overflowed = True
+            # Release its URIs and its slot now: the writer may be stuck in a transport write that
+            # closing cannot wake (a client that stopped reading).
+            self._registry._drop_stream(self)
+            self.close()
             return
-        logger.warning(
-            "listen stream %r: %d notifications unread; ending it", self.subscription_id, len(self._outbox)
-        )
-        self.overflowed = True
-        # Leave the index now: the writer may be stuck in a transport write that closing cannot wake.
-        self._registry._forget(self)
-        self.close()
+        self._wake.set()
+
+    def _sent(self) -> None:
+        self._queued_since_send = 0
 
     def push(self, notification: types.Notification[Any, Any]) -> bool:
         """Send ``notification`` on this stream, after what is already queued; False when closed or full.
@@ -245,7 +257,7 @@ class _LegacySession:
 
     def __init__(self, session: ServerSession) -> None:
         self.session = session
-        self.outbox = _Outbox(None)  # bounded by the URIs the session holds
+        self.outbox = _Outbox()
         self.closed = False
         self._wake = anyio.Event()
 
@@ -530,14 +542,19 @@ class SubscriptionRegistry:
                             event_to_notification(event, meta), related_request_id=rid
                         )
                         stream.sent += 1
+                        stream._sent()
                     for notification in pushes:
                         await ctx.session.send_notification(notification, related_request_id=rid)  # type: ignore[arg-type]  # a server's own method
                         stream.pushed += 1
+                        stream._sent()
         finally:
             stream.close()
-            self._streams.discard(stream)
-            self._forget(stream)
+            self._drop_stream(stream)
         return types.SubscriptionsListenResult(_meta=meta)
+
+    def _drop_stream(self, stream: ListenStream) -> None:
+        self._streams.discard(stream)
+        self._forget(stream)
 
     # -- 2025-11-25 and before: resources/subscribe ------------------------------------------------
 

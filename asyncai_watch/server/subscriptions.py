@@ -619,14 +619,21 @@ class SubscriptionRegistry:
 
     async def _write_session(self, connection: Connection, session: _LegacySession) -> None:
         try:
-            while (batch := await session.next_batch()) is not None:
-                for event in batch:
-                    if isinstance(event, ResourceUpdated):
-                        # Connection-scoped: the stdio pipe, or the HTTP session's standalone GET stream.
-                        await session.session.send_notification(
-                            types.ResourceUpdatedNotification(
-                                params=types.ResourceUpdatedNotificationParams(uri=event.uri)
-                            )
-                        )
+            await self._write_batches(session)
+        except Exception:  # this task shares the server's lifespan: one session must not end it
+            logger.exception(
+                "%s: writing a 2025-era session's updates failed; its subscriptions end", self.name
+            )
         finally:
-            self._end_session(connection, session)  # stopped running: nothing would write it any more
+            self._end_session(connection, session)  # nothing writes it any more
+
+    async def _write_batches(self, session: _LegacySession) -> None:
+        while (batch := await session.next_batch()) is not None:
+            for event in batch:
+                if isinstance(event, ResourceUpdated):
+                    # Connection-scoped: the stdio pipe, or the HTTP session's standalone GET stream.
+                    await session.session.send_notification(
+                        types.ResourceUpdatedNotification(
+                            params=types.ResourceUpdatedNotificationParams(uri=event.uri)
+                        )
+                    )

@@ -11,6 +11,9 @@
 - A 2025-era session's subscriptions end with it: its URIs lose their listener and the server's
   last-listener hook fires (kcp stops the URI's Kubernetes watch; in process, the registry's
   hooks and counts).
+- A listen whose client stopped reading is ended and releases its URIs; one that reads takes a
+  burst larger than the backlog cap.
+- docs/server-contract.md's two-era example server works as written, for both eras.
 
 Every wait is on a notification, a stderr line or a hook, bounded by ``anyio.fail_after``.
 """

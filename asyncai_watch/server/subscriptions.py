@@ -278,6 +278,15 @@ class _LegacySession:
         return self.outbox.take()
 
 
+_CHUNK: Final = 4096
+"""URIs of one listen handled between two checkpoints, so other clients are served meanwhile."""
+
+
+def _chunks(uris: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(uris), _CHUNK):
+        yield uris[start : start + _CHUNK]
+
+
 def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection:
     """The connection a request came on, which a 2025-era session's subscriptions live and die with.
 
@@ -425,13 +434,19 @@ class SubscriptionRegistry:
 
     def check(self, uris: Iterable[str]) -> None:
         """Raise the -32602 ``MCPError`` a subscription naming ``uris`` gets if ``refuse`` refuses any."""
+        refused: dict[str, list[str]] = {}
+        self._refusals(uris, refused)
+        self._raise_refused(refused)
+
+    def _refusals(self, uris: Iterable[str], refused: dict[str, list[str]]) -> None:
         if self._refuse is None:
             return
-        refused: dict[str, list[str]] = {}
         for uri in uris:
             reason = self._refuse(uri)
             if reason is not None:
                 refused.setdefault(reason, []).append(uri)
+
+    def _raise_refused(self, refused: dict[str, list[str]]) -> None:
         if not refused:
             return
         clauses = []
@@ -503,7 +518,11 @@ class SubscriptionRegistry:
             )
         requested = params.notifications
         uris = self._unique(requested.resource_subscriptions or (), "this subscriptions/listen")
-        self.check(uris)
+        refused: dict[str, list[str]] = {}
+        for chunk in _chunks(uris):  # a 100,000-URI listen must not hold the event loop for its whole check
+            self._refusals(chunk, refused)
+            await anyio.lowlevel.checkpoint()
+        self._raise_refused(refused)
         wanted: dict[ListKind, bool | None] = {
             "tools": requested.tools_list_changed,
             "prompts": requested.prompts_list_changed,
@@ -524,7 +543,10 @@ class SubscriptionRegistry:
         try:
             # Subscribed before the ack, so a change meanwhile is queued, not lost; this task alone
             # writes the stream, so the ack still goes first.
-            self._add(stream, uris, kinds)
+            self._add(stream, (), kinds)
+            for chunk in _chunks(uris):
+                self._add(stream, chunk)
+                await anyio.lowlevel.checkpoint()
             if self._ready is not None and uris:
                 await self._ready(uris)
             with self._on_stream(stream) if self._on_stream is not None else nullcontext():

@@ -105,6 +105,7 @@ _KIND_OF: Final[dict[type[ServerEvent], ListKind]] = {
     ResourcesListChanged: "resources",
 }
 _SHOWN: Final = 5  # refused URIs a refusal names; the rest are counted
+_CHUNK: Final = 4096  # URIs of one listen handled between two checkpoints: other clients are served meanwhile
 
 UriCheck = Callable[[str], str | None]
 UriHook = Callable[[str], None]
@@ -276,10 +277,6 @@ class _LegacySession:
             await self._wake.wait()
             self._wake = anyio.Event()
         return self.outbox.take()
-
-
-_CHUNK: Final = 4096
-"""URIs of one listen handled between two checkpoints, so other clients are served meanwhile."""
 
 
 def _chunks(uris: Sequence[str]) -> Iterator[Sequence[str]]:

@@ -47,10 +47,10 @@ from mcp.server import Server
 from mcp.shared.memory import create_client_server_memory_streams
 from mcp.shared.message import SessionMessage
 
-from asyncai_servers._http import serve_http
-from asyncai_servers._resumable import streamable_http_app
 from asyncai_servers.memo.server import MemoState, build_server
 from asyncai_watch.server import SubscriptionRegistry
+from asyncai_watch.server.http import serve_http
+from asyncai_watch.server.resumable import streamable_http_app
 
 pytestmark = [
     pytest.mark.anyio,

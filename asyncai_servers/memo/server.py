@@ -25,9 +25,9 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.uri_template import UriTemplate
 
-from asyncai_servers._errors import RESOURCE_NOT_FOUND, resource_not_found, unknown_tool
-from asyncai_watch._tool_schemas import input_schemas
-from asyncai_watch.server import DEFAULT_MAX_URIS, SubscriptionRegistry
+from asyncai_watch.server.errors import RESOURCE_NOT_FOUND, resource_not_found, unknown_tool
+from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
 
 __all__ = [
     "MIME_TYPE",

@@ -40,7 +40,7 @@ import anyio.lowlevel
 import attrs
 from mcp.shared.subscriptions import ResourceUpdated, ServerEvent
 
-from asyncai_watch.server import SubscriptionRegistry
+from asyncai_watch.server.subscriptions import SubscriptionRegistry
 
 from .config import Credential
 from .doorbell import Doorbell

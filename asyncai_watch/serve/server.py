@@ -1,10 +1,11 @@
 """The MCP server ``asyncai-watch serve`` runs: the watch tools, the listen stream, the pushes.
 
 Built on the low-level :class:`mcp.server.Server`, so this module decides the capabilities
-(``experimental["claude/channel"] = {}`` on both handshakes) and writes the listen stream
-itself (the ack first, then each pushed notice stamped with the listen's subscription id
-and sent request-scoped, which is how a notification reaches a 2026-07-28 client on
-Streamable HTTP as well as stdio: there is no standalone stream there).
+(``experimental["claude/channel"] = {}`` on both handshakes). The listen stream is served by
+a :class:`~asyncai_watch.server.SubscriptionRegistry` (the ack first, the list-changed flags
+honored, a graceful end at shutdown); each pushed notice rides it, stamped with the listen's
+subscription id and sent request-scoped, which is how a notification reaches a 2026-07-28
+client on Streamable HTTP as well as stdio: there is no standalone stream there.
 
 A legacy (``initialize``) client, which is what Claude Code and other hosts on the
 TypeScript SDK are, opens no listen. It gets its pushes connection-scoped after
@@ -17,15 +18,16 @@ input is an ``isError`` result whose text says what was wrong and what is accept
 is subscribed then. An unknown tool name is not a tool that ran and failed but a JSON-RPC
 error -32602 (invalid params) naming the tools there are, as the MCP spec says and as every
 reference server answers (:mod:`asyncai_watch.server.errors`). This server serves no MCP
-resources itself (``read_resource`` is a tool), so it has no resource-not-found error: it
-declares no ``resources`` capability (``resources/read`` is -32601, method not found) and
-leaves a listen's ``resourceSubscriptions`` out of the acknowledgment.
+resources itself (``read_resource`` is a tool): it declares no ``resources`` capability
+(``resources/read`` and ``resources/subscribe`` are -32601, method not found), and a listen
+naming a resource URI is refused (-32602) saying to watch it with ``watch_start``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Final
 
 import anyio
@@ -34,9 +36,7 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.session import ServerSession
-from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
-from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
@@ -45,6 +45,7 @@ from asyncai_watch.errors import WatchError
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.server.errors import unknown_tool
 from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.subscriptions import ListenStream, SubscriptionRegistry
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
 
 from .channel import CHANNEL_CAPABILITY, CHANNEL_METHOD, catchup_dict, channel_params
@@ -300,40 +301,20 @@ def build_server(
             log.logger.exception("serve.tool_failed", extra={"tool": params.name})
             return _error(f"{params.name} failed: {type(exc).__name__}: {clip(str(exc), _ERROR_CAP)}")
 
-    async def listen(
-        ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
-    ) -> types.SubscriptionsListenResult:
-        rid = ctx.request_id
-        if rid is None:
-            raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
-        requested = params.notifications
-        # No resources here; the list-changed flags are honored (tools never change, so nothing is
-        # ever sent for them). What the stream is for is the channel pushes.
-        honored = types.SubscriptionFilter(
-            tools_list_changed=True if requested.tools_list_changed else None,
-            prompts_list_changed=True if requested.prompts_list_changed else None,
-            resources_list_changed=True if requested.resources_list_changed else None,
-        )
-        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
-        with hub.attach("listen") as outlet:
-            # Attached before the ack so nothing published meanwhile is missed; this task alone
-            # writes the stream, so the ack still goes first.
-            await ctx.session.send_notification(
-                types.SubscriptionsAcknowledgedNotification(
-                    params=types.SubscriptionsAcknowledgedNotificationParams(
-                        notifications=honored, _meta=meta
-                    )
-                ),
-                related_request_id=rid,
-            )
+    @contextmanager
+    def attach_listen(stream: ListenStream) -> Iterator[None]:
+        # Attached before the ack so nothing published meanwhile is missed; the stream's writer
+        # sends the ack first all the same. Closing the outlet (the hub at shutdown) ends the
+        # stream gracefully.
+        rid = stream.subscription_id
+        with hub.attach(
+            "listen",
+            forward=lambda entry: stream.push(channel_notification(entry, rid)),
+            on_close=stream.close,
+        ) as outlet:
             log.emit("serve.attached", via="listen", subscription=str(rid))
             try:
-                while (batch := await outlet.next_batch()) is not None:
-                    for entry in batch:
-                        await ctx.session.send_notification(
-                            channel_notification(entry, rid),  # type: ignore[arg-type]  # custom method
-                            related_request_id=rid,
-                        )
+                yield
             finally:
                 log.emit(
                     "serve.detached",
@@ -342,7 +323,15 @@ def build_server(
                     pushed=outlet.pushed,
                     dropped=outlet.dropped,
                 )
-        return types.SubscriptionsListenResult(_meta=meta)
+
+    # No resources here; the list-changed flags are honored (tools never change, so nothing is
+    # ever sent for them). What the stream is for is the channel pushes.
+    subscriptions = SubscriptionRegistry(
+        SERVER_NAME,
+        refuse=lambda uri: "this server serves no resources: watch a URI with the watch_start tool",
+        on_stream=attach_listen,
+        max_pushes=hub.buffer,
+    )
 
     return WatchServer(
         SERVER_NAME,
@@ -351,7 +340,7 @@ def build_server(
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         get_tool_input_schema=input_schemas(TOOLS),
-        on_subscriptions_listen=listen,
+        on_subscriptions_listen=subscriptions.listen,
     )
 
 

@@ -232,8 +232,7 @@ async def test_what_the_tools_answer_fits_the_tables_result_schemas() -> None:
         await fns["watch_start"](name="doomed", uri="memo://readme")
         fake.lose("memo://readme")  # no resubscribe attempts: the watch fails and says so
         with anyio.fail_after(30):
-            failed = await manager.notices.receive()
-        assert failed.meta.get("failed") in (True, "true"), failed
+            await manager.notices.receive()  # the failure notice
         results["watch_list"] = await fns["watch_list"]()
         assert {w["name"]: w.get("failed") for w in results["watch_list"]} == {"notes": None, "doomed": True}
         for name, value in results.items():

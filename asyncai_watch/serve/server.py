@@ -12,6 +12,10 @@ TypeScript SDK are, opens no listen. It gets its pushes connection-scoped after
 ``notifications/initialized``, through a :class:`ConnectionAttach` middleware (stdio: the one
 connection; Streamable HTTP: each legacy session, on its standalone GET stream).
 
+The tools' names, descriptions, input and output schemas and annotations are generated from
+the one table of built-in tools (:mod:`asyncai_watch.core.tools`), as code mode's and the
+framework integrations' are; the handlers are here.
+
 Tools return the design's shapes (:mod:`asyncai_watch.shapes`) as JSON text, plus structured
 content (an object, as MCP requires: lists are wrapped, e.g. ``{"resources": [...]}``). Bad
 input is an ``isError`` result whose text says what was wrong and what is accepted; nothing
@@ -40,7 +44,9 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
-from asyncai_watch.core.echo import clip, quoted, redact
+from asyncai_watch.core.echo import clip, redact
+from asyncai_watch.core.tools import BRIDGE_TOOLS, DEFAULT_NOTICES_LIMIT, ToolSpec, check_arguments
+from asyncai_watch.core.tools import tool as tool_spec
 from asyncai_watch.errors import WatchError
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.server.errors import unknown_tool
@@ -55,119 +61,25 @@ from .ring import Entry, NoticeRing
 __all__ = ["TOOLS", "ConnectionAttach", "WatchServer", "build_server", "connection_writer"]
 
 SERVER_NAME: Final = "asyncai-watch"
-DEFAULT_NOTICES_LIMIT: Final = 100
-MAX_NOTICES_LIMIT: Final = 1000
 
-_RO = types.ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
-_STR = {"type": "string"}
-_EMPTY: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
-TOOLS: Final = [
-    types.Tool(
-        name="list_resources",
-        description=(
-            "Every URI and URI template the connected servers offer: "
-            '[{"uri", "template", "name", "description", "example", "mime_type", "server", "subscribable"}]. '
-            "uri is the RFC 6570 template when template is true; example is a ready watch_start call; "
-            "subscribable says whether a watch can work on it (read_resource works either way)."
-        ),
-        input_schema=_EMPTY,
-        annotations=_RO,
-    ),
-    types.Tool(
-        name="read_resource",
-        description="Read a resource from the server that serves it: parsed JSON, else the text.",
-        input_schema={
-            "type": "object",
-            "properties": {"uri": {"type": "string", "description": "e.g. memo://notes"}},
-            "required": ["uri"],
-            "additionalProperties": False,
-        },
-        annotations=_RO,
-    ),
-    types.Tool(
-        name="watch_start",
-        description=(
-            "Watch a resource: each change becomes a notice (pushed as a <channel> tag, and kept for "
-            "watch_notices). The first read happens now, so a URI the server rejects fails here. "
-            'Returns {"name", "uri", "shape"}. on_event is optional Python source run once per event with '
-            "`event` (a dict: type, key, new, old, changed, object, ...): its last expression is the notice "
-            "line, None drops the event; it is checked now (a SyntaxError or NameError fails the call). "
-            'Example: name="cfg", uri="file:///srv/app/config.json", '
-            "on_event=\"None if event['key'] == 'ts' else event['type'] + ' ' + event['key']\""
-        ),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "description": "1-64 of letters, digits, _ . -, starting with a letter or _",
-                },
-                "uri": {
-                    "type": "string",
-                    "description": "a URI or a template's expansion from list_resources",
-                },
-                "on_event": {
-                    "type": ["string", "null"],
-                    "description": "Python filter source; omit for the default line",
-                },
-            },
-            "required": ["name", "uri"],
-            "additionalProperties": False,
-        },
+def _tool(spec: ToolSpec) -> types.Tool:
+    """One ``tools/list`` entry, all of it from the table (:mod:`asyncai_watch.core.tools`)."""
+    return types.Tool(
+        name=spec.name,
+        description=spec.full_description(bridge=True),
+        input_schema=spec.input_schema,
+        output_schema=spec.structured_schema,
         annotations=types.ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+            read_only_hint=spec.read_only,
+            destructive_hint=False,
+            idempotent_hint=spec.idempotent,
+            open_world_hint=False,
         ),
-    ),
-    types.Tool(
-        name="watch_stop",
-        description='Stop and forget a watch. Returns {"name", "stopped"}; stopped is false when no watch had that name.',
-        input_schema={
-            "type": "object",
-            "properties": {"name": _STR},
-            "required": ["name"],
-            "additionalProperties": False,
-        },
-        annotations=types.ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-        ),
-    ),
-    types.Tool(
-        name="watch_list",
-        description=(
-            'Every watch: [{"name", "uri", "shape", "events", "notices"}], plus "failed": true or '
-            '"restore_failed": true with "error" for a watch that is not running.'
-        ),
-        input_schema=_EMPTY,
-        annotations=_RO,
-    ),
-    types.Tool(
-        name="watch_notices",
-        description=(
-            "The notices you have not seen: those with id > after_id, oldest first (pushes can be dropped by "
-            'the host; this cannot). Returns {"notices": [{"id", "time", "kind", "watch", "uri", "text", '
-            '"failed"?}], "next_after", "last_id", "more", "gap"}. Pass next_after as after_id next time; '
-            "more=true means call again. gap (else null) says how many older notices left the bounded "
-            "buffer unread: check watch_list and read_resource for the current state then."
-        ),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "after_id": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "description": "the highest notice_id you have seen; 0 for all that are kept",
-                },
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_NOTICES_LIMIT},
-            },
-            "additionalProperties": False,
-        },
-        annotations=_RO,
-    ),
-]
-_SCHEMAS: Final = {t.name: t.input_schema for t in TOOLS}
+    )
+
+
+TOOLS: Final = [_tool(spec) for spec in BRIDGE_TOOLS]
 
 
 _MAX_NAMED: Final = 10  # unknown argument names an error lists
@@ -180,36 +92,9 @@ class ToolInputError(WatchError):
 
 def _check_arguments(tool: str, args: Mapping[str, Any]) -> None:
     """Enforce the tool's input schema with a message the model can act on."""
-    schema = _SCHEMAS[tool]
-    props: Mapping[str, Any] = schema.get("properties", {})
-    required: list[str] = schema.get("required", [])
-    accepted = ", ".join(props) or "no arguments"
-    unknown = sorted(set(args) - set(props))
-    if unknown:
-        named = ", ".join(clip(name) for name in unknown[:_MAX_NAMED])
-        more = f" and {len(unknown) - _MAX_NAMED:,} more" if len(unknown) > _MAX_NAMED else ""
-        raise ToolInputError(f"{tool}: unknown argument(s) {named}{more}; it accepts {accepted}")
-    missing = [r for r in required if r not in args]
-    if missing:
-        raise ToolInputError(
-            f"{tool}: missing required argument(s) {', '.join(missing)}; it accepts {accepted}"
-        )
-    for key, value in args.items():
-        kinds = props[key].get("type")
-        allowed = kinds if isinstance(kinds, list) else [kinds]
-        ok = any(
-            (k == "string" and isinstance(value, str))
-            or (k == "null" and value is None)
-            or (k == "integer" and isinstance(value, int) and not isinstance(value, bool))
-            for k in allowed
-        )
-        if not ok:
-            raise ToolInputError(f"{tool}: {key} must be {' or '.join(allowed)}, got {quoted(value)}")
-        if isinstance(value, int) and not isinstance(value, bool):
-            low, high = props[key].get("minimum"), props[key].get("maximum")
-            if (low is not None and value < low) or (high is not None and value > high):
-                bounds = f">= {low}" + (f" and <= {high}" if high is not None else "")
-                raise ToolInputError(f"{tool}: {key} must be an integer {bounds}, got {value}")
+    problem = check_arguments(tool_spec(tool), args)
+    if problem is not None:
+        raise ToolInputError(problem.message())
 
 
 def _json_result(text_value: Any, structured: dict[str, Any]) -> types.CallToolResult:

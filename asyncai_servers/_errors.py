@@ -6,6 +6,12 @@ The one definition (and why an unknown tool or resource is -32602) is in
 
 from __future__ import annotations
 
-from asyncai_watch._mcp_errors import RESOURCE_NOT_FOUND, UNKNOWN_TOOL, resource_not_found, unknown_tool
+from asyncai_watch._mcp_errors import (
+    RESOURCE_NOT_FOUND,
+    UNKNOWN_TOOL,
+    resource_error,
+    resource_not_found,
+    unknown_tool,
+)
 
-__all__ = ["RESOURCE_NOT_FOUND", "UNKNOWN_TOOL", "resource_not_found", "unknown_tool"]
+__all__ = ["RESOURCE_NOT_FOUND", "UNKNOWN_TOOL", "resource_error", "resource_not_found", "unknown_tool"]

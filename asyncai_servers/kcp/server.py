@@ -18,7 +18,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
-from asyncai_servers._errors import unknown_tool
+from asyncai_servers._errors import resource_error, unknown_tool
 from asyncai_servers._eventlog import read_after
 from asyncai_servers.kcp.kubectl import Kubectl, KubectlError
 from asyncai_servers.kcp.state import strip_managed_fields
@@ -192,7 +192,7 @@ class KcpServer:
                 text = await self.pool.read(uri, read_after(params.meta))
                 mime = EVENTS_MIME_TYPE
         except UriError as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+            raise resource_error(uri, str(exc)) from exc
         except (SeedError, KubectlError) as exc:
             raise MCPError(types.INVALID_PARAMS, f"{uri}: {exc}") from exc
         return types.ReadResourceResult(

@@ -4,7 +4,7 @@ The suite (``@modelcontextprotocol/conformance``) starts a server per scenario a
 runs ``python scripts/conformance_client.py URL`` with ``MCP_CONFORMANCE_SCENARIO``
 naming the scenario and, for some, ``MCP_CONFORMANCE_CONTEXT`` holding credentials.
 This does what a watch client does, through
-:class:`~asyncai_watch.mcp_source.McpResourceSource`: connect (``server/discover``,
+:class:`~asyncai_watch.mcp.client.McpResourceSource`: connect (``server/discover``,
 falling back to ``initialize``), list the tools, call every tool the scenario's
 server lists (with the arguments its ``MCP_CONFORMANCE_CONTEXT`` names, when it
 names ``toolCalls``; a tool whose ``x-mcp-header`` annotations are invalid is
@@ -32,8 +32,8 @@ from mcp.shared.auth import AuthorizationCodeResult
 
 from asyncai_watch.errors import WatchError
 from asyncai_watch.http_auth import MemoryTokenStorage, oauth_provider
-from asyncai_watch.mcp_source import McpResourceSource
-from asyncai_watch.source import ToolInfo
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.mcp.source import ToolInfo
 
 REDIRECT_URI = "http://localhost:3000/callback"
 CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"

@@ -44,7 +44,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
-from test_cli import Lines, cli, run_cli, stderr_of, wait_until_watching
+from test_cli import Lines, cli, run_cli, stderr_of
 from test_memo_server import MEMO, memo_http_server
 
 from asyncai_servers._http import running_http_server
@@ -156,6 +156,20 @@ async def test_watch_manager_watches_server_everything(peers: Any, transport: st
 
 
 # -- asyncai-watch watch ------------------------------------------------------------------------
+
+
+async def wait_until_watching(proc: anyio.abc.Process) -> None:
+    """The CLI says "watching ..." on stderr once the watch is up; if it exits instead, say why."""
+    assert proc.stderr is not None
+    seen = b""
+    with anyio.fail_after(WAIT):
+        while b"watching" not in seen:
+            try:
+                seen += await proc.stderr.receive()
+            except anyio.EndOfStream:
+                raise AssertionError(
+                    f"asyncai-watch exited before watching: {seen.decode(errors='replace')}"
+                ) from None
 
 
 async def stop_cleanly(proc: anyio.abc.Process) -> None:

@@ -61,7 +61,7 @@ from asyncai_servers.files.dirlog import DirSpec, FileObject, observe, reconcile
 from asyncai_servers.files.paths import PathRefused, Roots
 from asyncai_watch import EVENTS_MIME_TYPE
 from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.server.errors import unknown_tool
+from asyncai_watch.server.errors import resource_error, unknown_tool
 from asyncai_watch.server.eventlog import EventRing
 from asyncai_watch.server.schemas import input_schemas
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
@@ -660,15 +660,15 @@ class FilesServer:
     def _missing(self, target: FileTarget, uri: str) -> MCPError:
         parent, name = os.path.split(target.path)
         if not os.path.isdir(parent):
-            return MCPError(types.INVALID_PARAMS, f"{uri}: directory {parent} does not exist")
+            return resource_error(uri, f"{uri}: directory {parent} does not exist")
         try:
             siblings = os.listdir(parent)
         except OSError:
             siblings = []
         close = difflib.get_close_matches(name, siblings, n=3)
         hint = f"; did you mean: {', '.join(close)}" if close else ""
-        return MCPError(
-            types.INVALID_PARAMS,
+        return resource_error(
+            uri,
             f"{uri}: {target.path} does not exist{hint}. "
             "To wait for a file to appear, watch its directory: "
             f"dir-events://{parent}?glob={name or '*'}",
@@ -694,7 +694,7 @@ class FilesServer:
                 return error_body(f"{exc}; {why}. The watch reports it again when it is recreated")
             raise await _run(self._missing, target, uri) from exc
         except (PathRefused, NotAFile) as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+            raise resource_error(uri, str(exc)) from exc
 
     async def _read_dir(self, target: DirTarget, uri: str) -> str:
         spec = target.spec
@@ -707,11 +707,10 @@ class FilesServer:
             if state is not None and state.seeded:
                 return state.ring.text()  # watched before: its loss is in the log ("was deleted" ERROR)
             if await _run(os.path.lexists, spec.path):
-                raise MCPError(
-                    types.INVALID_PARAMS,
-                    f"{uri}: {spec.path} is not a directory; watch a file with file://{spec.path}",
+                raise resource_error(
+                    uri, f"{uri}: {spec.path} is not a directory; watch a file with file://{spec.path}"
                 )
-            raise MCPError(types.INVALID_PARAMS, f"{uri}: {spec.path} is not an existing directory")
+            raise resource_error(uri, f"{uri}: {spec.path} is not an existing directory")
         state = self.dir_state(spec)
         if watcher is None or not watcher.alive:
             # Nobody watches: this read takes stock itself. The log is then one log per URI
@@ -730,7 +729,7 @@ class FilesServer:
         try:
             target = self.parse(uri)
         except (UriError, PathRefused) as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+            raise resource_error(uri, str(exc)) from exc
         if isinstance(target, FileTarget):
             state = await self._read_file(target, uri)
             text, mime = state.text, state.mime_type

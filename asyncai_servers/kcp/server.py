@@ -32,7 +32,7 @@ from asyncai_servers.kcp.uri import (
 )
 from asyncai_servers.kcp.watcher import SeedError, WatcherPool
 from asyncai_watch import EVENTS_MIME_TYPE
-from asyncai_watch.server.errors import unknown_tool
+from asyncai_watch.server.errors import resource_error, unknown_tool
 from asyncai_watch.server.eventlog import read_after
 from asyncai_watch.server.schemas import input_schemas
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
@@ -171,7 +171,7 @@ class KcpServer:
                 text = await self.pool.read(uri, read_after(params.meta))
                 mime = EVENTS_MIME_TYPE
         except UriError as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+            raise resource_error(uri, str(exc)) from exc
         except (SeedError, KubectlError) as exc:
             raise MCPError(types.INVALID_PARAMS, f"{uri}: {exc}") from exc
         return types.ReadResourceResult(

@@ -24,7 +24,10 @@ call reconnects first (respawning a stdio server): the manager's resubscribe
 backoff is what paces reconnects; nothing here retries on its own.
 
 Errors: the server's own errors become :class:`ServerError` (with the server's
-message); a connection that cannot be made, or is gone, becomes
+message), and so does a result the SDK refuses (not valid for the negotiated
+protocol version, or a tool result that does not meet the tool's output schema),
+naming the method; a 2026-07-28 tool result without ``resultType`` is read as
+complete, as the spec says. A connection that cannot be made, or is gone, becomes
 :class:`ServerConnectionError` naming the command or URL. Both are
 :class:`~asyncai_watch.errors.WatchError`.
 """
@@ -51,6 +54,7 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp_types as types
+import pydantic
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientExtension, Transport
 from mcp.client.streamable_http import streamable_http_client
@@ -577,6 +581,15 @@ class McpResourceSource:
                     f"server {self.name!r} ({self._description}): {what} failed: the connection is closed"
                 ) from exc
             raise ServerError(self.name, what, exc.code, exc.message) from exc
+        except pydantic.ValidationError as exc:
+            raise ServerError(
+                self.name, what, None, f"its result is not valid MCP {conn.protocol_version}: {_invalid(exc)}"
+            ) from exc
+        except RuntimeError as exc:
+            # The SDK refused a result it did get: structured content that misses the tool's
+            # output schema, an input_required exchange that never ends.
+            first_line = (str(exc) or type(exc).__name__).splitlines()[0]
+            raise ServerError(self.name, what, None, f"its result was refused: {first_line}") from exc
         except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             conn.dead = True
             raise ServerConnectionError(
@@ -743,9 +756,18 @@ class McpResourceSource:
         return [_tool_info(tool) for page in pages for tool in page.tools]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
-        result = await self._request(
-            f"tools/call {quoted(name)}", lambda client: client.call_tool(name, dict(arguments))
-        )
+        what = f"tools/call {quoted(name)}"
+        try:
+            result = await self._request(what, lambda client: client.call_tool(name, dict(arguments)))
+        except ServerError as exc:
+            # MCP 2026-07-28: a result without resultType is complete. The SDK's schema requires
+            # the field, so such a result comes back refused, with the body it refused.
+            found = _complete_without_result_type(exc.__cause__)
+            if found is None:
+                raise
+            result = found
+            if not result.is_error:  # what the SDK does for a result it accepts
+                await self._request(what, lambda client: client.session.validate_tool_result(name, found))
         return ToolResult(
             text="\n".join(_content_text(block) for block in result.content),
             structured=result.structured_content,
@@ -761,6 +783,31 @@ async def _with_cursor(
     fetch: Callable[[Client, str | None], Awaitable[_T]], cursor: str | None, client: Client
 ) -> _T:
     return await fetch(client, cursor)
+
+
+def _invalid(exc: pydantic.ValidationError) -> str:
+    """What made a result invalid, briefly: each field and why (the body itself is not shown)."""
+    found = [
+        f"{'.'.join(str(part) for part in err['loc']) or 'result'}: {err['msg']}" for err in exc.errors()
+    ]
+    shown = list(dict.fromkeys(found))
+    return "; ".join(shown[:4]) + (f"; +{len(shown) - 4} more" if len(shown) > 4 else "")
+
+
+def _complete_without_result_type(exc: BaseException | None) -> types.CallToolResult | None:
+    """The tool result the SDK refused in ``exc`` when a missing ``resultType`` was its only fault."""
+    if not isinstance(exc, pydantic.ValidationError):
+        return None
+    errors = exc.errors()
+    if not errors or any(err["type"] != "missing" or err["loc"][-1:] != ("resultType",) for err in errors):
+        return None
+    body = errors[0]["input"]
+    if not isinstance(body, dict):
+        return None
+    try:
+        return types.CallToolResult.model_validate({**body, "resultType": "complete"}, by_name=False)
+    except pydantic.ValidationError:
+        return None
 
 
 def _tool_info(tool: types.Tool) -> ToolInfo:

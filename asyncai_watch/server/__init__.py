@@ -30,7 +30,13 @@ import importlib
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from asyncai_watch.server.errors import RESOURCE_NOT_FOUND, UNKNOWN_TOOL, resource_not_found, unknown_tool
+    from asyncai_watch.server.errors import (
+        RESOURCE_NOT_FOUND,
+        UNKNOWN_TOOL,
+        resource_error,
+        resource_not_found,
+        unknown_tool,
+    )
     from asyncai_watch.server.eventlog import AFTER_META_KEY, EventRing, read_after
     from asyncai_watch.server.http import (
         ServerExitedError,
@@ -75,6 +81,7 @@ __all__ = [
     "input_schemas",
     "parse_host_port",
     "read_after",
+    "resource_error",
     "resource_not_found",
     "running_http_server",
     "serve_http",
@@ -97,6 +104,7 @@ _HOME: Final[dict[str, str]] = {
     "SubscriptionStats": "subscriptions",
     "RESOURCE_NOT_FOUND": "errors",
     "UNKNOWN_TOOL": "errors",
+    "resource_error": "errors",
     "resource_not_found": "errors",
     "unknown_tool": "errors",
     "AFTER_META_KEY": "eventlog",

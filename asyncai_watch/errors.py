@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Final
+
+from asyncai_watch.core.echo import clip, redact
+
 __all__ = [
     "FilterEngineError",
     "FilterError",
@@ -89,7 +93,8 @@ class ServerError(WatchError):
         self.code = code
         self.server_message = server_message
         shown_code = f" ({code})" if code is not None else ""
-        super().__init__(f"server {server!r}: {what} failed{shown_code}: {server_message}")
+        # The server's text may quote what it was sent (a 4 MB URI): shown capped, kept whole above.
+        super().__init__(f"server {server!r}: {what} failed{shown_code}: {clip(server_message, 1000)}")
 
 
 class ServerConnectionError(WatchError):
@@ -100,7 +105,11 @@ class ServerTimeoutError(ServerConnectionError):
     """A request got no answer within ``request_timeout``; the connection was dropped and is remade."""
 
 
+_DESCRIBE_CAP: Final = 2000  # an error's text in a notice or log: several quotes of input, capped
+
+
 def describe(exc: BaseException) -> str:
-    """``Type: message`` (or just the type): how errors are named in notices, logs and tool results."""
-    text = str(exc)
+    """``Type: message`` (or just the type): how errors are named in notices, logs and tool
+    results; URLs in the message lose their secrets (:func:`~asyncai_watch.core.echo.redact`)."""
+    text = clip(redact(str(exc)), _DESCRIBE_CAP)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

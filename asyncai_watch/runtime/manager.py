@@ -158,6 +158,8 @@ class WatchManager:
                 if watcher.status in ("running", "starting"):
                     watcher.log("watch.stopped", reason="manager closed")
             self._send.close()
+            if self._state is not None:
+                self._state.close()  # the file's lock: the next owner may start now
 
     # -- public API ------------------------------------------------------------------------------
 

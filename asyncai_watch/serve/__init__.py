@@ -27,6 +27,7 @@ from typing import Final
 import anyio
 
 from asyncai_watch import log
+from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import LimitError, WatchError
 from asyncai_watch.mcp.client import McpResourceSource
@@ -117,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {redact(message)}", file=sys.stderr, flush=True)
     return 2
 
 

@@ -39,22 +39,19 @@ class NotWatchableError(WatchError):
     """
 
     @staticmethod
-    def for_server(server: str, protocol_version: str, modern: str = "2026-07-28") -> NotWatchableError:
+    def for_server(server: str, protocol_version: str) -> NotWatchableError:
         """The error for ``watch_start`` on a server that cannot carry watches, saying why."""
-        if protocol_version != modern:
-            return ProtocolVersionError(
-                f"watch_start: server {server!r} speaks MCP {protocol_version}; watches need MCP "
-                f"{modern} (subscriptions/listen). Its tools still work; read_resource works too."
-            )
         return NotWatchableError(
-            f"watch_start: server {server!r} is not watchable: it does not advertise resources.subscribe "
-            "(it serves no subscriptions/listen). Its tools and read_resource still work; "
-            "docs/server-contract.md says what makes a server watchable."
+            f"watch_start: server {server!r} is not watchable: it speaks MCP {protocol_version} and does "
+            "not advertise resources.subscribe (it serves neither subscriptions/listen nor "
+            "resources/subscribe). Its tools and read_resource still work; docs/server-contract.md says "
+            "what makes a server watchable."
         )
 
 
 class ProtocolVersionError(NotWatchableError):
-    """A server's negotiated MCP version cannot carry watches (needs 2026-07-28)."""
+    """A request needs a newer MCP version than the server speaks (e.g. ``subscriptions/listen``,
+    which 2025-era servers do not serve; their watches ride ``resources/subscribe`` instead)."""
 
 
 class InvalidWatchNameError(WatchError):

@@ -143,7 +143,11 @@ class FakeSource:
         self._name = name
         self._protocol_version = protocol_version
         self._subscribable = subscribable
-        self._mode: SubscriptionMode = subscription_mode if subscription_mode is not None else "listen"
+        self._mode: SubscriptionMode = (
+            subscription_mode
+            if subscription_mode is not None
+            else ("listen" if protocol_version == MODERN_PROTOCOL_VERSION else "subscribe")
+        )
         self.resources: list[ListedResource] = list(resources)
         self.templates: list[ListedTemplate] = list(templates)
         self.tools: dict[str, tuple[ToolInfo, ToolHandler]] = {t.name: (t, h) for t, h in tools}

@@ -121,7 +121,9 @@ async def measure(kind: str, n: int, changes: int, burst: bool) -> dict[str, Any
                 (root / f"f{i}.txt").write_text("0")
             argv = [sys.executable, "-m", "asyncai_servers.files", str(root)]
             uris = [f"file://{root}/f{i}.txt" for i in range(n)]
-        async with McpResourceSource.stdio(argv, name=kind) as source:
+        # The server runs the same tree as this client (bench/scale.py sets PYTHONPATH for it).
+        env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else None
+        async with McpResourceSource.stdio(argv, name=kind, env=env) as source:
             server = child_pid(f"asyncai_servers.{kind}")
             client_before, server_before = rss_kib(os.getpid()), rss_kib(server)
             async with WatchManager([source], limits=limits) as m:

@@ -19,7 +19,7 @@ from mcp.shared.message import SessionMessage
 from test_memo_server import MEMO, WAIT, memo_http_server
 
 from asyncai_watch.errors import (
-    ProtocolVersionError,
+    NotWatchableError,
     ServerConnectionError,
     ServerError,
     ServerTimeoutError,
@@ -233,7 +233,7 @@ async def test_tools_and_server_errors() -> None:
 
 
 @pytest.mark.anyio
-async def test_legacy_server_serves_tools_but_cannot_be_watched() -> None:
+async def test_a_legacy_server_serves_tools_and_is_watched_through_resources_subscribe() -> None:
     async with McpResourceSource.stdio(LEGACY) as src:
         assert src.name == "legacy"
         assert src.protocol_version == "2025-11-25"
@@ -258,18 +258,53 @@ async def test_legacy_server_serves_tools_but_cannot_be_watched() -> None:
         with pytest.raises(ServerError, match=r"binary blob \(application/octet-stream\)"):
             await src.read("legacy://blob/binary")
 
-        with pytest.raises(ProtocolVersionError) as caught:
-            async with src.subscribe(["legacy://state"]):
+        # A 2025-era server that advertises resources.subscribe is watched through it.
+        assert src.watchable
+        assert src.subscription_mode == "subscribe"
+        async with src.subscribe(["legacy://state"]) as updates:
+            assert updates.honored == {"legacy://state"}
+            await src.call_tool("legacy_set", {"key": "n", "value": 6})
+            with anyio.fail_after(WAIT):
+                assert await anext(updates) == "legacy://state"
+        with pytest.raises(ValueError, match="takes one URI"):
+            async with src.subscribe(["legacy://state", "legacy://items/n"]):
                 pass
-        message = str(caught.value)
-        assert "'legacy'" in message
-        assert "2025-11-25" in message
-        assert "2026-07-28" in message
-
         methods = json.loads((await src.call_tool("legacy_methods", {})).text)
         assert methods[:2] == ["server/discover", "initialize"]  # probed modern, fell back
-        assert "resources/subscribe" not in methods
+        assert [m for m in methods if m.startswith("resources/") and "subscribe" in m] == [
+            "resources/subscribe",
+            "resources/unsubscribe",
+        ]
         assert "subscriptions/listen" not in methods
+
+
+@pytest.mark.anyio
+async def test_a_legacy_server_that_advertises_no_subscribe_is_not_watchable() -> None:
+    async with McpResourceSource.stdio([*LEGACY, "--no-subscribe"]) as src:
+        assert not src.watchable
+        with pytest.raises(
+            NotWatchableError, match=r"speaks MCP 2025-11-25 and does not advertise resources.subscribe"
+        ):
+            async with src.subscribe(["legacy://state"]):
+                pass
+        assert json.loads((await src.read("legacy://state")).text) == {"greeting": "hello"}
+
+
+@pytest.mark.anyio
+async def test_legacy_subscriptions_are_lost_with_the_server_and_made_again_after_a_respawn() -> None:
+    async with McpResourceSource.stdio(LEGACY) as src:
+        async with src.subscribe(["legacy://state"]) as updates:
+            methods = json.loads((await src.call_tool("legacy_methods", {})).text)
+            assert "resources/subscribe" in methods
+            src._current().abort()  # the server goes away (its process is ended)
+            with anyio.fail_after(WAIT), pytest.raises(SubscriptionLostError, match="connection"):
+                await anext(updates)
+        # The next subscribe respawns the server and subscribes on its new session.
+        async with src.subscribe(["legacy://state"]) as updates:
+            await src.call_tool("legacy_set", {"key": "after", "value": 1})
+            with anyio.fail_after(WAIT):
+                assert await anext(updates) == "legacy://state"
+        assert src.reconnects == 1
 
 
 @pytest.mark.anyio

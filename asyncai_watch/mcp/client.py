@@ -78,8 +78,10 @@ from asyncai_watch.errors import (
     ServerError,
     ServerTimeoutError,
     SubscriptionLostError,
+    WatchError,
 )
 from asyncai_watch.http_auth import refresh_first
+from asyncai_watch.mcp.legacy import GetStreamWatch, LegacyUpdates, Subscriptions
 from asyncai_watch.mcp.source import (
     MODERN_PROTOCOL_VERSION,
     ReadResult,
@@ -125,6 +127,13 @@ class _Connection:
         self.client: Client
         self.protocol_version = ""
         self.capabilities = types.ServerCapabilities()
+        self.legacy = Subscriptions()  # resources/subscribe subscriptions (2025-era servers)
+
+    def notifications_lost(self, reason: str) -> None:
+        """The session's notifications stopped (the connection ended, or its HTTP GET stream did):
+        its legacy subscriptions are lost, and the next call makes a new session."""
+        self.dead = True
+        self.legacy.end(reason)
 
     async def close(self) -> None:
         self.closing.set()
@@ -447,7 +456,7 @@ class McpResourceSource:
         try:
             with conn.scope:
                 async with AsyncExitStack() as stack:
-                    client = await self._open_client(stack)
+                    client = await self._open_client(stack, conn)
                     task_status.started(client)
                     started = True
                     await conn.closing.wait()
@@ -459,7 +468,7 @@ class McpResourceSource:
             # from their requests; it must not crash the caller's task.
             _log.debug("MCP connection to %s ended with an error", self._description, exc_info=True)
         finally:
-            conn.dead = True
+            conn.notifications_lost("the connection to the server ended")
             conn.done.set()
 
     async def _live(self) -> _Connection:
@@ -478,14 +487,20 @@ class McpResourceSource:
             assert self._conn is not None
             return self._conn
 
-    async def _open_client(self, stack: AsyncExitStack) -> Client:
+    async def _open_client(self, stack: AsyncExitStack, conn: _Connection) -> Client:
         http_errors: list[str] = []
         transport: Transport
         if isinstance(self._target, str):
             # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
             # listen stream is idle between events; modern servers ping it every 15 s).
             http_client = httpx2.AsyncClient(
-                headers=self._headers, auth=self._auth, timeout=httpx2.Timeout(30.0, read=300.0)
+                headers=self._headers,
+                auth=self._auth,
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                transport=GetStreamWatch(
+                    httpx2.AsyncHTTPTransport(),
+                    lambda: conn.notifications_lost("the server's notification stream (HTTP GET) ended"),
+                ),
             )
             await stack.enter_async_context(http_client)
 
@@ -502,11 +517,19 @@ class McpResourceSource:
             transport = StdioTransport(
                 params.command, params.args, env=params.env, cwd=params.cwd, errlog=self._errlog
             )
+
+        async def on_message(message: Any) -> None:
+            # 2025-era servers announce changes on the session, not on a listen stream.
+            if isinstance(message, types.ResourceUpdatedNotification):
+                conn.legacy.updated(message.params.uri)
+            await anyio.lowlevel.checkpoint()
+
         client = Client(
             transport,
             mode="auto",
             cache=None,  # a cached read would hide the change just announced
             extensions=self._extensions or None,
+            message_handler=on_message,
         )
         try:
             await stack.enter_async_context(client)
@@ -562,23 +585,26 @@ class McpResourceSource:
 
     @property
     def watchable(self) -> bool:
-        """MCP 2026-07-28 and ``capabilities.resources.subscribe``: a watch can work here.
+        """Whether a watch can work here: the server advertises ``capabilities.resources.subscribe``
+        (MCP 2026-07-28 serves it with ``subscriptions/listen``, older versions with
+        ``resources/subscribe``)."""
+        resources = self._current().capabilities.resources
+        return resources is not None and bool(resources.subscribe)
 
-        A legacy server may advertise ``subscribe`` (for ``resources/subscribe``), but watches
-        need ``subscriptions/listen``, so it is not watchable.
-        """
-        conn = self._current()
-        resources = conn.capabilities.resources
-        return (
-            conn.protocol_version == MODERN_PROTOCOL_VERSION
-            and resources is not None
-            and bool(resources.subscribe)
-        )
+    @property
+    def subscription_mode(self) -> SubscriptionMode:
+        """``"listen"`` on MCP 2026-07-28 (one ``subscriptions/listen`` carries any number of
+        URIs), else ``"subscribe"`` (one ``resources/subscribe`` per URI)."""
+        return "listen" if self._current().protocol_version == MODERN_PROTOCOL_VERSION else "subscribe"
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def _request(self, what: str, call: Callable[[Client], Awaitable[_T]]) -> _T:
-        conn = await self._live()
+    async def _request(
+        self, what: str, call: Callable[[Client], Awaitable[_T]], *, conn: _Connection | None = None
+    ) -> _T:
+        """``call`` on the live connection (or on ``conn``, whose session a legacy subscription
+        belongs to), with the request timeout and the errors mapped to ours."""
+        conn = conn if conn is not None else await self._live()
         try:
             async with fail_after(self._clock, self._request_timeout):
                 return await call(conn.client)
@@ -692,17 +718,69 @@ class McpResourceSource:
             ) from exc
         return ReadResult(uri=content.uri or uri, text=text, mime_type=content.mime_type)
 
-    @property
-    def subscription_mode(self) -> SubscriptionMode:
-        """``"listen"``: one ``subscriptions/listen`` carries any number of URIs."""
-        return "listen"
-
     def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
-        """One ``subscriptions/listen`` for ``uris``; see :class:`~asyncai_watch.mcp.source.ResourceSource`."""
+        """One ``subscriptions/listen`` for ``uris`` (MCP 2026-07-28), or one ``resources/subscribe``
+        for the one URI of a 2025-era server; see :class:`~asyncai_watch.mcp.source.ResourceSource`."""
         wanted = frozenset(uris)
         if not wanted or not all(isinstance(uri, str) and uri for uri in wanted):
-            raise ValueError(f"McpResourceSource.subscribe: uris must be non-empty strings, got {uris!r}")
+            raise ValueError(
+                f"McpResourceSource.subscribe: uris must be non-empty strings, got {quoted(uris)}"
+            )
+        if self.subscription_mode == "subscribe":
+            if len(wanted) != 1:
+                raise ValueError(
+                    f"McpResourceSource.subscribe: server {self.name!r} speaks "
+                    f"{self.protocol_version}, whose resources/subscribe takes one URI; got {len(wanted)}"
+                )
+            return self._legacy_subscribe(next(iter(wanted)))
         return self._listen(f"subscriptions/listen {_what(wanted)}", uris=wanted)
+
+    @asynccontextmanager
+    async def _legacy_subscribe(self, uri: str) -> AsyncIterator[LegacyUpdates]:
+        conn = await self._live()
+        resources = conn.capabilities.resources
+        if resources is None or not resources.subscribe:
+            raise NotWatchableError(
+                f"server {self.name!r} is not watchable: it speaks MCP {conn.protocol_version} and "
+                "does not advertise resources.subscribe (docs/server-contract.md says what makes a "
+                "server watchable)"
+            )
+        what = f"resources/subscribe {quoted(uri)}"
+        updates = conn.legacy.add(uri)  # before the request: an update right after it is kept
+        try:
+            try:
+                await self._request(
+                    what,
+                    lambda client: client.session.send_request(
+                        types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)),
+                        types.EmptyResult,
+                    ),
+                    conn=conn,
+                )
+            except ServerError as exc:
+                if exc.code == types.METHOD_NOT_FOUND:
+                    raise NotWatchableError(
+                        f"server {self.name!r} is not watchable: it advertises resources.subscribe but "
+                        f"answers resources/subscribe with 'Method not found'; docs/server-contract.md "
+                        "says what makes a server watchable"
+                    ) from exc
+                raise
+            yield updates
+        finally:
+            if conn.legacy.remove(updates) and not conn.dead:
+                # Best effort: a session that is going away takes its subscriptions with it.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self._ack_timeout):
+                    try:
+                        await self._request(
+                            f"resources/unsubscribe {quoted(uri)}",
+                            lambda client: client.session.send_request(
+                                types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri)),
+                                types.EmptyResult,
+                            ),
+                            conn=conn,
+                        )
+                    except WatchError:
+                        _log.debug("unsubscribing %s failed", uri, exc_info=True)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``notifications/resources/list_changed``."""

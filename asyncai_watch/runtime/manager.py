@@ -272,7 +272,7 @@ class WatchManager:
         spec = watcher.spec
         source, found = await self._catalogs.route(spec.uri, what="watch_start")
         if not source.watchable:
-            raise NotWatchableError.for_server(source.name, source.protocol_version, MODERN_PROTOCOL_VERSION)
+            raise NotWatchableError.for_server(source.name, source.protocol_version)
         watcher.server = source.name
         watcher.protocol = source.protocol_version
         runner = self._runners[source.name]

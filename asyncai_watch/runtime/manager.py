@@ -252,7 +252,6 @@ class WatchManager:
             "watch.started",
             shape=watcher.shape,
             server=watcher.server,
-            protocol=watcher.protocol,
             filtered=on_event is not None,
             restored=restoring,
         )

@@ -101,6 +101,9 @@ class Watcher:
         )
 
     def log(self, event: str, **fields: object) -> None:
+        """A ``watch.*`` record: the watch, its URI and its server's protocol (the era it rides), then ``fields``."""
+        if self.protocol is not None:
+            fields.setdefault("protocol", self.protocol)
         log.emit(event, verbose=self.verbose, watch=self.spec.name, uri=self.spec.uri, **fields)
 
     # -- what the runner hands it ----------------------------------------------------------------

@@ -62,6 +62,10 @@ class Channel(ClientExtension):
     async def _handle(self, params: ChannelParams) -> None:
         self._send.send_nowait(params)
 
+    def pending(self) -> int:
+        """Pushes received and not yet taken."""
+        return self._recv.statistics().current_buffer_used
+
     async def next(self) -> ChannelParams:
         with anyio.fail_after(WAIT):
             return await self._recv.receive()
@@ -244,7 +248,7 @@ async def test_legacy_stdio_gets_pushes_and_a_restart_restores_the_watches(tmp_p
         assert restore.meta["restored"] == "1"
         assert "watch" not in restore.meta
         assert restore.content.startswith("Restored 1 of 1 watches")
-        assert [w["name"] for w in await call(client, "watch_list")] == ["doc"]
+        assert [w["name"] for w in (await call(client, "watch_list"))["watches"]] == ["doc"]
         write(doc, '{"a": 3}')
         push = await channel.next()
         assert push.content == "MODIFIED a (2→3)"
@@ -372,7 +376,9 @@ async def test_bad_input_is_a_tool_error_that_says_what_is_accepted(tmp_path: Pa
         assert "at most 5 watches" in error
         assert "watch_stop(name=...)" in error
         # Nothing was subscribed for any failed call.
-        assert [w["name"] for w in await call(client, "watch_list")] == [f"w{i}" for i in range(5)]
+        assert [w["name"] for w in (await call(client, "watch_list"))["watches"]] == [
+            f"w{i}" for i in range(5)
+        ]
         assert await call(client, "watch_stop", name="w0") == {"name": "w0", "stopped": True}
         assert await call(client, "watch_stop", name="w0") == {"name": "w0", "stopped": False}
 
@@ -387,9 +393,13 @@ async def test_startup_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     cases = {
         "malformed config": (["--config", str(broken)], f"{broken}: not valid JSON"),
         "unknown server name": (["--config", str(good), "--only", "memo"], "unknown server name(s) 'memo'"),
-        "server that cannot start": (
-            ["--server", "gone=/nonexistent/mcp-server --flag"],
-            "cannot start MCP server command '/nonexistent/mcp-server --flag'",
+        "corrupt state file": (
+            ["--config", str(good), "--watch-state", str(broken)],
+            f"{broken}",
+        ),
+        "two servers named alike": (
+            ["--server", shlex.join([*FILES, "/a"]), "--server", shlex.join([*FILES, "/b"])],
+            "two upstream servers are both named 'asyncai_servers.files'; names must be unique",
         ),
     }
     results: dict[str, subprocess.CompletedProcess[bytes]] = {}

@@ -454,6 +454,15 @@ class LogPipe:
             self._changed.set()
             self._changed = anyio.Event()
 
+    async def line(self, prefix: str) -> str:
+        """The first line (of any writer: serve, or an upstream's stderr) that starts with ``prefix``."""
+        with anyio.fail_after(WAIT):
+            while True:
+                for line in self.lines:
+                    if line.startswith(prefix):
+                        return line
+                await self._changed.wait()
+
     async def event(self, name: str, **fields: Any) -> dict[str, Any]:
         """The next record of event ``name`` with these field values (after the one the last call
         returned), waiting for it if need be."""

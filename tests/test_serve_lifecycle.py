@@ -10,6 +10,7 @@ reply, a push or the process's exit, bounded by ``anyio.fail_after``.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import socket
@@ -24,6 +25,7 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 
+from tests.claude_code import LogPipe
 from tests.test_serve import SERVE, WAIT, Channel, call, file_uri, files_arg, serve, write
 
 pytestmark = pytest.mark.anyio
@@ -217,3 +219,37 @@ async def test_serve_exits_0_at_once_on_a_signal_or_eof_with_the_state_saved(
     saved = json.loads(state.read_text())
     assert [w["name"] for w in saved["watches"]] == ["doc"]
     assert sorted(p.name for p in state.parent.iterdir()) == ["watches.json"]  # no temp file left
+
+
+async def test_serve_exit_stops_an_upstream_that_never_reads_its_stdin(tmp_path: Path) -> None:
+    """The SDK starts each stdio server in a session of its own: serve's exit signals them."""
+    hang = [
+        sys.executable,
+        "-c",
+        "import os, sys, time; print('hang pid', os.getpid(), file=sys.stderr); time.sleep(3600)",
+    ]
+    log = tmp_path / "serve.log"
+    argv = [
+        *SERVE,
+        "--server",
+        files_arg(tmp_path),
+        "--server",
+        "hang=" + shlex.join(hang),
+        "--log-file",
+        str(log),
+    ]
+    async with (
+        LogPipe.opened(log) as serve_log,
+        await anyio.open_process(argv, stderr=subprocess.DEVNULL) as proc,
+    ):
+        wire = Wire(proc)
+        await wire.handshake()
+        hang_pid = int((await serve_log.line("hang pid ")).split()[-1])
+        pidfd = os.pidfd_open(hang_pid)
+        try:
+            proc.send_signal(signal.SIGTERM)
+            with anyio.fail_after(10):
+                assert await proc.wait() == 0
+                await anyio.wait_readable(pidfd)  # the hung upstream is gone too
+        finally:
+            os.close(pidfd)

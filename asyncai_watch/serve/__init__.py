@@ -10,7 +10,7 @@ host may drop a push without a word (docs/claude-code.md).
 
 On stdio, SIGINT, SIGTERM or the end of stdin end the process at once (exit 0) once no write of
 the ``--watch-state`` file is in flight: Claude Code sends SIGINT, then SIGTERM 100 ms later,
-then SIGKILL. Upstream servers started over stdio see their stdin close and exit by themselves.
+then SIGKILL. The stdio upstream servers get SIGTERM on the way out, not waited for.
 
 Modules: :mod:`.config` (upstreams), :mod:`.upstreams` (their connections), :mod:`.bridge`
 (the manager and the notices), :mod:`.ring` (the pull side), :mod:`.channel` (the push's
@@ -43,7 +43,7 @@ from .channel import instructions
 from .config import ConfigError, Upstream, from_server_args, load_config, select
 from .hub import DEFAULT_BUFFER, Hub
 from .ring import NoticeRing
-from .server import ConnectionAttach, build_server
+from .server import ConnectionAttach, FirstAnswer, build_server
 from .upstreams import DEFAULT_WAIT, UpstreamLink
 
 __all__ = ["DEFAULT_RING", "SERVE_ENV", "add_arguments", "main"]
@@ -227,6 +227,10 @@ def _links(
 async def _serve(
     args: argparse.Namespace, upstreams: list[Upstream], limits: Limits, errlog: IO[str] | None
 ) -> None:
+    # Imported before serving starts: nothing is left to load between the host's initialize and the answer.
+    from asyncai_servers._http import serve_http
+    from asyncai_servers._stdio import stdio_server
+
     clock = SystemClock()
     links = _links(upstreams, errlog, args.upstream_wait, clock)
     http = _address(args.http) if args.http is not None else None
@@ -245,16 +249,15 @@ async def _serve(
     server = build_server(bridge, instructions=text, version=version("asyncai-watch"))
     log.emit("serve.start", upstreams=[link.name for link in links], http=args.http, pid=os.getpid())
     async with anyio.create_task_group() as tg:
-        await tg.start(bridge.run)
         if http is not None:
-            from asyncai_servers._http import serve_http
-
+            await tg.start(bridge.run)
             server.middleware.append(ConnectionAttach(hub, tg, None, clock=clock))
             host, port = http
             await serve_http(server.streamable_http_app(host=host), host, port, on_shutdown=hub.close)
         else:
-            from asyncai_servers._stdio import stdio_server
-
+            initialized = anyio.Event()
+            await tg.start(bridge.run, initialized)  # the upstreams connect once initialize is answered
+            server.middleware.append(FirstAnswer(initialized))
             with hub.attach("connection") as outlet:
                 server.middleware.append(ConnectionAttach(hub, tg, outlet, clock=clock))
                 async with stdio_server() as (read, write):
@@ -277,10 +280,13 @@ async def _exit(bridge: Bridge, reason: str) -> NoReturn:
 
     What was acknowledged is on disk already (every start and stop saves before it answers);
     a write still in flight is waited for, so no temp file is left behind. The upstream
-    connections are not closed one by one: stdio servers see their stdin close and exit."""
+    connections are not closed one by one: each stdio server (and the filter engine's worker) gets
+    SIGTERM, without waiting for it, and sees its stdin close."""
     log.emit("serve.exit", reason=reason)
     with anyio.move_on_after(EXIT_SAVE_WAIT):
         await bridge.state_saved()
+    stopped = _stop_children()
+    log.emit("serve.children_stopped", pids=stopped)
     for handler in log.logger.handlers:
         handler.flush()
     sys.stderr.flush()
@@ -300,6 +306,40 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
     return [exc]
+
+
+def _stop_children() -> list[int]:
+    """SIGTERM each child process's process group; returns the pids signalled.
+
+    The SDK starts every stdio server in a session of its own, so an exit of ours reaches none
+    of them: a server that does not read its stdin (a hung one) would outlive us. The children
+    are found in ``/proc`` (Linux); elsewhere they are left to see their stdin close."""
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    stopped = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        pid, ppid, pgrp = int(entry), int(fields[1]), int(fields[2])
+        if ppid != me:
+            continue
+        try:
+            if pgrp == pid:
+                os.killpg(pgrp, signal.SIGTERM)  # the server and whatever it started
+            else:
+                os.kill(pid, signal.SIGTERM)
+        except OSError:
+            continue
+        stopped.append(pid)
+    return stopped
 
 
 def _configure_log(args: argparse.Namespace) -> IO[str] | None:

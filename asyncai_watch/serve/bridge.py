@@ -39,6 +39,10 @@ MANAGER_GRACE: Final = 20.0
 subscriptions) before it answers that serve is still starting."""
 
 
+CONNECT_FALLBACK: Final = 1.0
+"""Seconds after start when the upstreams connect even if no host asked anything yet."""
+
+
 class ManagerUnavailableError(WatchError):
     """The watch manager is not running yet (restoring saved watches), or failed to start."""
 
@@ -75,13 +79,27 @@ class Bridge:
         self._failed: str | None = None
         self._unreported: list[Entry] = []
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run until cancelled; ``started`` at once (nothing here waits for an upstream)."""
+    async def run(
+        self,
+        connect: anyio.Event | None = None,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run until cancelled; ``started`` at once (nothing here waits for an upstream).
+
+        The upstreams start connecting when ``connect`` is set (at once without one): serve
+        sets it once the host's ``initialize`` is answered, because starting a connection
+        blocks the event loop a little (a process to spawn, an HTTP client's TLS setup) and the
+        host is waiting for that answer. At most :data:`CONNECT_FALLBACK` seconds later they
+        start anyway."""
         async with anyio.create_task_group() as tg:
-            for link in self.links:
-                tg.start_soon(link.run)
             tg.start_soon(self._run_manager)
             task_status.started()
+            if connect is not None:
+                with anyio.move_on_after(CONNECT_FALLBACK):
+                    await connect.wait()
+            for link in self.links:
+                tg.start_soon(link.run)
 
     async def _run_manager(self) -> None:
         manager = WatchManager(

@@ -51,7 +51,7 @@ from .channel import CHANNEL_CAPABILITY, CHANNEL_METHOD, catchup_dict, channel_p
 from .hub import Hub, Outlet
 from .ring import Entry
 
-__all__ = ["TOOLS", "ConnectionAttach", "WatchServer", "build_server", "connection_writer"]
+__all__ = ["TOOLS", "ConnectionAttach", "FirstAnswer", "WatchServer", "build_server", "connection_writer"]
 
 SERVER_NAME: Final = "asyncai-watch"
 DEFAULT_NOTICES_LIMIT: Final = 100
@@ -380,6 +380,19 @@ async def connection_writer(outlet: Outlet, session: ServerSession) -> None:
     while (batch := await outlet.next_batch()) is not None:
         for entry in batch:
             await session.send_notification(channel_notification(entry))  # type: ignore[arg-type]
+
+
+class FirstAnswer:
+    """Middleware: sets ``answered`` once the client's first request has been answered."""
+
+    def __init__(self, answered: anyio.Event) -> None:
+        self.answered = answered
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.request_id is not None:
+            self.answered.set()
+        return result
 
 
 class ConnectionAttach:

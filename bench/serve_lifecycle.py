@@ -159,6 +159,7 @@ async def exit_once(root: Path, sig: signal.Signals, *, serve: bool) -> float:
 async def main(quick: bool) -> int:
     runs = 3 if quick else 10
     print(f"serve lifecycle bench: {runs} runs of each; every run a fresh process on pipes")
+    print("load average at the start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -184,6 +185,7 @@ async def main(quick: bool) -> int:
             row("p90", pct(took, 90) * 1e3, pct(baseline, 90) * 1e3, "ms")
             row("max", max(took) * 1e3, max(baseline) * 1e3, "ms", "(target <= 100 ms)")
             ok = ok and max(took) <= 0.1
+    print("load average at the end: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
     print("all targets met" if ok else "some targets missed (see above)")
     return 0
 

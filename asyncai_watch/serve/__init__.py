@@ -27,7 +27,7 @@ import signal
 import sys
 from importlib.metadata import version
 from pathlib import Path
-from typing import IO, Final, NoReturn
+from typing import Final, NoReturn, TextIO
 
 import anyio
 
@@ -193,7 +193,7 @@ def _upstreams(args: argparse.Namespace) -> list[Upstream]:
     return found
 
 
-def _source(upstream: Upstream, errlog: IO[str] | None = None) -> McpResourceSource:
+def _source(upstream: Upstream, errlog: TextIO | None = None) -> McpResourceSource:
     try:
         if upstream.url is not None:
             return McpResourceSource.http(
@@ -203,14 +203,14 @@ def _source(upstream: Upstream, errlog: IO[str] | None = None) -> McpResourceSou
             list(upstream.argv),
             name=upstream.link_name,
             env={**upstream.env, SERVE_ENV: "1"},
-            errlog=errlog,  # type: ignore[arg-type]  # a file: the child writes to its descriptor
+            errlog=errlog,  # a file: the child writes to its descriptor
         )
     except ValueError as exc:
         raise ConfigError(f"{upstream.origin}: {exc}") from None
 
 
 def _links(
-    upstreams: list[Upstream], errlog: IO[str] | None, wait: float, clock: SystemClock
+    upstreams: list[Upstream], errlog: TextIO | None, wait: float, clock: SystemClock
 ) -> list[UpstreamLink]:
     return [
         UpstreamLink(
@@ -225,7 +225,7 @@ def _links(
 
 
 async def _serve(
-    args: argparse.Namespace, upstreams: list[Upstream], limits: Limits, errlog: IO[str] | None
+    args: argparse.Namespace, upstreams: list[Upstream], limits: Limits, errlog: TextIO | None
 ) -> None:
     # Imported before serving starts: nothing is left to load between the host's initialize and the answer.
     from asyncai_servers._http import serve_http
@@ -342,7 +342,7 @@ def _stop_children() -> list[int]:
     return stopped
 
 
-def _configure_log(args: argparse.Namespace) -> IO[str] | None:
+def _configure_log(args: argparse.Namespace) -> TextIO | None:
     """NDJSON on stderr (every event with ``--verbose``), and every event in ``--log-file``."""
     stderr = log.configure_ndjson(sys.stderr, verbose=args.verbose or args.log_file is not None)
     if args.log_file is None:

@@ -24,7 +24,7 @@ import anyio.abc
 from asyncai_watch import log
 from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.core.limits import Limits
-from asyncai_watch.core.notice import SOURCE_RESTORE
+from asyncai_watch.core.notice import SOURCE_RESTORE, Notice
 from asyncai_watch.errors import WatchError
 from asyncai_watch.runtime.manager import WatchManager
 
@@ -124,7 +124,7 @@ class Bridge:
             self._ready.set()
             log.logger.exception("serve.manager_failed", extra={"error": self._failed})
 
-    def _add(self, notice: Any) -> None:
+    def _add(self, notice: Notice) -> None:
         """Every notice into the ring (pull), then out to whoever can hear a push."""
         entry = self.ring.add(notice, _now())
         if notice.source == SOURCE_RESTORE:

@@ -40,7 +40,6 @@ import anyio.abc
 import attrs
 import httpx2
 from mcp.client.auth import OAuthClientProvider, OAuthFlowError, TokenStorage
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -486,6 +485,9 @@ def http_auth_from_args(
         cc_id, cc_secret, issuer = client_id, secret, str(args.oauth_issuer)
 
         def client_credentials(url: str) -> httpx2.Auth:
+            # Imported when chosen: it loads PyJWT and cryptography, a third of the library's import.
+            from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
             return ClientCredentialsOAuthProvider(
                 server_url=url,
                 storage=storage(url),

@@ -41,8 +41,8 @@ import pytest
 from bearer_proxy import BearerProxy
 from http_servers import SERVERS, reference_server
 
-from asyncai_servers._http import serve_http
 from asyncai_watch._tasks import enter_task_group
+from asyncai_watch.server.http import serve_http
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED_FILE = Path(__file__).with_name("conformance.toml")

@@ -24,10 +24,10 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated, Subscription
 
-from asyncai_servers._http import running_http_server
 from asyncai_servers.files.__main__ import main as files_main
 from asyncai_watch.core.eventlog import Sequencer
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch.server.http import running_http_server
 
 pytestmark = pytest.mark.anyio
 

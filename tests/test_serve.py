@@ -27,7 +27,7 @@ from mcp.client import ClientExtension, NotificationBinding
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from pydantic import BaseModel, ConfigDict
 
-from asyncai_servers._http import running_http_server
+from asyncai_watch.server.http import running_http_server
 
 pytestmark = pytest.mark.anyio
 

@@ -24,7 +24,7 @@ from http_servers import SERVERS, Served, reference_server_process
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from asyncai_servers._resumable import RETRY_MS, EventBuffer
+from asyncai_watch.server.resumable import RETRY_MS, EventBuffer
 
 WAIT = 30
 MODERN, LEGACY = "auto", "legacy"

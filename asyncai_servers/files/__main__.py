@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def serve_stdio(server: FilesServer) -> None:
-    from asyncai_servers._stdio import stdio_server
+    from asyncai_watch.server.stdio import stdio_server
 
     async with server.running(), stdio_server() as (read, write):
         await server.server.run(read, write, server.server.create_initialization_options())
@@ -53,8 +53,8 @@ async def serve_stdio(server: FilesServer) -> None:
 
 async def serve_http(server: FilesServer, host: str, port: int) -> None:
     """Serve ``server`` at ``http://HOST:PORT/mcp`` until SIGTERM/SIGINT, announcing ``READY <url>``."""
-    from asyncai_servers._http import serve_http as serve_asgi
-    from asyncai_servers._resumable import streamable_http_app
+    from asyncai_watch.server.http import serve_http as serve_asgi
+    from asyncai_watch.server.resumable import streamable_http_app
 
     async with server.running():
         # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     http: tuple[str, int] | None = None
     if args.http is not None:
-        from asyncai_servers._http import parse_host_port
+        from asyncai_watch.server.http import parse_host_port
 
         try:
             http = parse_host_port(args.http)
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         return
     except (OSError, BaseExceptionGroup) as exc:
-        from asyncai_servers._http import bind_error as only_os_error
+        from asyncai_watch.server.http import bind_error as only_os_error
 
         bind_error = only_os_error(exc)
         if bind_error is None:

@@ -41,8 +41,6 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 
-from asyncai_servers._errors import unknown_tool
-from asyncai_servers._eventlog import EventRing
 from asyncai_servers.files.change_source import (
     Batch,
     ChangeSource,
@@ -60,9 +58,11 @@ from asyncai_servers.files.content import (
 )
 from asyncai_servers.files.dirlog import DirSpec, FileObject, observe, reconcile, scan
 from asyncai_servers.files.paths import PathRefused, Roots
-from asyncai_watch._tool_schemas import input_schemas
+from asyncai_watch import EVENTS_MIME_TYPE
 from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch.server.errors import unknown_tool
+from asyncai_watch.server.eventlog import EventRing
+from asyncai_watch.server.schemas import input_schemas
 
 __all__ = ["DIR_TEMPLATE", "FILE_TEMPLATE", "FilesServer", "UriError"]
 

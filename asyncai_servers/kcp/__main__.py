@@ -17,13 +17,13 @@ import sys
 
 import anyio
 
-from asyncai_servers._http import parse_host_port, serve_http
-from asyncai_servers._resumable import streamable_http_app
-from asyncai_servers._stdio import stdio_server
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.server import KcpServer
 from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, WatcherPool
-from asyncai_watch.core.backoff import Backoff
+from asyncai_watch import Backoff
+from asyncai_watch.server.http import parse_host_port, serve_http
+from asyncai_watch.server.resumable import streamable_http_app
+from asyncai_watch.server.stdio import stdio_server
 
 __all__ = ["main", "main_readonly"]
 

@@ -18,8 +18,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
-from asyncai_servers._errors import unknown_tool
-from asyncai_servers._eventlog import read_after
 from asyncai_servers.kcp.kubectl import Kubectl, KubectlError
 from asyncai_servers.kcp.state import strip_managed_fields
 from asyncai_servers.kcp.uri import (
@@ -33,8 +31,10 @@ from asyncai_servers.kcp.uri import (
     validate_workspace,
 )
 from asyncai_servers.kcp.watcher import SeedError, WatcherPool
-from asyncai_watch._tool_schemas import input_schemas
-from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch import EVENTS_MIME_TYPE
+from asyncai_watch.server.errors import unknown_tool
+from asyncai_watch.server.eventlog import read_after
+from asyncai_watch.server.schemas import input_schemas
 
 __all__ = ["KcpServer", "ListenTracker", "check_watchable"]
 

@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from asyncai_servers._http import bind_error, parse_host_port, serve_http
-from asyncai_servers._resumable import streamable_http_app
-from asyncai_servers._stdio import stdio_server
 from asyncai_servers.memo.server import MemoState, build_server
+from asyncai_watch.server.http import bind_error, parse_host_port, serve_http
+from asyncai_watch.server.resumable import streamable_http_app
+from asyncai_watch.server.stdio import stdio_server
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -24,8 +24,8 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 
-from asyncai_servers._errors import RESOURCE_NOT_FOUND, resource_not_found, unknown_tool
-from asyncai_watch._tool_schemas import input_schemas
+from asyncai_watch.server.errors import RESOURCE_NOT_FOUND, resource_not_found, unknown_tool
+from asyncai_watch.server.schemas import input_schemas
 
 __all__ = [
     "MIME_TYPE",

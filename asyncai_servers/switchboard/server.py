@@ -33,9 +33,9 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ResourceUpdated, 
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from asyncai_servers._errors import resource_not_found, unknown_tool
-from asyncai_watch._tool_schemas import input_schemas
-from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch import EVENTS_MIME_TYPE
+from asyncai_watch.server.errors import resource_not_found, unknown_tool
+from asyncai_watch.server.schemas import input_schemas
 
 from .config import Credential, Credentials
 from .core import Switchboard, queue_uri

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import functools
 import logging
 import os
@@ -52,7 +53,6 @@ import httpx2
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientExtension, Transport
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import (
     ListenNotSupportedError,
@@ -75,8 +75,8 @@ from asyncai_watch.errors import (
     SubscriptionLostError,
 )
 from asyncai_watch.http_auth import refresh_first
-from asyncai_watch.mcp import _sdk_stdio
 from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.stdio import StdioTransport
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
@@ -99,7 +99,6 @@ _MAX_PAGES: Final = 1000
 
 _T = TypeVar("_T")
 
-_sdk_stdio.install()  # a linear stdout line reader for the SDK's stdio client (see the module)
 _log = logging.getLogger(__name__)
 
 
@@ -226,6 +225,10 @@ class McpResourceSource:
         if request_timeout is not None and request_timeout <= 0:
             raise ValueError(
                 f"request_timeout must be > 0 seconds (or None for no bound), got {request_timeout!r}"
+            )
+        if isinstance(target, StdioServerParameters) and codecs.lookup(target.encoding).name != "utf-8":
+            raise ValueError(
+                f"MCP over stdio is UTF-8; got a server with encoding={target.encoding!r} (leave it unset)"
             )
         self._target = target
         self._description = description
@@ -444,7 +447,7 @@ class McpResourceSource:
 
     async def _open_client(self, stack: AsyncExitStack) -> Client:
         http_errors: list[str] = []
-        transport: Transport | StdioServerParameters
+        transport: Transport
         if isinstance(self._target, str):
             # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
             # listen stream is idle between events; modern servers ping it every 15 s).
@@ -460,10 +463,12 @@ class McpResourceSource:
 
             http_client.event_hooks["response"].append(note_status)
             transport = streamable_http_client(self._target, http_client=http_client)
-        elif self._errlog is not None:
-            transport = stdio_client(self._target, errlog=self._errlog)
         else:
-            transport = self._target
+            # Our own transport (a new one, so a new process, per connection): see mcp/stdio.py.
+            params = self._target
+            transport = StdioTransport(
+                params.command, params.args, env=params.env, cwd=params.cwd, errlog=self._errlog
+            )
         client = Client(
             transport,
             mode="auto",

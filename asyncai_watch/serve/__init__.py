@@ -228,8 +228,8 @@ async def _serve(
     args: argparse.Namespace, upstreams: list[Upstream], limits: Limits, errlog: TextIO | None
 ) -> None:
     # Imported before serving starts: nothing is left to load between the host's initialize and the answer.
-    from asyncai_servers._http import serve_http
-    from asyncai_servers._stdio import stdio_server
+    from asyncai_watch.server.http import serve_http
+    from asyncai_watch.server.stdio import stdio_server
 
     clock = SystemClock()
     links = _links(upstreams, errlog, args.upstream_wait, clock)
@@ -294,7 +294,7 @@ async def _exit(bridge: Bridge, reason: str) -> NoReturn:
 
 
 def _address(value: str) -> tuple[str, int]:
-    from asyncai_servers._http import parse_host_port
+    from asyncai_watch.server.http import parse_host_port
 
     try:
         return parse_host_port(value)
@@ -390,7 +390,7 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except BaseException as exc:
-        from asyncai_servers._http import bind_error
+        from asyncai_watch.server.http import bind_error
 
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise

@@ -16,7 +16,7 @@ content (an object, as MCP requires: lists are wrapped, e.g. ``{"resources": [..
 input is an ``isError`` result whose text says what was wrong and what is accepted; nothing
 is subscribed then. An unknown tool name is not a tool that ran and failed but a JSON-RPC
 error -32602 (invalid params) naming the tools there are, as the MCP spec says and as every
-reference server answers (:mod:`asyncai_watch._mcp_errors`). This server serves no MCP
+reference server answers (:mod:`asyncai_watch.server.errors`). This server serves no MCP
 resources itself (``read_resource`` is a tool), so it has no resource-not-found error: it
 declares no ``resources`` capability (``resources/read`` is -32601, method not found) and
 leaves a listen's ``resourceSubscriptions`` out of the acknowledgment.
@@ -40,10 +40,10 @@ from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
-from asyncai_watch._mcp_errors import unknown_tool
-from asyncai_watch._tool_schemas import input_schemas
 from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.errors import WatchError
+from asyncai_watch.server.errors import unknown_tool
+from asyncai_watch.server.schemas import input_schemas
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
 
 from .bridge import Bridge

@@ -1,8 +1,6 @@
-"""The protocol errors every MCP server of this project answers with, so they agree on codes and wording.
+"""The protocol errors an MCP server answers with, so every server of ours agrees on codes and wording.
 
-Used by the reference servers (through :mod:`asyncai_servers._errors`) and by the Channels
-bridge ``asyncai-watch serve``. It lives in the library because the servers depend on the
-library, never the reverse.
+Used by the reference servers and by the Channels bridge ``asyncai-watch serve``.
 
 MCP makes an unknown tool name a JSON-RPC protocol error with code -32602
 (invalid params), not an ``isError`` tool result: ``isError`` is for a tool

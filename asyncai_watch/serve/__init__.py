@@ -32,7 +32,7 @@ from typing import Final, NoReturn, TextIO
 import anyio
 
 from asyncai_watch import log
-from asyncai_watch.clock import SystemClock
+from asyncai_watch.clock import SystemClock, fail_after
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import LimitError, WatchError
 from asyncai_watch.mcp.client import McpResourceSource
@@ -283,8 +283,11 @@ async def _exit(bridge: Bridge, reason: str) -> NoReturn:
     connections are not closed one by one: each stdio server (and the filter engine's worker) gets
     SIGTERM, without waiting for it, and sees its stdin close."""
     log.emit("serve.exit", reason=reason)
-    with anyio.move_on_after(EXIT_SAVE_WAIT):
-        await bridge.state_saved()
+    try:
+        async with fail_after(bridge.clock, EXIT_SAVE_WAIT):
+            await bridge.state_saved()
+    except TimeoutError:
+        pass  # the write goes on in its thread; the file is replaced whole or not at all
     stopped = _stop_children()
     log.emit("serve.children_stopped", pids=stopped)
     for handler in log.logger.handlers:

@@ -96,8 +96,11 @@ class Bridge:
             tg.start_soon(self._run_manager)
             task_status.started()
             if connect is not None:
-                with anyio.move_on_after(CONNECT_FALLBACK):
-                    await connect.wait()
+                try:
+                    async with fail_after(self.clock, CONNECT_FALLBACK):
+                        await connect.wait()
+                except TimeoutError:
+                    pass  # nobody asked: connect all the same
             for link in self.links:
                 tg.start_soon(link.run)
 
@@ -121,6 +124,7 @@ class Bridge:
                     self._add(notice)
         except Exception as exc:  # e.g. the state file went bad since startup: tools say so, pulls still work
             self._failed = str(exc) if isinstance(exc, WatchError) else f"{type(exc).__name__}: {exc}"
+            self._manager = None
             self._ready.set()
             log.logger.exception("serve.manager_failed", extra={"error": self._failed})
 

@@ -13,8 +13,9 @@ The public API is the names here plus these public submodules (docs/architecture
   deadlines on them (``fail_after``, ``move_on_at``);
 - :mod:`asyncai_watch.extras`: optional dependencies imported on demand, with a one-line hint
   naming the extra that installs a missing one;
-- :mod:`asyncai_watch.server`: helpers for writing a watchable MCP server (stdio and Streamable
-  HTTP serving, the event ring, the protocol errors);
+- :mod:`asyncai_watch.server`: helpers for writing a watchable MCP server (subscriptions of both
+  MCP eras at O(listeners) per change, stdio and Streamable HTTP serving, the event ring, the
+  protocol errors);
 - :mod:`asyncai_watch.testing`: a fake clock and a fake source for tests.
 
 Everything else is internal and may change: the pure core (``asyncai_watch.core``), the

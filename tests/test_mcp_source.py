@@ -522,3 +522,36 @@ async def test_a_large_body_arrives_whole_over_stdio() -> None:
         await memo_set(src, "big", value)
         with anyio.fail_after(WAIT):
             assert await read_json(src) == {"big": value}
+
+
+CARELESS = [sys.executable, str(Path(__file__).with_name("careless_server.py"))]
+
+
+@pytest.mark.anyio
+async def test_a_result_the_sdk_refuses_is_a_server_error_naming_the_method() -> None:
+    async with McpResourceSource.stdio(CARELESS) as src:
+        assert src.protocol_version == "2026-07-28"
+        # MCP: a tool result without resultType is complete.
+        done = await src.call_tool("no_result_type", {})
+        assert (done.text, done.is_error) == ("no_result_type ran", False)
+        with pytest.raises(
+            ServerError, match=r"tools/call 'broken' failed: its result is not valid MCP 2026-07-28: .*text"
+        ):
+            await src.call_tool("broken", {})
+        with pytest.raises(
+            ServerError, match=r"tools/call 'bad_structure' failed: its result was refused: .*"
+        ):
+            await src.call_tool("bad_structure", {})
+        # Read as complete, it is still held to the tool's output schema.
+        with pytest.raises(
+            ServerError, match=r"tools/call 'no_result_type_bad_structure' failed: its result was refused"
+        ):
+            await src.call_tool("no_result_type_bad_structure", {})
+        with pytest.raises(
+            ServerError,
+            match=r"resources/read 'x://y' failed: its result is not valid MCP 2026-07-28: .*ttlMs",
+        ):
+            await src.read("x://y")
+        # The connection is fine: a refused result is the server's fault, not the transport's.
+        assert (await src.call_tool("no_result_type", {})).text == "no_result_type ran"
+        assert src.reconnects == 0

@@ -197,6 +197,13 @@ async def test_modern_stdio_pushes_filtered_notices_from_files_and_memo(tmp_path
                 # Once each: a copy on the connection would have come before this one.
                 assert notice_id(after) > notice_id(on_listen)
 
+            # serve has no MCP resources: a listen naming one is refused, saying what to do instead.
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+                async with client.listen(resource_subscriptions=["memo://notes"]):
+                    pass
+            assert refused.value.error.code == -32602
+            assert "serves no resources: watch a URI with the watch_start tool" in refused.value.error.message
+
             # The pull side has every notice that was pushed, with the same ids and text.
             pulled = await call(client, "watch_notices", after_id=0)
             assert pulled["gap"] is None
@@ -248,7 +255,7 @@ async def test_legacy_stdio_gets_pushes_and_a_restart_restores_the_watches(tmp_p
         assert restore.meta["restored"] == "1"
         assert "watch" not in restore.meta
         assert restore.content.startswith("Restored 1 of 1 watches")
-        assert [w["name"] for w in (await call(client, "watch_list"))["watches"]] == ["doc"]
+        assert [w["name"] for w in await call(client, "watch_list")] == ["doc"]
         write(doc, '{"a": 3}')
         push = await channel.next()
         assert push.content == "MODIFIED a (2→3)"
@@ -376,9 +383,7 @@ async def test_bad_input_is_a_tool_error_that_says_what_is_accepted(tmp_path: Pa
         assert "at most 5 watches" in error
         assert "watch_stop(name=...)" in error
         # Nothing was subscribed for any failed call.
-        assert [w["name"] for w in (await call(client, "watch_list"))["watches"]] == [
-            f"w{i}" for i in range(5)
-        ]
+        assert [w["name"] for w in await call(client, "watch_list")] == [f"w{i}" for i in range(5)]
         assert await call(client, "watch_stop", name="w0") == {"name": "w0", "stopped": True}
         assert await call(client, "watch_stop", name="w0") == {"name": "w0", "stopped": False}
 

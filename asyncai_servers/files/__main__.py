@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
         "--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="largest file file:// serves (default 4 MiB)"
     )
     p.add_argument(
+        "--max-uris",
+        type=int,
+        metavar="N",
+        help="URIs one subscriptions/listen (or one 2025-era session) may name (default 100,000)",
+    )
+    p.add_argument(
         "--http",
         metavar="HOST:PORT",
         help="serve MCP Streamable HTTP at http://HOST:PORT/mcp instead of stdio "
@@ -70,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(
             f"--debounce-ms must be >= 0 and --max-bytes >= 1 (got {args.debounce_ms}, {args.max_bytes})"
         )
+    if args.max_uris is not None and args.max_uris < 1:
+        parser.error(f"--max-uris must be >= 1, got {args.max_uris}")
     http: tuple[str, int] | None = None
     if args.http is not None:
         from asyncai_watch.server.http import parse_host_port
@@ -89,8 +97,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     import anyio
 
     from asyncai_servers.files.server import FilesServer
+    from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 
-    server = FilesServer(roots, timing=timing, max_bytes=args.max_bytes)
+    max_uris = DEFAULT_MAX_URIS if args.max_uris is None else args.max_uris
+    server = FilesServer(roots, timing=timing, max_bytes=args.max_bytes, max_uris=max_uris)
     if http is None:
         with contextlib.suppress(KeyboardInterrupt):
             anyio.run(serve_stdio, server)

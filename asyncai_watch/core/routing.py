@@ -32,6 +32,7 @@ from urllib.parse import unquote
 
 import attrs
 
+from asyncai_watch.core.echo import clip, quoted
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import RoutingError
 
@@ -228,7 +229,7 @@ def _parse_varspec(template: str, spec: str, pos: int) -> _Var:
         name, _, length = spec.partition(":")
         if not _PREFIX_LENGTH.fullmatch(length):
             raise _sdk().InvalidUriTemplate(
-                f"Prefix modifier in {spec!r} at position {pos} needs a length of 1-9999, e.g. {{{name}:3}}",
+                f"Prefix modifier in {quoted(spec)} at position {pos} needs a length of 1-9999, e.g. {{{name}:3}}",
                 template=template,
                 position=pos,
             )
@@ -308,16 +309,16 @@ def _listing(items: list[str]) -> str:
 
 def _no_route_message(uri: str, catalogs: Sequence[ServerCatalog]) -> str:
     if not catalogs:
-        return f"no server for {uri!r}: no MCP server is connected"
-    uris = [f"{r.uri} ({c.name})" for c in catalogs for r in c.resources]
+        return f"no server for {quoted(uri)}: no MCP server is connected"
+    uris = [f"{clip(r.uri)} ({c.name})" for c in catalogs for r in c.resources]
     templates: list[str] = []
     for c in catalogs:
         for t in c.templates:
             bad = not isinstance(_compile(t.uri_template), Template)
-            templates.append(f"{t.uri_template} ({c.name}{', unparseable' if bad else ''})")
+            templates.append(f"{clip(t.uri_template)} ({c.name}{', unparseable' if bad else ''})")
     servers = ", ".join(c.name for c in catalogs)
     return (
-        f"no server for {uri!r}: no server lists it, it matches no template, and no server "
+        f"no server for {quoted(uri)}: no server lists it, it matches no template, and no server "
         f"({servers}) advertises resources.subscribe. Known URIs: {_listing(uris)}. "
         f"Templates: {_listing(templates)}."
     )

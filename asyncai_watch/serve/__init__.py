@@ -33,6 +33,7 @@ import anyio
 
 from asyncai_watch import log
 from asyncai_watch.clock import SystemClock, fail_after
+from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import LimitError, WatchError
 from asyncai_watch.mcp.client import McpResourceSource
@@ -142,7 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {redact(message)}", file=sys.stderr, flush=True)
     return 2
 
 
@@ -385,7 +386,8 @@ def main(args: argparse.Namespace) -> int:
         if args.http is not None:
             _address(args.http)
         if args.watch_state is not None:
-            StateFile(args.watch_state).load()  # a corrupt one stops serve before anything runs
+            with StateFile(args.watch_state) as state:  # released: the manager takes it for good
+                state.load()  # a corrupt or owned one stops serve before anything runs
     except (ConfigError, WatchError) as exc:
         return _fail(str(exc))
     try:

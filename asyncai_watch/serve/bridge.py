@@ -79,6 +79,16 @@ class Bridge:
         self._failed: str | None = None
         self._unreported: list[Entry] = []
 
+    @classmethod
+    def over(cls, manager: WatchManager, ring: NoticeRing, hub: Hub) -> Bridge:
+        """A bridge around a manager the caller runs, with no upstream links of its own: serve's
+        MCP server in-process over the caller's watches (tests, embedding). Nothing pumps the
+        manager's notices into ``ring``; :meth:`run` is not needed."""
+        bridge = cls((), ring, hub, limits=manager.limits, wait=0.0, clock=manager.clock)
+        bridge._manager = manager
+        bridge._ready.set()
+        return bridge
+
     async def run(
         self,
         connect: anyio.Event | None = None,

@@ -3,6 +3,11 @@
 The reference servers (``asyncai_servers``) and the Channels bridge (``asyncai-watch serve``)
 are built on these; so can any server written on the ``mcp`` SDK's low-level ``Server``:
 
+- :mod:`.subscriptions`: ``SubscriptionRegistry``, subscriptions of both MCP eras from one
+  change source: ``subscriptions/listen`` (2026-07-28; one listen may hold 100,000 URIs) and
+  ``resources/subscribe`` / ``resources/unsubscribe`` (2025-11-25 and before), a change costing
+  O(listeners of that URI); :mod:`.index`: ``SubscriptionIndex``, its pure core (who listens to
+  which URI);
 - :mod:`.stdio`: ``stdio_server()``, MCP over stdin/stdout on the event loop (requests read
   linearly, bad lines answered with their JSON-RPC error, SIGTERM as a closed stdin);
 - :mod:`.http`: ``serve_http()``, Streamable HTTP on a socket bound first, announced by a
@@ -25,7 +30,13 @@ import importlib
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from asyncai_watch.server.errors import RESOURCE_NOT_FOUND, UNKNOWN_TOOL, resource_not_found, unknown_tool
+    from asyncai_watch.server.errors import (
+        RESOURCE_NOT_FOUND,
+        UNKNOWN_TOOL,
+        resource_error,
+        resource_not_found,
+        unknown_tool,
+    )
     from asyncai_watch.server.eventlog import AFTER_META_KEY, EventRing, read_after
     from asyncai_watch.server.http import (
         ServerExitedError,
@@ -34,20 +45,43 @@ if TYPE_CHECKING:
         running_http_server,
         serve_http,
     )
+    from asyncai_watch.server.index import LIST_KINDS, ListKind, SubscriptionIndex
     from asyncai_watch.server.resumable import streamable_http_app
     from asyncai_watch.server.schemas import input_schemas
     from asyncai_watch.server.stdio import stdio_server
+    from asyncai_watch.server.subscriptions import (
+        DEFAULT_MAX_BACKLOG,
+        DEFAULT_MAX_LISTENS,
+        DEFAULT_MAX_PUSHES,
+        DEFAULT_MAX_URIS,
+        Listener,
+        ListenStream,
+        SubscriptionRegistry,
+        SubscriptionStats,
+    )
 
 __all__ = [
     "AFTER_META_KEY",
+    "DEFAULT_MAX_BACKLOG",
+    "DEFAULT_MAX_LISTENS",
+    "DEFAULT_MAX_PUSHES",
+    "DEFAULT_MAX_URIS",
+    "LIST_KINDS",
     "RESOURCE_NOT_FOUND",
     "UNKNOWN_TOOL",
     "EventRing",
+    "ListKind",
+    "ListenStream",
+    "Listener",
     "ServerExitedError",
+    "SubscriptionIndex",
+    "SubscriptionRegistry",
+    "SubscriptionStats",
     "bind_error",
     "input_schemas",
     "parse_host_port",
     "read_after",
+    "resource_error",
     "resource_not_found",
     "running_http_server",
     "serve_http",
@@ -57,8 +91,20 @@ __all__ = [
 ]
 
 _HOME: Final[dict[str, str]] = {
+    "LIST_KINDS": "index",
+    "ListKind": "index",
+    "SubscriptionIndex": "index",
+    "DEFAULT_MAX_BACKLOG": "subscriptions",
+    "DEFAULT_MAX_LISTENS": "subscriptions",
+    "DEFAULT_MAX_PUSHES": "subscriptions",
+    "DEFAULT_MAX_URIS": "subscriptions",
+    "Listener": "subscriptions",
+    "ListenStream": "subscriptions",
+    "SubscriptionRegistry": "subscriptions",
+    "SubscriptionStats": "subscriptions",
     "RESOURCE_NOT_FOUND": "errors",
     "UNKNOWN_TOOL": "errors",
+    "resource_error": "errors",
     "resource_not_found": "errors",
     "unknown_tool": "errors",
     "AFTER_META_KEY": "eventlog",

@@ -277,7 +277,7 @@ async def _exit_on_signal(bridge: Bridge) -> None:
 
 
 async def _exit(bridge: Bridge, reason: str) -> NoReturn:
-    """End the process now: a host kills a server that takes more than 100 ms (see the module).
+    """End the process now: Claude Code follows SIGINT with SIGTERM 100 ms later (see the module).
 
     What was acknowledged is on disk already (every start and stop saves before it answers);
     a write still in flight is waited for, so no temp file is left behind. The upstream

@@ -73,9 +73,9 @@ class Runner:
         tg: anyio.abc.TaskGroup,
     ) -> None:
         self.source = source
-        self.feed: Feed[Watcher] = Feed(
-            mode=source.subscription_mode, backoff=limits.backoff, healthy_after=limits.resubscribe_max
-        )
+        # The mode is the connection's, known once it is up (a bridge's upstreams connect in the
+        # background, and may come back speaking another version): see _mode().
+        self.feed: Feed[Watcher] = Feed(backoff=limits.backoff, healthy_after=limits.resubscribe_max)
         self.topics: dict[str, Topic] = {}
         self._limits = limits
         self._clock = clock
@@ -96,12 +96,14 @@ class Runner:
             async with move_on_at(self._clock, self._sleeping_until):
                 await self._wake.wait()
             self._wake = anyio.Event()
+            self._mode()
             self._execute(self.feed.tick(self._clock.now()))
 
     async def join(self, watcher: Watcher) -> None:
         """Subscribe ``watcher`` to its URI; returns once it began on a read (raises when that
         failed, once a subscription made only for it is closed again)."""
         settled = watcher.settled = anyio.Event()
+        self._mode()
         self._execute(self.feed.watch(watcher.uri, watcher, self._clock.now()))
         try:
             await settled.wait()
@@ -117,6 +119,10 @@ class Runner:
             ):
                 raise cause  # already says what to do (a server that cannot be watched, a bad baseline)
             raise WatchError(f"watch_start: {watcher.start_error}") from cause
+
+    def _mode(self) -> None:
+        """The feed groups URIs as the connection takes them (read before it opens listens)."""
+        self.feed.mode = self.source.subscription_mode
 
     async def leave(self, watcher: Watcher) -> None:
         """Unsubscribe ``watcher``; returns once the listens this closed have ended."""

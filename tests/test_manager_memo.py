@@ -22,7 +22,7 @@ from asyncai_watch.clock import SystemClock
 from asyncai_watch.codemode import builtins
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
-from asyncai_watch.errors import ProtocolVersionError, WatchError
+from asyncai_watch.errors import NotWatchableError, WatchError
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.mcp.source import (
     ListedResource,
@@ -187,14 +187,14 @@ async def test_template_watch_next_to_a_stopped_one() -> None:
 
 
 @pytest.mark.anyio
-async def test_legacy_server_tools_work_but_watch_names_the_version() -> None:
+async def test_a_legacy_server_without_subscribe_serves_tools_and_reads_but_no_watch() -> None:
     async with (
-        McpResourceSource.stdio(LEGACY) as src,
+        McpResourceSource.stdio([*LEGACY, "--no-subscribe"]) as src,
         WatchManager([src], limits=IMMEDIATE, clock=SystemClock()) as m,
     ):
         tools = await tool_functions([src])
         assert await tools["legacy_get"](key="greeting") == "hello"
-        with pytest.raises(ProtocolVersionError, match="2026-07-28"):
+        with pytest.raises(NotWatchableError, match="speaks MCP 2025-11-25 and does not advertise"):
             await m.watch_start("state", "legacy://state")
         assert m.watch_list() == []
         assert await m.read_resource("legacy://state") == {"greeting": "hello"}

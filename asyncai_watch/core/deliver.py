@@ -21,6 +21,7 @@ import attrs
 
 from asyncai_watch.core.debounce import Debouncer
 from asyncai_watch.core.dedupe import Deduper
+from asyncai_watch.core.echo import clip
 from asyncai_watch.core.events import Event
 from asyncai_watch.core.extract import Pending
 from asyncai_watch.core.limits import Limits
@@ -143,7 +144,7 @@ class Delivery:
 
     def read_failed(self, error: str) -> list[Line]:
         """A read after an update failed: one error line (the shared state is kept)."""
-        return [Line(f"ERROR reading {self.uri}: {error}")]
+        return [Line(f"ERROR reading {clip(self.uri)}: {error}")]
 
     def add(self, lines: Sequence[Line], now: float, *, records: bool = True) -> list[EventRecord]:
         """Dedupe ``lines`` and queue the rest for the next notice; returns the records of the
@@ -177,10 +178,11 @@ class Delivery:
 
     def failed(self, reason: str, attempts: int) -> list[Notice]:
         """The watch gives up: what was pending, then the failure notice."""
+        uri = clip(self.uri)
         text = (
-            f"watch {self.name!r} failed: its subscription to {self.uri} ended and "
+            f"watch {self.name!r} failed: its subscription to {uri} ended and "
             f"{attempts} resubscribe attempts failed (last: {reason}). It no longer delivers changes; "
-            f'start it again with watch_start(name="{self.name}", uri="{self.uri}", ...) or drop it with '
+            f'start it again with watch_start(name="{self.name}", uri="{uri}", ...) or drop it with '
             f'watch_stop(name="{self.name}").'
             if attempts
             else f"watch {self.name!r} failed: {reason}. Start it again with watch_start or drop it with watch_stop."

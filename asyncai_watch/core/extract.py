@@ -19,6 +19,7 @@ from typing import Any, Final
 import attrs
 
 from asyncai_watch.core.changes import annotate
+from asyncai_watch.core.echo import clip
 from asyncai_watch.core.eventlog import Position, Sequencer
 from asyncai_watch.core.events import Event, Shape, is_json_mime_type, shape_for_mime_type
 from asyncai_watch.core.jsontext import JsonError, parse_json
@@ -138,21 +139,21 @@ class Extraction:
     def baseline(self, body: Body) -> Shape:
         """Take the first read; raises :class:`WatchError` when it cannot be a baseline."""
         if self.shape is not None:
-            raise ExtractionStateError(f"Extraction.baseline: {self.uri} already has a baseline")
+            raise ExtractionStateError(f"Extraction.baseline: {clip(self.uri)} already has a baseline")
         body = body.parsed_body()
         shape = shape_for_mime_type(body.mime_type)
         if shape == "event-log":
             error = self._sequencer.prime(body.value if body.error is None else body.text)
             if error is not None:
                 raise WatchError(
-                    f"watch_start: {self.uri} is an event log ({body.mime_type}) but its body is not valid: "
+                    f"watch_start: {clip(self.uri)} is an event log ({body.mime_type}) but its body is not valid: "
                     f"{error.message}"
                 )
         else:
             self._json = is_json_mime_type(body.mime_type)
             if self._json and body.error is not None:
                 raise WatchError(
-                    f"watch_start: {self.uri} is served as {body.mime_type} but its body is not JSON "
+                    f"watch_start: {clip(self.uri)} is served as {body.mime_type} but its body is not JSON "
                     f"({body.error}); a state resource's body must parse as its mimeType says"
                 )
             self._previous = body.state
@@ -162,7 +163,7 @@ class Extraction:
     def read(self, body: Body) -> Pending:
         """The events of a later read (annotated; no-op ``MODIFIED`` kept apart) and its notes."""
         if self.shape is None:
-            raise ExtractionStateError(f"Extraction.read: {self.uri} has no baseline yet")
+            raise ExtractionStateError(f"Extraction.read: {clip(self.uri)} has no baseline yet")
         body = body.parsed_body()
         limit = self.limits.events_per_update
         if self.shape == "event-log":
@@ -176,7 +177,7 @@ class Extraction:
             # Keep the last good baseline: the next good read diffs against it.
             return Pending(
                 notes=(
-                    f"ERROR {self.uri} is served as {body.mime_type} but this read is not JSON ({body.error})",
+                    f"ERROR {clip(self.uri)} is served as {body.mime_type} but this read is not JSON ({body.error})",
                 )
             )
         events = diff_reads(self._previous, body.state)

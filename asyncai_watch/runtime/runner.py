@@ -24,6 +24,7 @@ import anyio
 import anyio.abc
 
 from asyncai_watch.clock import Clock, move_on_at
+from asyncai_watch.core.echo import clip
 from asyncai_watch.core.extract import Pending
 from asyncai_watch.core.feed import (
     Action,
@@ -253,4 +254,4 @@ class Runner:
 def _read_error(exc: BaseException, uri: str, server: str) -> str:
     if isinstance(exc, WatchError) and str(exc).startswith("watch_start: "):
         return str(exc).removeprefix("watch_start: ")  # a baseline that cannot be one says why
-    return f"reading {uri} from server {server!r} failed: {describe(exc)}"
+    return f"reading {clip(uri)} from server {server!r} failed: {describe(exc)}"

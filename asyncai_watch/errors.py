@@ -9,6 +9,7 @@ from asyncai_watch.core.echo import clip, redact
 __all__ = [
     "FilterEngineError",
     "FilterError",
+    "FilterTimeoutError",
     "InvalidWatchNameError",
     "LimitError",
     "NotWatchableError",
@@ -60,6 +61,11 @@ class InvalidWatchNameError(WatchError):
 
 class FilterError(WatchError):
     """An ``on_event`` filter is not acceptable (not source text, SyntaxError, NameError, ...)."""
+
+
+class FilterTimeoutError(FilterError):
+    """A filter ran out of time on its sample event at start: perhaps only for now (a catalog
+    read of a server that is still starting), so a restore tries it again."""
 
 
 class FilterEngineError(FilterError):

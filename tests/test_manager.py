@@ -337,6 +337,7 @@ async def test_list_resources_and_read_resource() -> None:
             mime_type="application/json",
             server="memo",
             watchable=True,
+            protocol="2026-07-28",
         )
         assert by_uri[NOTES].example == EXAMPLE
         assert by_uri["memo://notes/{key}"].template is True

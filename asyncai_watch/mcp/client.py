@@ -4,15 +4,15 @@
 server started as a subprocess (stdio) or at a Streamable HTTP URL::
 
     async with McpResourceSource.stdio([sys.executable, "-m", "asyncai_servers.memo"]) as src:
-        async with src.listen("memo://notes") as updates:
-            async for _ in updates:
-                print((await src.read("memo://notes")).text)
+        async with src.subscribe(["memo://notes"]) as updates:
+            async for uri in updates:
+                print((await src.read(uri)).text)
 
 Connecting sends ``server/discover`` (MCP 2026-07-28) and falls back to the
-``initialize`` handshake for an older server, which can still serve tools and
-reads; :meth:`McpResourceSource.listen` on such a connection raises
-:class:`~asyncai_watch.errors.ProtocolVersionError`. Legacy
-``resources/subscribe`` is never sent.
+``initialize`` handshake for an older server. Either can be watched when it advertises
+``resources.subscribe``: :meth:`McpResourceSource.subscribe` opens one ``subscriptions/listen``
+for any number of URIs on a 2026-07-28 connection, and one ``resources/subscribe`` (for one URI,
+``resources/unsubscribe`` when it ends) on a 2025-era one (:mod:`asyncai_watch.mcp.legacy`).
 
 The SDK's response cache is off for the whole connection: a cached read would
 hide the change an ``updated`` signal just announced.

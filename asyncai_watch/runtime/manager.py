@@ -33,7 +33,7 @@ from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.extract import Body
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
-from asyncai_watch.core.restore import Restore, fate
+from asyncai_watch.core.restore import Restore, fate, restored_later
 from asyncai_watch.core.spec import WatchSpec, check_room
 from asyncai_watch.errors import LimitError, NotWatchableError, StateFileError, WatchError, describe
 from asyncai_watch.filters import FilterEngine, default_engine
@@ -48,7 +48,7 @@ from asyncai_watch.runtime.tools import ReadOnlyCatalog, list_tools, tool_names
 from asyncai_watch.runtime.topic import LARGE_BODY
 from asyncai_watch.runtime.watcher import Watcher, open_filter
 from asyncai_watch.shapes import resource_dicts
-from asyncai_watch.state_file import StateFile
+from asyncai_watch.state_file import SavedWatch, StateFile
 
 __all__ = ["WatchManager"]
 
@@ -108,7 +108,7 @@ class WatchManager:
         if self._tg is not None or self._closed:
             raise RuntimeError("WatchManager can be entered once")
         # Load first: a corrupt state file stops us before anything runs or is written.
-        specs = self._state.load() if self._state is not None else []
+        saved = self._state.load() if self._state is not None else []
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -128,10 +128,10 @@ class WatchManager:
                 # server ends its follower at once (NotWatchableError).
                 if source.protocol_version in (MODERN_PROTOCOL_VERSION, ""):
                     tg.start_soon(self._catalogs.follow_list_changes, source)
-            if specs:
+            if saved:
                 # Restored watches run at once, but their notices wait for the restore notice: a
                 # burst from them could otherwise fill the buffer before it, and this would never return.
-                await self._restore(specs)
+                await self._restore(saved)
             self._notices.open.set()
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
@@ -327,34 +327,70 @@ class WatchManager:
         if self._state is None:
             return
         async with self._save_lock:
-            specs = [w.spec for n, w in self._watchers.items() if w.status != "starting" and n != without]
-            await anyio.to_thread.run_sync(self._state.save, specs)
+            saved = [
+                SavedWatch(w.spec, w.error if w.status == "restore_failed" else None)
+                for n, w in self._watchers.items()
+                if w.status != "starting" and n != without
+            ]
+            await anyio.to_thread.run_sync(self._state.save, saved)
 
-    async def _restore(self, specs: Sequence[WatchSpec]) -> None:
+    async def _restore(self, saved: Sequence[SavedWatch]) -> None:
+        """Start every saved watch. One that cannot start is listed ``restore_failed`` with its
+        reason and stays saved; one that may start later is tried again in the background
+        (:func:`~asyncai_watch.core.restore.fate`). No saved spec is ever dropped."""
         assert self._state is not None
-        outcome = Restore(str(self._state.path))
-        for spec in specs:
+        assert self._tg is not None
+        delays = self.limits.backoff.delays()
+        outcome = Restore(str(self._state.path), delays)
+        for entry in saved:
+            spec = entry.spec
             try:
                 await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
             except Exception as exc:
-                outcome.add(spec, exc, describe(exc))
-                if fate(exc) == "kept":  # listed restore_failed, still saved
-                    self._watchers[spec.name] = Watcher(
-                        spec, self.limits, status="restore_failed", error=describe(exc)
-                    )
+                reason = describe(exc)
+                self._watchers[spec.name] = Watcher(
+                    spec, self.limits, status="restore_failed", error=reason, verbose=self.verbose
+                )
+                if outcome.add(spec, exc, reason) == "retry" and delays:
+                    self._tg.start_soon(self._retry_restore, spec, name=f"restore {spec.name}")
             else:
                 outcome.add(spec, None)
-        if outcome.dropped:
-            await self._save()
+        if outcome.retrying or outcome.broken:
+            await self._save()  # each reason goes into the file with its spec
         log.emit(
             "watch.restored",
             verbose=self.verbose,
             path=outcome.path,
             restored=[s.name for s in outcome.restored],
-            restore_failed=[s.name for s, _ in outcome.kept],
-            dropped=[s.name for s, _ in outcome.dropped],
+            retrying=[s.name for s, _ in outcome.retrying],
+            restore_failed=[s.name for s, _ in (*outcome.retrying, *outcome.broken)],
         )
         await self._send.send(outcome.notice())
+
+    async def _retry_restore(self, spec: WatchSpec) -> None:
+        """Try a saved watch again after each of the backoff's delays, while it is still the one
+        that could not start (the user may have started it another way, or stopped it)."""
+        for attempt, delay in enumerate(self.limits.backoff.delays(), 1):
+            await self.clock.sleep_until(self.clock.now() + delay)
+            waiting = self._watchers.get(spec.name)
+            if waiting is None or waiting.status != "restore_failed" or waiting.spec != spec:
+                return
+            try:
+                await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
+            except Exception as exc:
+                waiting.error = describe(exc)
+                waiting.log("watch.restore_retry", attempt=attempt, error=waiting.error, fate=fate(exc))
+                await self._save()
+                if fate(exc) == "broken":
+                    return
+            else:
+                await self._save()
+                await self._notices_now(restored_later(spec, attempt))
+                return
+
+    async def _notices_now(self, notice: Notice) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._send.send(notice)
 
     # -- helpers ---------------------------------------------------------------------------------
 

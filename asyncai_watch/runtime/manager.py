@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import anyio
 import anyio.abc
@@ -51,6 +51,8 @@ from asyncai_watch.shapes import resource_dicts
 from asyncai_watch.state_file import SavedWatch, StateFile
 
 __all__ = ["WatchManager"]
+
+_RESTORE_AT_ONCE: Final = 256  # saved watches started at once on entry
 
 
 class WatchManager:
@@ -94,6 +96,7 @@ class WatchManager:
         self._watchers: dict[str, Watcher] = {}
         self._runners: dict[str, Runner] = {}
         self._save_lock = anyio.Lock()
+        self._restoring = anyio.CapacityLimiter(_RESTORE_AT_ONCE)
         self._send: MemoryObjectSendStream[Notice]
         self.notices: MemoryObjectReceiveStream[Notice]
         """Every notice, in order; iterate it (``async for notice in m.notices``)."""
@@ -235,13 +238,24 @@ class WatchManager:
     # -- starting --------------------------------------------------------------------------------
 
     async def _start(self, name: str, uri: str, on_event: str | None, *, restoring: bool) -> WatchInfo:
+        watcher, previous = self._reserve(name, uri, on_event)
+        return await self._run(watcher, previous, restoring=restoring)
+
+    def _reserve(self, name: str, uri: str, on_event: str | None) -> tuple[Watcher, Watcher | None]:
+        """Check the spec and that a slot is free, and take the name: two concurrent starts of one
+        name must not both win. Returns the new watcher and the one it replaces (a saved watch
+        that failed), if any."""
         self._check_open()
         spec = WatchSpec.checked(name, uri, on_event)
         check_room(spec, _Slots(self._watchers), self.limits.max_watches)
         previous = self._watchers.get(name)
         watcher = Watcher(spec, self.limits, verbose=self.verbose)
-        # Reserve the name now: two concurrent starts of one name must not both win.
         self._watchers[name] = watcher
+        return watcher, previous
+
+    async def _run(self, watcher: Watcher, previous: Watcher | None, *, restoring: bool) -> WatchInfo:
+        """Launch a reserved watcher; on failure its name goes back to what it replaced."""
+        name = watcher.name
         try:
             await self._launch(watcher)
         except BaseException:
@@ -260,7 +274,7 @@ class WatchManager:
             "watch.started",
             shape=watcher.shape,
             server=watcher.server,
-            filtered=on_event is not None,
+            filtered=watcher.spec.on_event is not None,
             restored=restoring,
         )
         if not restoring:
@@ -342,19 +356,43 @@ class WatchManager:
         assert self._tg is not None
         delays = self.limits.backoff.delays()
         outcome = Restore(str(self._state.path), delays)
+        failed: dict[str, Exception] = {}
+
+        def keep(spec: WatchSpec, exc: Exception) -> None:
+            # Listed restore_failed, saved with its reason, in its slot (saved specs keep theirs).
+            failed[spec.name] = exc
+            self._watchers[spec.name] = Watcher(
+                spec, self.limits, status="restore_failed", error=describe(exc), verbose=self.verbose
+            )
+
+        async def launch(watcher: Watcher) -> None:
+            async with self._restoring:
+                try:
+                    await self._run(watcher, None, restoring=True)
+                except Exception as exc:
+                    keep(watcher.spec, exc)
+
+        # Slots are taken in saved order, then the starts run at once (a bridge restarting with
+        # thousands of watches): the connection's feed groups their subscriptions.
+        async with anyio.create_task_group() as tg:
+            for entry in saved:
+                spec = entry.spec
+                try:
+                    watcher, _ = self._reserve(spec.name, spec.uri, spec.on_event)
+                except Exception as exc:
+                    keep(spec, exc)
+                else:
+                    tg.start_soon(launch, watcher)
         for entry in saved:
             spec = entry.spec
-            try:
-                await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
-            except Exception as exc:
-                reason = describe(exc)
-                self._watchers[spec.name] = Watcher(
-                    spec, self.limits, status="restore_failed", error=reason, verbose=self.verbose
-                )
-                if outcome.add(spec, exc, reason) == "retry" and delays:
-                    self._tg.start_soon(self._retry_restore, spec, name=f"restore {spec.name}")
-            else:
+            error = failed.get(spec.name)
+            if error is None:
                 outcome.add(spec, None)
+            elif outcome.add(spec, error, describe(error)) == "retry" and delays:
+                self._tg.start_soon(self._retry_restore, spec, name=f"restore {spec.name}")
+        # watch_list in saved order, whichever start finished first.
+        order = {entry.spec.name: i for i, entry in enumerate(saved)}
+        self._watchers = dict(sorted(self._watchers.items(), key=lambda item: order.get(item[0], len(order))))
         if outcome.retrying or outcome.broken:
             await self._save()  # each reason goes into the file with its spec
         log.emit(

@@ -1,0 +1,369 @@
+"""The PostgreSQL MCP server: tables and named queries as watchable resources, pushed by the database.
+
+Who does what:
+
+- :class:`~asyncai_servers.postgres.listener.Listener`: the one ``LISTEN`` connection; each
+  notification goes to the sources of its table (:meth:`PostgresServer._route`), and a
+  re-established connection makes every source re-read (:meth:`PostgresServer._resync`).
+- :mod:`~asyncai_servers.postgres.sources`: one source per watched target, reading the database
+  only when told to, and answering every ``resources/read`` from what it read last.
+- :class:`~asyncai_servers.postgres.listen.ListenTracker`: the listen streams; a source lives
+  while a stream names one of its URIs (and :data:`IDLE_GRACE` seconds after the last one
+  leaves, or after a read with no listener), so nothing is read for a table nobody watches.
+
+Clients never send SQL: a URI names a table or a query of the config (uri.py), and the SQL is
+composed by the driver (queries.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import attrs
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+from mcp.shared.exceptions import MCPError
+
+from asyncai_servers._errors import resource_not_found, unknown_tool
+from asyncai_servers._eventlog import read_after
+from asyncai_servers.postgres.config import Config, TableName
+from asyncai_servers.postgres.db import Database, PgError
+from asyncai_servers.postgres.listen import ListenTracker
+from asyncai_servers.postgres.listener import RECONNECT, DdlChanged, Listener, RowsChanged
+from asyncai_servers.postgres.sources import QuerySource, Source, TableSource
+from asyncai_servers.postgres.uri import (
+    EVENTS_SCHEME,
+    STATE_SCHEME,
+    QueryTarget,
+    Resource,
+    TableTarget,
+    UriError,
+    parse_uri,
+    query_uri,
+    table_template,
+    table_uri,
+)
+from asyncai_watch._tool_schemas import input_schemas
+from asyncai_watch.clock import Clock, SystemClock
+from asyncai_watch.core.backoff import Backoff
+from asyncai_watch.core.events import EVENTS_MIME_TYPE
+
+__all__ = ["IDLE_GRACE", "RING_CHARS", "RING_EVENTS", "RING_WINDOW", "SERVER_NAME", "PostgresServer"]
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME: Final = "postgres"
+IDLE_GRACE: Final = 60.0
+"""Seconds a source outlives its last listener (a client re-listening after a drop keeps its log)."""
+RING_EVENTS: Final = 8192
+"""Events a table's log keeps for readers that send their position: 8 s at 1,000 changes/s."""
+RING_CHARS: Final = 8 << 20
+"""...and at most this much JSON text, whatever the rows' size."""
+RING_WINDOW: Final = 256
+"""Events a read without a position returns."""
+JSON: Final = "application/json"
+
+Target = TableTarget | QueryTarget
+
+
+@attrs.define(eq=False)
+class _Entry:
+    source: Source
+    scope: anyio.CancelScope
+    listeners: int = 0
+    linger: anyio.CancelScope | None = None
+
+
+class PostgresServer:
+    """The MCP server object plus the sources and the listener it runs (``async with running()``)."""
+
+    def __init__(
+        self,
+        config: Config,
+        dsn: str,
+        *,
+        statement_timeout: float = 5.0,
+        pool_size: int = 4,
+        clock: Clock | None = None,
+        reconnect: Backoff = RECONNECT,
+        idle_grace: float = IDLE_GRACE,
+        ring_events: int = RING_EVENTS,
+        ring_chars: int | None = RING_CHARS,
+        ring_window: int | None = RING_WINDOW,
+    ) -> None:
+        self.config = config
+        self.db = Database(dsn, size=pool_size, statement_timeout=statement_timeout)
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.idle_grace = idle_grace
+        self._ring = (ring_events, ring_chars, ring_window)
+        self.listener = Listener(
+            dsn, on_change=self._route, on_resync=self._resync, clock=self.clock, backoff=reconnect
+        )
+        self.bus = InMemorySubscriptionBus()
+        self.listen = ListenTracker(
+            ListenHandler(self.bus), check=self._check_listen, acquire=self._acquire, release=self._release
+        )
+        self._entries: dict[Target, _Entry] = {}
+        self._by_table: defaultdict[TableName, set[Source]] = defaultdict(set)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.server: Server[Any] = Server(
+            SERVER_NAME,
+            version="0.1.0",
+            instructions=(
+                "PostgreSQL tables and named queries, watchable without polling (the database pushes "
+                "each commit through LISTEN/NOTIFY). pg://SCHEMA/TABLE is a table's rows keyed by primary "
+                "key; pg-events://SCHEMA/TABLE its changes as an event log; pg-query://NAME a named "
+                "query's result. resources/list shows what the config allows."
+            ),
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_templates,
+            on_read_resource=self._read,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            get_tool_input_schema=input_schemas(()),
+            on_subscriptions_listen=self.listen,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[PostgresServer]:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self.listener.run)
+            try:
+                yield self
+            finally:
+                self._tg = None
+                tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self.db.aclose()
+
+    def close_listeners(self) -> None:
+        self.listen.close()
+
+    # -- sources: one per target, alive while listened to ----------------------------------------
+
+    def _resource(self, uri: str) -> Resource:
+        try:
+            return parse_uri(uri, self.config)
+        except UriError as exc:
+            raise resource_not_found(SERVER_NAME, uri, str(exc)) from None
+
+    def _check_listen(self, uri: str) -> object:
+        return self._resource(uri)
+
+    def _start(self, target: Target) -> _Entry:
+        if self._tg is None:
+            raise RuntimeError("PostgresServer.running() is not active")
+        source: Source
+        if isinstance(target, TableTarget):
+            events, chars, window = self._ring
+            source = TableSource(
+                target, self.db, self._publish, ring_events=events, ring_chars=chars, ring_window=window
+            )
+        else:
+            source = QuerySource(target, self.db, self._publish)
+        entry = _Entry(source=source, scope=anyio.CancelScope())
+        self._entries[target] = entry
+        for table in source.tables():
+            self._by_table[table].add(source)
+
+        async def run() -> None:
+            with entry.scope:
+                await source.run()
+
+        self._tg.start_soon(run)
+        log.info("%s: watching", source.describe())
+        return entry
+
+    def _stop(self, target: Target, entry: _Entry) -> None:
+        if self._entries.get(target) is not entry:
+            return
+        del self._entries[target]
+        for table in entry.source.tables():
+            self._by_table[table].discard(entry.source)
+            if not self._by_table[table]:
+                del self._by_table[table]
+        entry.scope.cancel()
+        if entry.linger is not None:
+            entry.linger.cancel()
+        log.info("%s: no longer watched", entry.source.describe())
+
+    def _linger(self, target: Target, entry: _Entry) -> None:
+        """Stop ``entry`` after :attr:`idle_grace` unless a listener comes first."""
+        if entry.linger is not None or self._tg is None:
+            return
+        scope = entry.linger = anyio.CancelScope()
+
+        async def wait() -> None:
+            with scope:
+                await self.clock.sleep_until(self.clock.now() + self.idle_grace)
+                if entry.listeners == 0:
+                    self._stop(target, entry)
+
+        self._tg.start_soon(wait)
+
+    def _acquire(self, uri: str) -> None:
+        target = self._resource(uri).target
+        entry = self._entries.get(target) or self._start(target)
+        entry.listeners += 1
+        entry.source.uris[uri] += 1
+        entry.source.signalled = False  # this listener has had no update yet
+        if entry.linger is not None:
+            entry.linger.cancel()
+            entry.linger = None
+
+    def _release(self, uri: str) -> None:
+        target = self._resource(uri).target
+        entry = self._entries.get(target)
+        if entry is None:
+            return
+        entry.listeners -= 1
+        entry.source.uris[uri] -= 1
+        if entry.source.uris[uri] <= 0:
+            del entry.source.uris[uri]
+        if entry.listeners <= 0:
+            self._linger(target, entry)
+
+    async def _publish(self, source: Source) -> None:
+        for uri in list(source.uris):
+            await self.bus.publish(ResourceUpdated(uri=uri))
+
+    # -- what the database says ------------------------------------------------------------------
+
+    def _route(self, change: RowsChanged | DdlChanged) -> None:
+        if isinstance(change, RowsChanged):
+            for source in self._by_table.get(change.table, ()):
+                source.changed(change)
+        else:
+            log.info("DDL (%s): the sources it may concern look at the catalog again", change.tag)
+            for entry in list(self._entries.values()):
+                entry.source.ddl(change)
+
+    def _resync(self) -> None:
+        for entry in list(self._entries.values()):
+            entry.source.resync()
+
+    # -- handlers ----------------------------------------------------------------------------------
+
+    async def _read(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = params.uri
+        resource = self._resource(uri)
+        entry = self._entries.get(resource.target)
+        if entry is None:
+            entry = self._start(resource.target)
+            self._linger(resource.target, entry)
+        source = entry.source
+        try:
+            await source.wait_ready()
+            if isinstance(source, TableSource):
+                text = source.read(resource.events, read_after(params.meta))
+            else:
+                assert isinstance(source, QuerySource)
+                text = source.read()
+        except PgError as exc:
+            raise MCPError(types.INTERNAL_ERROR if exc.internal else types.INVALID_PARAMS, str(exc)) from None
+        mime = EVENTS_MIME_TYPE if resource.events else JSON
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=text)]
+        )
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        out: list[types.Resource] = []
+        for spec in self.config.tables:
+            state, events = table_uri(STATE_SCHEME, spec.table), table_uri(EVENTS_SCHEME, spec.table)
+            name = str(spec.table)
+            out.append(
+                types.Resource(
+                    uri=state,
+                    name=name,
+                    description=(
+                        f"The rows of {name} as a JSON object keyed by primary key (at most {spec.max_rows} "
+                        "rows); watchers get ADDED / MODIFIED (with the changed columns) / DELETED per row.\n"
+                        f'Example: await watch_start(name="{spec.table.name}", uri="{state}")'
+                    ),
+                    mime_type=JSON,
+                )
+            )
+            out.append(
+                types.Resource(
+                    uri=events,
+                    name=f"{name} changes",
+                    description=(
+                        f"Row changes of {name} as an event log: ADDED (insert), MODIFIED (update, with "
+                        "`old`), DELETED (delete); object = the row.\n"
+                        f'Example: await watch_start(name="{spec.table.name}-changes", uri="{events}")'
+                    ),
+                    mime_type=EVENTS_MIME_TYPE,
+                )
+            )
+        for query in self.config.queries:
+            uri = query_uri(query.name)
+            shape = f"an object keyed by {', '.join(query.key)}" if query.key else "a JSON array of rows"
+            out.append(
+                types.Resource(
+                    uri=uri,
+                    name=f"query {query.name}",
+                    description=(
+                        f"The result of the named query {query.name!r} as {shape}; re-run when "
+                        f"{', '.join(map(str, query.depends_on))} change(s).\n"
+                        f'Example: await watch_start(name="{query.name}", uri="{uri}")'
+                    ),
+                    mime_type=JSON,
+                )
+            )
+        return types.ListResourcesResult(resources=out)
+
+    async def _list_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        out: list[types.ResourceTemplate] = []
+        for spec in self.config.tables:
+            if not spec.where:
+                continue
+            column = spec.where[0]
+            for scheme, mime, what in (
+                (STATE_SCHEME, JSON, "rows, keyed by primary key"),
+                (
+                    EVENTS_SCHEME,
+                    EVENTS_MIME_TYPE,
+                    "row changes as an event log (a row updated into the filter is ADDED, out of it DELETED)",
+                ),
+            ):
+                example = table_uri(scheme, spec.table, ((column, "VALUE"),))
+                out.append(
+                    types.ResourceTemplate(
+                        uri_template=table_template(scheme, spec),
+                        name=f"{spec.table} {scheme} filtered",
+                        description=(
+                            f"The {what} of {spec.table} whose columns equal the given values "
+                            f"(filter columns: {', '.join(spec.where)}).\n"
+                            f'Example: await watch_start(name="{spec.table.name}", uri="{example}")'
+                        ),
+                        mime_type=mime,
+                    )
+                )
+        return types.ListResourceTemplatesResult(resource_templates=out)
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[])  # resources only: clients never send SQL
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        raise unknown_tool(SERVER_NAME, params.name, [])

@@ -6,6 +6,7 @@ No database here (tests/test_postgres_server.py runs the real one).
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -319,3 +320,13 @@ def test_names_are_quoted_by_the_driver_and_values_are_parameters() -> None:
         == 'SELECT json_build_array("q"."id")::text, row_to_json(q)::text FROM (SELECT 1 AS id) AS q LIMIT 1001'
     )
     assert params == []
+
+
+def test_the_docs_config_example_is_a_valid_config() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "servers" / "postgres.md").read_text()
+    example = page.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = parse_config(tomllib.loads(example), source="docs")
+    assert [str(t.table) for t in config.tables] == ["public.payments"]
+    assert config.tables[0].where == ("status", "customer_id")
+    assert [q.name for q in config.queries] == ["failed_today"]
+    assert config.queries[0].key == ("id",)

@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             p.error(str(exc))
     try:  # before anything starts: a missing driver is a one-line install hint
-        require("postgres", feature=PROG)
+        require("postgres", feature="this server")
     except MissingExtraError as exc:
         raise _fail(str(exc), 2) from None
     logging.basicConfig(

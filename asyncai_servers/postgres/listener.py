@@ -102,8 +102,6 @@ class Listener:
         self.backend_pid: int | None = None
         """The LISTEN connection's backend pid while it is up."""
         self.connects = 0
-        self.up = anyio.Event()
-        """Set once LISTEN is established the first time."""
 
     async def run(self) -> None:
         failures = 0  # failed connects in a row
@@ -139,7 +137,6 @@ class Listener:
                 # After LISTEN, before the first notification: anything committed while not
                 # listening is re-read; anything after is heard.
                 self.on_resync()
-                self.up.set()
                 async for note in conn.notifies():
                     change = decode(note.payload)
                     if change is not None:

@@ -79,7 +79,12 @@ class _Entry:
     source: Source
     scope: anyio.CancelScope
     listeners: int = 0
+    readers: int = 0
     linger: anyio.CancelScope | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self.listeners == 0 and self.readers == 0
 
 
 class PostgresServer:
@@ -199,15 +204,17 @@ class PostgresServer:
         log.info("%s: no longer watched", entry.source.describe())
 
     def _linger(self, target: Target, entry: _Entry) -> None:
-        """Stop ``entry`` after :attr:`idle_grace` unless a listener comes first."""
-        if entry.linger is not None or self._tg is None:
+        """Stop ``entry`` :attr:`idle_grace` seconds from now unless a listener or a read comes first."""
+        if self._tg is None:
             return
+        if entry.linger is not None:
+            entry.linger.cancel()  # the grace starts again from now
         scope = entry.linger = anyio.CancelScope()
 
         async def wait() -> None:
             with scope:
                 await self.clock.sleep_until(self.clock.now() + self.idle_grace)
-                if entry.listeners == 0:
+                if entry.idle:
                     self._stop(target, entry)
 
         self._tg.start_soon(wait)
@@ -231,7 +238,7 @@ class PostgresServer:
         entry.source.uris[uri] -= 1
         if entry.source.uris[uri] <= 0:
             del entry.source.uris[uri]
-        if entry.listeners <= 0:
+        if entry.idle:
             self._linger(target, entry)
 
     async def _publish(self, source: Source) -> None:
@@ -260,11 +267,9 @@ class PostgresServer:
     ) -> types.ReadResourceResult:
         uri = params.uri
         resource = self._resource(uri)
-        entry = self._entries.get(resource.target)
-        if entry is None:
-            entry = self._start(resource.target)
-            self._linger(resource.target, entry)
+        entry = self._entries.get(resource.target) or self._start(resource.target)
         source = entry.source
+        entry.readers += 1  # a read keeps its source (one nobody listens to lingers after it)
         try:
             await source.wait_ready()
             if isinstance(source, TableSource):
@@ -274,6 +279,10 @@ class PostgresServer:
                 text = source.read()
         except PgError as exc:
             raise MCPError(types.INTERNAL_ERROR if exc.internal else types.INVALID_PARAMS, str(exc)) from None
+        finally:
+            entry.readers -= 1
+            if entry.idle:
+                self._linger(resource.target, entry)
         mime = EVENTS_MIME_TYPE if resource.events else JSON
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=text)]

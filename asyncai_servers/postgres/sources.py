@@ -116,6 +116,10 @@ class Source:
             except PgError as exc:
                 await self._failed(exc)
                 continue
+            except Exception as exc:  # a bug here must not take the server and every other watch down
+                log.exception("%s: reading failed", self.describe())
+                await self._failed(PgError(f"{self.describe()}: {type(exc).__name__}: {exc}", internal=True))
+                continue
             recovered = self.error is not None
             if recovered:
                 log.warning("%s: reads work again", self.describe())

@@ -171,6 +171,23 @@ def _superuser(conn: Conn) -> bool:
     return bool(row and row[0])
 
 
+def _define(conn: Conn, name: str, definition: str) -> None:
+    """Create the schema and function unless they are there as they should be: a table owner who
+    may not create schemas, or replace a function another role made, can still add its triggers."""
+    body = definition.split("$fn$")[1]
+    found = conn.execute(
+        "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = %s AND p.proname = %s",
+        (SCHEMA, name),
+    ).fetchone()
+    if found is not None and found[0] == body:
+        return
+    there = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,)).fetchone()
+    if there is None:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(SCHEMA)))
+    conn.execute(sql.SQL(definition))
+
+
 def install_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
     """Install (or refresh) the triggers on ``tables``; raise ``psycopg.Error`` or ValueError."""
     with psycopg.connect(dsn) as conn, conn.transaction():
@@ -180,8 +197,7 @@ def install_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
                 f"{', '.join(map(str, missing))}: no such table (a view or other relation cannot carry "
                 "these triggers); nothing was installed"
             )
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
-        conn.execute(sql.SQL(_ROW_FUNCTION % {"max_keys": MAX_KEYS}))
+        _define(conn, "notify_rows", _ROW_FUNCTION % {"max_keys": MAX_KEYS})
         for t in tables:
             table = sql.Identifier(t.schema, t.name)
             for name in TRIGGER_NAMES:
@@ -207,7 +223,7 @@ def install_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
                 )
         ddl = _superuser(conn)
         if ddl:
-            conn.execute(sql.SQL(_DDL_FUNCTION))
+            _define(conn, "notify_ddl", _DDL_FUNCTION)
             for name, event in _EVENT_TRIGGERS:
                 conn.execute(sql.SQL("DROP EVENT TRIGGER IF EXISTS {}").format(sql.Identifier(name)))
                 conn.execute(

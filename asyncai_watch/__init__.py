@@ -40,10 +40,10 @@ from asyncai_watch.errors import (
 )
 from asyncai_watch.info import ResourceInfo, WatchInfo
 from asyncai_watch.log import configure_ndjson
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
-from asyncai_watch.source import ResourceSource
-from asyncai_watch.tools import ToolCallError
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.mcp.source import ResourceSource
+from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.runtime.tools import ToolCallError
 
 __all__ = [
     "EVENTS_MIME_TYPE",

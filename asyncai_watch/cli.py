@@ -29,9 +29,9 @@ from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import WatchError
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.info import WatchInfo
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
-from asyncai_watch.server_spec import parse_server
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.mcp.server_spec import parse_server
+from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.shapes import resource_dicts
 
 __all__ = ["PROG", "build_parser", "main"]

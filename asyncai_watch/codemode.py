@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from asyncai_watch.clock import Clock, SystemClock, move_on_at
-from asyncai_watch.info import ResourceInfo, WatchInfo
-from asyncai_watch.sandbox import (
+from asyncai_watch.filters.sandbox import (
     compile_repl,
     describe_error,
     error_line,
@@ -27,8 +26,9 @@ from asyncai_watch.sandbox import (
     run_async,
     scope_variables,
 )
+from asyncai_watch.info import ResourceInfo, WatchInfo
+from asyncai_watch.runtime.tools import AsyncFn, tool_functions
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
-from asyncai_watch.tools import AsyncFn, tool_functions
 
 __all__ = [
     "BUILTIN_NAMES",

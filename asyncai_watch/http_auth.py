@@ -1,6 +1,6 @@
 """Authentication for Streamable HTTP MCP servers: bearer tokens and OAuth 2.1 (the SDK's client).
 
-:meth:`McpResourceSource.http <asyncai_watch.mcp_source.McpResourceSource.http>`
+:meth:`McpResourceSource.http <asyncai_watch.mcp.client.McpResourceSource.http>`
 takes ``headers=`` (a plain ``Authorization: Bearer ...``) or ``auth=``, an
 ``httpx2.Auth``; for OAuth that is the MCP SDK's ``OAuthClientProvider``
 (protected-resource and authorization-server metadata discovery, dynamic client

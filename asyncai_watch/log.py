@@ -49,7 +49,7 @@ EVENTS: Final = (
     "watch.stopped",
     "watch.restored",
 )
-"""The events :class:`asyncai_watch.manager.WatchManager` emits (fields in docs/watch-manager.md)."""
+"""The events :class:`asyncai_watch.runtime.manager.WatchManager` emits (fields in docs/watch-manager.md)."""
 
 ALWAYS_LOGGED: Final = frozenset({"watch.notice"})
 

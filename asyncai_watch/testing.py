@@ -41,13 +41,13 @@ import anyio.lowlevel
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import NotWatchableError, ProtocolVersionError, SubscriptionLostError
-from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
 
 __all__ = ["FakeClock", "FakeSource", "ReadGate", "ToolHandler"]
 
 if TYPE_CHECKING:
     from asyncai_watch.clock import Clock
-    from asyncai_watch.source import ResourceSource
+    from asyncai_watch.mcp.source import ResourceSource
 
 ToolHandler = Callable[[Mapping[str, Any]], Awaitable[Any] | Any]
 

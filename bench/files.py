@@ -45,8 +45,8 @@ from mcp import Client, StdioServerParameters
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from asyncai_watch.core.limits import Limits
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.runtime.manager import WatchManager
 
 # The writer process: one line in ("text") -> write a temp file, read the clock, rename it over.
 WRITER = r"""

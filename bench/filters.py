@@ -35,9 +35,8 @@ from typing import Any
 
 import anyio
 
-from asyncai_watch import sandbox
 from asyncai_watch.core.limits import Limits
-from asyncai_watch.filters import EmptyCatalog, RestrictedFilterSession, RestrictedPythonEngine
+from asyncai_watch.filters import EmptyCatalog, RestrictedFilterSession, RestrictedPythonEngine, sandbox
 
 # The ADR's example filter (ADDED/DELETED of a ConfigMap -> one line, else dropped).
 FILTER = """\

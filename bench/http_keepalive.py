@@ -39,7 +39,7 @@ import h11
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from asyncai_servers._http import running_http_server
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = "2026-07-28"

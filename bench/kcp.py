@@ -54,8 +54,8 @@ from fake_kubectl import FakeCluster  # noqa: E402
 from kcp_helpers import FAKE_KUBECTL, kcp_argv, kcp_env, watch_starts, write_kubeconfig  # noqa: E402
 
 from asyncai_watch.core.limits import Limits  # noqa: E402
-from asyncai_watch.manager import WatchManager  # noqa: E402
-from asyncai_watch.mcp_source import McpResourceSource  # noqa: E402
+from asyncai_watch.mcp.client import McpResourceSource  # noqa: E402
+from asyncai_watch.runtime.manager import WatchManager  # noqa: E402
 
 URI = "kcp-events://watch/root:app/configmaps?namespace=default"
 SERVER = "https://kcp.test:6443/clusters/root:app"

@@ -50,7 +50,7 @@ from asyncai_watch import Limits, McpResourceSource, WatchManager
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.core.diff import diff_state
 from asyncai_watch.core.jsontext import parse_json
-from asyncai_watch.source import ListedResource, ListedTemplate, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.source import ListedResource, ListedTemplate, ReadResult, ToolInfo, ToolResult
 
 NOTES = "memo://notes"
 IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)

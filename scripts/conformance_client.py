@@ -4,7 +4,7 @@ The suite (``@modelcontextprotocol/conformance``) starts a server per scenario a
 runs ``python scripts/conformance_client.py URL`` with ``MCP_CONFORMANCE_SCENARIO``
 naming the scenario and, for some, ``MCP_CONFORMANCE_CONTEXT`` holding credentials.
 This does what a watch client does, through
-:class:`~asyncai_watch.mcp_source.McpResourceSource`: connect (``server/discover``,
+:class:`~asyncai_watch.mcp.client.McpResourceSource`: connect (``server/discover``,
 falling back to ``initialize``), list the tools, call the scenario's tool. OAuth
 scenarios use the library's OAuth set-up (:mod:`asyncai_watch.http_auth`); the
 suite's authorization server approves at once, so the "browser" here is one GET
@@ -29,7 +29,7 @@ from mcp.shared.auth import AuthorizationCodeResult
 
 from asyncai_watch.errors import WatchError
 from asyncai_watch.http_auth import MemoryTokenStorage, oauth_provider
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
 
 REDIRECT_URI = "http://localhost:3000/callback"
 CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"

@@ -16,8 +16,8 @@ from asyncai_agent.orchestrator import Orchestrator
 from asyncai_agent.runtime import Run
 from asyncai_agent.thread import Message, ToolCall, ToolSpec
 from asyncai_watch.codemode import CodeMode
-from asyncai_watch.mcp_source import McpResourceSource
-from asyncai_watch.tools import tool_functions
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.runtime.tools import tool_functions
 
 
 async def lookup(**kwargs: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from asyncai_agent.events import AgentEvent, NoticeReceived, RunCompleted, RunFa
 from asyncai_agent.session import SessionConfig, open_session
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.turns import WATCH_INSTRUCTION
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
 
 URI = "kcp-events://watch/root:app/configmaps?namespace=*"
 ON_EVENT = """

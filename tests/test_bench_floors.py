@@ -32,7 +32,7 @@ process 10:"";<module> (latency.py:280);run (anyio/_core/_eventloop.py:83);valid
 process 10:"";<module> (latency.py:47);_find_and_load (<frozen importlib._bootstrap>:1176);x (mcp/types.py:1) 50
 process 10:"";process 11:"/usr/bin/python -m asyncai_servers.memo --also-http 127.0.0.1:0";main (asyncai_servers/memo/__main__.py:9);handle (mcp/server/runner.py:230) 4
 process 10:"";process 11:"/usr/bin/python -m asyncai_servers.memo --also-http 127.0.0.1:0";main (asyncai_servers/memo/__main__.py:9);write (uvicorn/protocols/http/h11_impl.py:486) 4
-process 10:"";process 12:"/usr/bin/python /work/bench/_writer.py http://x";main (_writer.py:30);__init__ (<attrs generated methods asyncai_watch.source.ToolResult>:38) 1
+process 10:"";process 12:"/usr/bin/python /work/bench/_writer.py http://x";main (_writer.py:30);__init__ (<attrs generated methods asyncai_watch.mcp.source.ToolResult>:38) 1
 process 10:"";process 12:"/usr/bin/python /work/bench/_writer.py http://x";main (_writer.py:30);send (httpcore2/_async/http11.py:139) 1
 process 10:"";process 12:"/usr/bin/python /work/bench/_writer.py http://x";event_bodies (core.py:140);dumps (json/__init__.py:238) 7
 """

@@ -8,10 +8,10 @@ import anyio
 import pytest
 
 from asyncai_watch.codemode import builtins
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.source import ToolInfo
+from asyncai_watch.mcp.source import ToolInfo
+from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.runtime.tools import ToolCallError, python_name, tool_functions
 from asyncai_watch.testing import FakeClock, FakeSource
-from asyncai_watch.tools import ToolCallError, python_name, tool_functions
 from tests.test_manager import IMMEDIATE, NOTES, memo_fake
 
 

@@ -6,7 +6,7 @@ installed with a Node >= 22 under ``.tools/``) runs, once per target:
 - its server scenarios against each reference server that serves Streamable HTTP
   (memo, files, switchboard through a proxy that adds its bearer token, kcp);
 - its client scenarios against ``scripts/conformance_client.py``, a client built
-  on :class:`~asyncai_watch.mcp_source.McpResourceSource`.
+  on :class:`~asyncai_watch.mcp.client.McpResourceSource`.
 
 Then one test per (target, scenario) reads the suite's checks. A scenario fails
 when one of its checks is a FAILURE (warnings are the suite's "should"s and are

@@ -18,8 +18,8 @@ import pytest
 
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.runtime.manager import WatchManager
 
 pytestmark = pytest.mark.anyio
 

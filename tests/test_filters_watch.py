@@ -6,8 +6,8 @@ import anyio
 import pytest
 
 from asyncai_watch.core.limits import Limits
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.source import ListedResource
+from asyncai_watch.mcp.source import ListedResource
+from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock, FakeSource
 
 pytestmark = pytest.mark.anyio

@@ -12,8 +12,8 @@ from kcp_helpers import WAIT, kcp_argv, kcp_env, watch_starts, write_kubeconfig
 
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import WatchError
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.runtime.manager import WatchManager
 
 ON_EVENT = """
 m = event["object"]["metadata"]

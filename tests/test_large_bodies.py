@@ -10,8 +10,8 @@ import pytest
 
 from asyncai_watch import EVENTS_MIME_TYPE, Limits, WatchManager
 from asyncai_watch.core.watch import Body
-from asyncai_watch.source import ListedResource
-from asyncai_watch.subscriptions import LARGE_BODY
+from asyncai_watch.mcp.source import ListedResource
+from asyncai_watch.runtime.subscriptions import LARGE_BODY
 from asyncai_watch.testing import FakeClock, FakeSource
 
 IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)

@@ -13,7 +13,7 @@ import pytest
 
 from asyncai_watch import log
 from asyncai_watch.core.limits import Limits
-from asyncai_watch.manager import WatchManager
+from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock
 from tests.test_manager import IMMEDIATE, NOTES, memo_fake
 

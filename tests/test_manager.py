@@ -21,8 +21,8 @@ from asyncai_watch.errors import (
     WatchError,
 )
 from asyncai_watch.info import ResourceInfo, WatchInfo, resource_example
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.source import ListedResource, ListedTemplate, ToolInfo
+from asyncai_watch.mcp.source import ListedResource, ListedTemplate, ToolInfo
+from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock, FakeSource
 
 NOTES = "memo://notes"

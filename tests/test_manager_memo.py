@@ -23,11 +23,11 @@ from asyncai_watch.codemode import builtins
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import ProtocolVersionError, WatchError
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
-from asyncai_watch.source import ListedResource, ListedTemplate, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.mcp.source import ListedResource, ListedTemplate, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.runtime.tools import tool_functions
 from asyncai_watch.testing import FakeClock
-from asyncai_watch.tools import tool_functions
 from tests.test_memo_server import memo_http_server
 
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]

@@ -24,8 +24,8 @@ from asyncai_watch.errors import (
     SubscriptionLostError,
     WatchError,
 )
-from asyncai_watch.mcp_source import McpResourceSource, _covers
-from asyncai_watch.source import ReadResult, ResourceSource
+from asyncai_watch.mcp.client import McpResourceSource, _covers
+from asyncai_watch.mcp.source import ReadResult, ResourceSource
 from asyncai_watch.testing import FakeClock
 
 LEGACY = [sys.executable, str(Path(__file__).with_name("legacy_server.py"))]
@@ -377,7 +377,7 @@ from contextlib import AsyncExitStack
 
 import anyio
 
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
 
 async def main():
     with anyio.CancelScope() as scope:
@@ -421,7 +421,7 @@ async def test_the_sdk_stdio_reader_gets_whole_lines_and_the_tail_at_eof() -> No
     without a newline included (a character split between reads too)."""
     import mcp.client.stdio
 
-    from asyncai_watch._sdk_stdio import LineChunks, WholeLines, text_stream
+    from asyncai_watch.mcp._sdk_stdio import LineChunks, WholeLines, text_stream
 
     assert vars(mcp.client.stdio)["TextReceiveStream"] is text_stream  # installed on import
     stream = text_stream(_byte_stream(PIECES), encoding="UTF8", errors="strict")
@@ -438,7 +438,7 @@ async def test_a_large_line_is_parsed_in_steps_while_the_loop_runs(monkeypatch: 
     """A line over LARGE_LINE is parsed by the reader with the event loop running between steps
     (another task runs many times meanwhile), and reaches the SDK's loop as a token line that
     parse_line exchanges for the same message the SDK would have made; lines around it are kept."""
-    from asyncai_watch import _sdk_stdio
+    from asyncai_watch.mcp import _sdk_stdio
 
     text = json.dumps({"big": 'é"x\\😀' * 200_000, "n": 12345678901234567890123})
     line = json.dumps(
@@ -475,7 +475,7 @@ async def test_a_large_line_is_parsed_in_steps_while_the_loop_runs(monkeypatch: 
 
 @pytest.mark.anyio
 async def test_a_large_line_that_is_no_message_gets_the_sdks_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from asyncai_watch import _sdk_stdio
+    from asyncai_watch.mcp import _sdk_stdio
 
     monkeypatch.setattr(_sdk_stdio, "LARGE_LINE", 1000)
     for bad in [
@@ -493,7 +493,7 @@ def test_a_large_message_is_parsed_to_the_same_message_the_sdk_makes() -> None:
     message is the same; a large line that is not JSON (or not a message) gets the SDK's error."""
     import mcp.client.stdio
 
-    from asyncai_watch._sdk_stdio import _SDK_PARSE, LARGE_LINE, parse_line
+    from asyncai_watch.mcp._sdk_stdio import _SDK_PARSE, LARGE_LINE, parse_line
 
     assert vars(mcp.client.stdio)["_parse_line"] is parse_line  # installed on import
     text = json.dumps({"big": 'é"x' * (LARGE_LINE // 3), "n": 12345678901234567890123})

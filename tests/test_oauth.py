@@ -38,8 +38,8 @@ from asyncai_watch.http_auth import (
     MemoryTokenStorage,
     oauth_provider,
 )
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock
 
 OAUTH_SERVER = [sys.executable, str(Path(__file__).with_name("oauth_server.py"))]

@@ -19,7 +19,7 @@ from asyncai_watch.core.routing import (
     route,
 )
 from asyncai_watch.errors import RoutingError
-from asyncai_watch.source import ListedResource, ListedTemplate
+from asyncai_watch.mcp.source import ListedResource, ListedTemplate
 
 KCP = "kcp-events://watch/{workspace}/{resource}{?namespace,labelSelector,fieldSelector,kcp}"
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch import sandbox
-from asyncai_watch.sandbox import PolicyError, compile_repl, new_scope, run_async, run_sync
+from asyncai_watch.filters import sandbox
+from asyncai_watch.filters.sandbox import PolicyError, compile_repl, new_scope, run_async, run_sync
 
 pytestmark = pytest.mark.anyio
 

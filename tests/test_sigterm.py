@@ -24,8 +24,8 @@ import sys
 
 import anyio
 
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.mcp.client import McpResourceSource
 
 
 async def main() -> None:

@@ -14,7 +14,7 @@ from asyncai_watch.core.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import LimitError, StateFileError
 from asyncai_watch.filters import RestrictedPythonEngine
-from asyncai_watch.manager import WatchManager
+from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.state_file import StateFile
 from asyncai_watch.testing import FakeClock
 from tests.test_manager import IMMEDIATE, NOTES, memo_fake

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch import _sdk_stdio
-from asyncai_watch._stepped_json import parse_in_steps
+from asyncai_watch.mcp import _sdk_stdio
+from asyncai_watch.mcp._stepped_json import parse_in_steps
 
 pytestmark = pytest.mark.timeout(120)
 

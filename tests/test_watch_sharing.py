@@ -16,7 +16,7 @@ import attrs
 import pytest
 
 from asyncai_watch import Limits, Notice, NotWatchableError, RoutingError, StateFileError, WatchManager
-from asyncai_watch.source import ListedResource, ListedTemplate
+from asyncai_watch.mcp.source import ListedResource, ListedTemplate
 from asyncai_watch.testing import FakeClock, FakeSource
 
 NOTES = "memo://notes"

@@ -1,7 +1,7 @@
 """One watch's whole life as a pure object: reads in, notices out.
 
 Sans-IO, in the shape of h11's ``Connection``: nothing here awaits, reads a clock or logs.
-The async shell (:mod:`asyncai_watch.manager`) owns the I/O and calls these methods with
+The async shell (:mod:`asyncai_watch.runtime.manager`) owns the I/O and calls these methods with
 ``now`` passed in; every answer is a value.
 
 A :class:`Watch` is fed in this order::

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from asyncai_watch import sandbox
 from asyncai_watch.errors import FilterError
+from asyncai_watch.filters import sandbox
 
 __all__ = ["FILENAME", "check_source"]
 

@@ -37,8 +37,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import IO, Any, Final
 
-from asyncai_watch import sandbox
-from asyncai_watch.filters import _wire
+from asyncai_watch.filters import _wire, sandbox
 
 NOBODY: Final = 65534
 MAX_CALL_BYTES: Final = 1024 * 1024

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from asyncai_watch.codemode import WatchApi, builtins
 from asyncai_watch.errors import WatchError
-from asyncai_watch.subscriptions import describe
+from asyncai_watch.runtime.subscriptions import describe
 
 __all__ = ["TOOL_ERRORS", "tool_error_text", "watch_functions"]
 

@@ -27,7 +27,7 @@ from asyncai_watch._extras import require
 from asyncai_watch.codemode import WatchApi
 from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
 from asyncai_watch.integrations._runner import Publish, TurnRunner
-from asyncai_watch.manager import WatchManager
+from asyncai_watch.runtime.manager import WatchManager
 
 try:
     from langchain_core.messages import AIMessage, AnyMessage, HumanMessage

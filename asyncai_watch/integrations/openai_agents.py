@@ -26,7 +26,7 @@ from asyncai_watch._extras import require
 from asyncai_watch.codemode import WatchApi
 from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
 from asyncai_watch.integrations._runner import Publish, TurnRunner
-from asyncai_watch.manager import WatchManager
+from asyncai_watch.runtime.manager import WatchManager
 
 try:
     from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, Runner, Tool, function_tool

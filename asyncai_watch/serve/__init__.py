@@ -29,8 +29,8 @@ import anyio
 from asyncai_watch import log
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import LimitError, WatchError
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.runtime.manager import WatchManager
 
 from .channel import instructions
 from .config import ConfigError, Upstream, from_server_args, load_config, select

@@ -29,7 +29,7 @@ from typing import Any, Final
 import attrs
 
 from asyncai_watch.errors import WatchError
-from asyncai_watch.server_spec import parse_server
+from asyncai_watch.mcp.server_spec import parse_server
 
 __all__ = [
     "ConfigError",
@@ -104,7 +104,7 @@ def is_serve_itself(argv: Sequence[str]) -> bool:
 
 
 def from_server_args(values: Sequence[str]) -> list[Upstream]:
-    """``--server [NAME=]COMMAND`` / ``--server [NAME=]URL`` values (see :func:`asyncai_watch.server_spec.parse_server`)."""
+    """``--server [NAME=]COMMAND`` / ``--server [NAME=]URL`` values (see :func:`asyncai_watch.mcp.server_spec.parse_server`)."""
     out = []
     for value in values:
         try:

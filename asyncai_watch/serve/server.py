@@ -43,7 +43,7 @@ from asyncai_watch import log
 from asyncai_watch._mcp_errors import unknown_tool
 from asyncai_watch._tool_schemas import input_schemas
 from asyncai_watch.errors import WatchError
-from asyncai_watch.manager import WatchManager
+from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
 
 from .channel import CHANNEL_CAPABILITY, CHANNEL_METHOD, catchup_dict, channel_params

@@ -22,11 +22,11 @@ from asyncai_watch.clock import Clock, move_on_at
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.core.watch import Body, Watch
-from asyncai_watch.filtering import Result, lines_for
 from asyncai_watch.filters import FilterSession
 from asyncai_watch.info import WatchInfo
-from asyncai_watch.offload import Offload
-from asyncai_watch.subscriptions import Feed, GaveUp, Inbox, Up
+from asyncai_watch.runtime.filtering import Result, lines_for
+from asyncai_watch.runtime.offload import Offload
+from asyncai_watch.runtime.subscriptions import Feed, GaveUp, Inbox, Up
 
 __all__ = ["Status", "WatchTask"]
 

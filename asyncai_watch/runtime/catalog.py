@@ -18,7 +18,7 @@ from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.routing import Route, ServerCatalog, route
 from asyncai_watch.errors import NotWatchableError, RoutingError, WatchError
-from asyncai_watch.source import ResourceSource
+from asyncai_watch.mcp.source import ResourceSource
 
 __all__ = ["Catalogs", "Listing"]
 

@@ -12,7 +12,7 @@ import urllib.parse
 import attrs
 
 from asyncai_watch.http_auth import HttpAuth
-from asyncai_watch.mcp_source import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource
 
 __all__ = ["ServerSpec", "parse_server"]
 

@@ -1,4 +1,4 @@
-"""A :class:`~asyncai_watch.source.ResourceSource` over a real MCP connection.
+"""A :class:`~asyncai_watch.mcp.source.ResourceSource` over a real MCP connection.
 
 :class:`McpResourceSource` connects with the ``mcp`` 2.3 SDK client, to a
 server started as a subprocess (stdio) or at a Streamable HTTP URL::
@@ -62,7 +62,6 @@ from mcp.client.subscriptions import (
     SubscriptionLost,
 )
 
-from asyncai_watch import _sdk_stdio
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.core.eventlog import AFTER_META_KEY
@@ -76,7 +75,8 @@ from asyncai_watch.errors import (
     SubscriptionLostError,
 )
 from asyncai_watch.http_auth import refresh_first
-from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp import _sdk_stdio
+from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
@@ -646,7 +646,7 @@ class McpResourceSource:
         return ReadResult(uri=content.uri or uri, text=text, mime_type=content.mime_type)
 
     def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
-        """Open one ``subscriptions/listen`` for ``uri``; see :class:`~asyncai_watch.source.ResourceSource`."""
+        """Open one ``subscriptions/listen`` for ``uri``; see :class:`~asyncai_watch.mcp.source.ResourceSource`."""
         return self._listen(f"subscriptions/listen {uri!r}", uri=uri)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:

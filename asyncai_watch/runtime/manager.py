@@ -1,8 +1,8 @@
 """WatchManager: the async shell around the pure watch core.
 
 The manager owns one task group. In it run the shared subscriptions
-(:class:`~asyncai_watch.subscriptions.Feed`, one per server and URI) and one
-:class:`~asyncai_watch.watch_task.WatchTask` loop per watch, which waits for its feed or its
+(:class:`~asyncai_watch.runtime.subscriptions.Feed`, one per server and URI) and one
+:class:`~asyncai_watch.runtime.watch_task.WatchTask` loop per watch, which waits for its feed or its
 debounce deadline (on the injectable :class:`~asyncai_watch.clock.Clock`) and feeds the pure
 :class:`~asyncai_watch.core.watch.Watch`. The manager names, starts, stops, persists and
 restores watches, routes URIs to servers, and passes notices on. Nothing runs while the
@@ -27,7 +27,6 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from asyncai_watch import log
 from asyncai_watch._tasks import exit_task_group
-from asyncai_watch.catalog import Catalogs
 from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.limits import Limits
@@ -41,16 +40,17 @@ from asyncai_watch.errors import (
     StateFileError,
     WatchError,
 )
-from asyncai_watch.filtering import open_filter
 from asyncai_watch.filters import FilterEngine, default_engine
 from asyncai_watch.info import ResourceInfo, WatchInfo, resource_infos
-from asyncai_watch.offload import Offload
+from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ResourceSource
+from asyncai_watch.runtime.catalog import Catalogs
+from asyncai_watch.runtime.filtering import open_filter
+from asyncai_watch.runtime.offload import Offload
+from asyncai_watch.runtime.subscriptions import LARGE_BODY, Feed, describe
+from asyncai_watch.runtime.tools import ReadOnlyCatalog, list_tools, tool_names
+from asyncai_watch.runtime.watch_task import WatchTask
 from asyncai_watch.shapes import resource_dicts
-from asyncai_watch.source import MODERN_PROTOCOL_VERSION, ResourceSource
 from asyncai_watch.state_file import StateFile
-from asyncai_watch.subscriptions import LARGE_BODY, Feed, describe
-from asyncai_watch.tools import ReadOnlyCatalog, list_tools, tool_names
-from asyncai_watch.watch_task import WatchTask
 
 __all__ = ["WatchManager"]
 
@@ -58,7 +58,7 @@ __all__ = ["WatchManager"]
 class WatchManager:
     """Owns every watch of one agent; use as ``async with WatchManager(sources) as m:``.
 
-    ``sources`` are connected servers (:class:`~asyncai_watch.source.ResourceSource`).
+    ``sources`` are connected servers (:class:`~asyncai_watch.mcp.source.ResourceSource`).
     ``watch_state`` is the ``--watch-state`` file: specs are saved on every start and stop
     and restored on entry. ``filter_engine`` runs ``on_event`` filters (default: the
     RestrictedPython worker engine). Leaving the ``async with`` block cancels every watch

@@ -647,7 +647,9 @@ def _state(scope: Mapping[str, Any]) -> _ScopeState:
     try:
         state: _ScopeState = scope["__builtins__"][_STATE]
     except (KeyError, TypeError):
-        raise TypeError("not a sandbox scope: make it with asyncai_watch.sandbox.new_scope()") from None
+        raise TypeError(
+            "not a sandbox scope: make it with asyncai_watch.filters.sandbox.new_scope()"
+        ) from None
     return state
 
 

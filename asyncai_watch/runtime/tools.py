@@ -17,7 +17,7 @@ from typing import Any, Final
 import anyio
 
 from asyncai_watch.errors import WatchError
-from asyncai_watch.source import ResourceSource, ToolInfo
+from asyncai_watch.mcp.source import ResourceSource, ToolInfo
 
 __all__ = [
     "AsyncFn",

@@ -1,6 +1,6 @@
 """The large-body worker: extraction (parse + diff / sequence) of big reads, off the agent's loop.
 
-Run as ``python -m asyncai_watch._offload_worker``. It holds one pure
+Run as ``python -m asyncai_watch.runtime._offload_worker``. It holds one pure
 :class:`~asyncai_watch.core.watch.Watch` per watch (by key) and answers, over stdin/stdout,
 frames of an 8-byte length and a pickle:
 

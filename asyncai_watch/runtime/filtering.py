@@ -2,7 +2,7 @@
 
 The I/O half of what :class:`~asyncai_watch.core.watch.Watch` cannot do itself: the filter
 runs in a worker (:mod:`asyncai_watch.filters`), and a large body is parsed and diffed in the
-large-body worker (:mod:`asyncai_watch.offload`), off the event loop.
+large-body worker (:mod:`asyncai_watch.runtime.offload`), off the event loop.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.core.watch import Body, EventRecord, Line, Pending, Watch
 from asyncai_watch.filters import Catalog, FilterEngine, FilterSession, sample_event, validate_on_event
-from asyncai_watch.offload import Offload
-from asyncai_watch.subscriptions import describe
+from asyncai_watch.runtime.offload import Offload
+from asyncai_watch.runtime.subscriptions import describe
 
 __all__ = ["Result", "lines_for", "open_filter"]
 

@@ -15,7 +15,7 @@ line's text once.
 **Large lines.** The SDK parses each line with pydantic's ``validate_json`` of the whole
 JSON-RPC message: one call holding the GIL, 340 ms for a 50 MB answer. :class:`LineChunks`
 decodes a line longer than :data:`LARGE_LINE` itself, in steps with the event loop running
-between them (``asyncai_watch._stepped_json``: no step holds it much more than 20 ms, where the
+between them (``asyncai_watch.mcp._stepped_json``: no step holds it much more than 20 ms, where the
 line's text alone took 60 ms to decode and 90 ms to join and split), validates the value with the
 SDK's own model (``validate_python``), and hands the loop a one-line token for it, which
 :func:`parse_line` (the SDK's replaced ``_parse_line``) exchanges for the message. A large line
@@ -40,7 +40,7 @@ from anyio.streams.text import TextReceiveStream
 from mcp import types
 from mcp.shared.message import SessionMessage
 
-from asyncai_watch._stepped_json import parse_in_steps
+from asyncai_watch.mcp._stepped_json import parse_in_steps
 
 __all__ = ["LARGE_LINE", "LineChunks", "WholeLines", "install", "parse_line"]
 

@@ -27,7 +27,7 @@ from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.watch import Body, GiveUp, Resubscribe, Retry
 from asyncai_watch.errors import SubscriptionLostError, WatchError
-from asyncai_watch.source import ResourceSource
+from asyncai_watch.mcp.source import ResourceSource
 
 __all__ = ["LARGE_BODY", "Down", "Feed", "GaveUp", "Inbox", "Subscriber", "Up", "describe"]
 
@@ -337,7 +337,7 @@ class Feed:
         event_log = shape_for_mime_type(result.mime_type) == "event-log"
         if len(result.text) > (LARGE_EVENT_LOG if event_log else LARGE_BODY):
             # Parsing holds the GIL: a large body is parsed in the large-body worker instead
-            # (asyncai_watch.offload), never on the event loop. Its position is unknown here, so
+            # (asyncai_watch.runtime.offload), never on the event loop. Its position is unknown here, so
             # the next read is a whole one.
             self._position = None
             return Body.raw(result.text, result.mime_type)

@@ -2,7 +2,7 @@
 
 Parsing JSON holds the GIL for the whole call, so a worker thread would not help: a 50 MB body
 would stall every other watch for seconds. A body longer than
-:data:`~asyncai_watch.subscriptions.LARGE_BODY` is therefore not parsed in the agent at all; the
+:data:`~asyncai_watch.runtime.subscriptions.LARGE_BODY` is therefore not parsed in the agent at all; the
 watch's extraction state (its baseline or event-log sequencer) moves to one worker process per
 manager, which answers each read with its :class:`~asyncai_watch.core.watch.Pending` events
 (at most ``Limits.events_per_update`` of them, so the answer is small). Delivery (dedupe,
@@ -107,7 +107,7 @@ class Offload:
         if self._process is None or self._process.returncode is not None:
             self._keys.clear()
             self._process = await anyio.open_process(
-                [sys.executable, "-m", "asyncai_watch._offload_worker"], stderr=None
+                [sys.executable, "-m", "asyncai_watch.runtime._offload_worker"], stderr=None
             )
         return self._process
 

@@ -1,0 +1,3 @@
+"""Every byte that crosses to an MCP server: the ``ResourceSource`` protocol, the SDK-backed
+client (:class:`~asyncai_watch.mcp.client.McpResourceSource`), its transports and ``--server``
+specs. The public names are re-exported from :mod:`asyncai_watch`."""

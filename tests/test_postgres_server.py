@@ -36,11 +36,10 @@ from asyncai_servers._http import running_http_server
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.listener import LISTEN_APP_NAME
 from asyncai_servers.postgres.triggers import install_triggers
+from asyncai_watch import McpResourceSource, WatchManager
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import WatchError
-from asyncai_watch.manager import WatchManager
-from asyncai_watch.mcp_source import McpResourceSource
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

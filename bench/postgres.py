@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -86,15 +85,7 @@ def start_cluster(base: Path) -> pg.PgServer:
     srv = pg.start_postgres(base)
     with psycopg.connect(srv.dsn(), autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-    log = base / "restart.log"  # -l: the restarted server must not hold our pipes (run() waits on them)
-    pg_ctl = [*srv.run_as, str(srv.bindir / "pg_ctl"), "-D", str(srv.datadir), "-l", str(log)]
-    subprocess.run(
-        [*pg_ctl, "-w", "-t", "60", "-m", "fast", "restart"],
-        check=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    srv.restart()
     return srv
 
 

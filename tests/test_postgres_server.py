@@ -6,8 +6,8 @@ this process, which are other backends, as any application's would be. Every wai
 and if the expected change is not there yet, wait for the next update (level-triggered, so a
 change between the read and the wait is never missed).
 
-One PostgreSQL cluster per test session (the ``postgres_server`` fixture), one fresh database
-per test.
+One PostgreSQL cluster for the module (``module_postgres``: the tests change roles and cut
+connections, which other modules' tests must not see), one fresh database per test.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import psycopg
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import Subscription
-from pg import PgServer, postgres_server  # noqa: F401  (fixture)
+from pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
 
 from asyncai_servers._eventlog import AFTER_META_KEY
 from asyncai_servers._http import running_http_server
@@ -96,8 +96,8 @@ def _create_role(conn: psycopg.Connection[tuple[Any, ...]], role: str) -> None:
 
 
 @pytest.fixture
-def db(postgres_server: PgServer) -> Db:  # noqa: F811
-    dsn = postgres_server.create_database()
+def db(module_postgres: PgServer) -> Db:
+    dsn = module_postgres.create_database()
     with psycopg.connect(dsn, autocommit=True) as conn:
         _create_role(conn, WATCHER)
         _create_role(conn, NOBODY)
@@ -108,7 +108,7 @@ def db(postgres_server: PgServer) -> Db:  # noqa: F811
         conn.execute("INSERT INTO items (id, note) VALUES (1, 'one'), (2, 'two')")
         conn.execute(psycopg.sql.SQL("GRANT SELECT ON items TO {}").format(psycopg.sql.Identifier(WATCHER)))
     install_triggers(dsn, [ITEMS])
-    return Db(postgres_server, dsn)
+    return Db(module_postgres, dsn)
 
 
 def write_config(tmp_path: Path, text: str = CONFIG) -> Path:
@@ -388,6 +388,23 @@ async def test_a_terminated_listen_connection_loses_no_change(db: Db, tmp_path: 
     assert log["log_id"] == start["log_id"]  # the same log: nothing to report as a GAP
     assert sorted(e["seq"] for e in events) == list(range(after + 1, after + 1 + len(events)))
     assert {(e["type"], e["key"]) for e in events} == wanted
+
+
+async def test_a_database_restart_loses_no_change(db: Db, tmp_path: Path) -> None:
+    """``pg_ctl restart`` cuts every connection, the LISTEN one and the reading ones: the server
+    listens again, replaces its reading connections, and a change made meanwhile is seen."""
+    async with (
+        pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
+        client.listen(resource_subscriptions=[STATE]) as sub,
+    ):
+        db.run("UPDATE items SET note = 'before' WHERE id = 1")
+        await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "before")
+        await anyio.to_thread.run_sync(db.server.restart)
+        db.run("UPDATE items SET note = 'after' WHERE id = 2")  # maybe before the server listens again
+        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after")
+        assert body == db_rows(db)
+        db.run("UPDATE items SET note = 'later' WHERE id = 1")  # and heard as usual afterwards
+        await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "later")
 
 
 async def test_a_server_restart_is_a_gap_and_the_state_catches_up(db: Db, tmp_path: Path) -> None:

@@ -107,6 +107,30 @@ def set_up(srv: pg.PgServer) -> str:
     return dsn
 
 
+def server_pid() -> int | None:
+    """The server process (a child of this one, spawned by ``McpResourceSource.stdio``)."""
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if ppid == me and b"asyncai_servers.postgres" in cmdline:
+            return int(entry.name)
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """CPU (user + system) a process has used so far, from /proc; 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def as_role(dsn: str, role: str) -> str:
     return dsn.replace("user=postgres", f"user={role}")
 
@@ -309,6 +333,8 @@ async def sustained(source: McpResourceSource, dsn: str, admin: str, seconds: fl
         tg.start_soon(tally)
         tg.start_soon(load_poller, as_role(dsn, "poller"), time.monotonic(), polled, total, polled_all)
         before = statements(admin, "watcher")
+        pid = server_pid()
+        cpu_before = cpu_seconds(pid)
         begin = time.monotonic() + 0.5
         starts: dict[int, float] = {}
 
@@ -321,6 +347,7 @@ async def sustained(source: McpResourceSource, dsn: str, admin: str, seconds: fl
         with anyio.move_on_after(30):  # every row, or 30 s after the last commit
             await done.wait()
         queries = statements(admin, "watcher") - before
+        cpu = cpu_seconds(pid) - cpu_before
         with anyio.move_on_after(PERIOD * 2 + 5):  # the poller's next look finds the last rows
             await polled_all.wait()
         tg.cancel_scope.cancel()
@@ -337,6 +364,7 @@ async def sustained(source: McpResourceSource, dsn: str, admin: str, seconds: fl
         "poll_lags": poll_lags,
         "other_lines": gaps,
         "queries": queries,
+        "cpu": cpu,
     }
 
 
@@ -435,8 +463,19 @@ async def main(quick: bool) -> int:
     )
 
     lost = s["total"] - s["delivered"]
-    load_ok = lost == 0 and not s["other_lines"] and s["delivered_rate"] >= RATE * 0.95
+    kept_up = lost == 0 and not s["other_lines"] and s["delivered_rate"] >= s["offered_rate"] * 0.95
+    offered_enough = s["offered_rate"] >= RATE * 0.95
+    load_ok = kept_up and offered_enough
     ok = ok and load_ok
+    if load_ok:
+        verdict = "met"
+    elif kept_up:
+        verdict = (
+            f"not reached: the writers offered only {s['offered_rate']:,.0f}/s on this machine; "
+            "the server delivered all of it"
+        )
+    else:
+        verdict = "MISSED"
     print(
         f"3. sustained load: {s['total']:,} inserts, each its own transaction, offered at {s['offered_rate']:,.0f}/s"
         " (target 1,000/s with none lost):"
@@ -446,7 +485,7 @@ async def main(quick: bool) -> int:
         s["delivered_rate"],
         s["offered_rate"],
         "/s",
-        f"{s['delivered']:,} of {s['total']:,} delivered, {lost:,} lost: {'met' if load_ok else 'MISSED'}",
+        f"{s['delivered']:,} of {s['total']:,} delivered, {lost:,} lost: {verdict}",
         lower_is_better=False,
     )
     if s["other_lines"]:
@@ -458,7 +497,8 @@ async def main(quick: bool) -> int:
         row("row lag p99", pct(s["lags"], 99) * 1e3, pct(s["poll_lags"], 99) * 1e3, "ms")
     print(
         f"  server statements per committed row: {s['queries'] / s['total']:.3f}"
-        f" ({s['queries']:,} for {s['total']:,} rows: re-reads batch what piles up while one runs)"
+        f" ({s['queries']:,} for {s['total']:,} rows: re-reads batch what piles up while one runs);"
+        f" server CPU per row: {s['cpu'] / s['total'] * 1e6:.0f} µs"
     )
     print("all targets met" if ok else "some targets missed (see above)")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -243,6 +243,10 @@ async def test_rows_changes_and_a_named_query_follow_a_psql_writer(db: Db, tmp_p
             await read_until(client, sub, STATE, lambda body: body == db_rows(db))
             await read_until(client, sub, QUERY, lambda body: body == [{"id": 1, "note": "one"}])
 
+            await db.psql("UPDATE items SET id = 30 WHERE id = 3")  # a new primary key: another row
+            moved = await events_until(client, sub, 3, lambda evs: len(evs) >= 2)
+            assert sorted((e["type"], e["key"]) for e in moved) == [("ADDED", "30"), ("DELETED", "3")]
+
 
 async def test_a_filtered_uri_sees_rows_move_in_and_out_under_each_spelling(db: Db, tmp_path: Path) -> None:
     failed = "pg-events://public/items?status=failed"

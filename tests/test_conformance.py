@@ -4,7 +4,7 @@
 installed with a Node >= 22 under ``.tools/``) runs, once per target:
 
 - its server scenarios against each reference server that serves Streamable HTTP
-  (memo, files, switchboard through a proxy that adds its bearer token, kcp);
+  (memo, files, switchboard through a proxy that adds its bearer token, kcp, postgres);
 - its client scenarios against ``scripts/conformance_client.py``, a client built
   on :class:`~asyncai_watch.mcp.client.McpResourceSource`.
 

@@ -24,6 +24,7 @@ from typing import Final
 import anyio
 
 from asyncai_watch._tasks import enter_task_group
+from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import WatchError
@@ -88,9 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def fail(message: str, code: int = 2) -> int:
-    """One line on stderr, then the exit code (2: bad input)."""
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    """One line on stderr, then the exit code (2: bad input); no URL in it keeps its secrets."""
+    print(f"{PROG}: error: {redact(message)}", file=sys.stderr, flush=True)
     return code
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr; the command goes on."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
 
 
 def limits_for(debounce: float | None) -> Limits:
@@ -185,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         specs = [parse_server(text) for text in args.server]
-        auth = http_auth_from_args(args)
+        auth = http_auth_from_args(args, warn=warn)
         if (args.token_file is not None or args.auth is not None) and not any(s.is_http for s in specs):
             return fail("--token-file and --auth apply to http(s) --server URLs; give at least one")
         # A malformed command or URL fails here, before anything starts.

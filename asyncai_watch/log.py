@@ -21,6 +21,8 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 from pythonjsonlogger.json import JsonFormatter
 
+from asyncai_watch.core.echo import redact
+
 if TYPE_CHECKING:
     from asyncai_watch.core.watch import EventRecord
 
@@ -57,7 +59,12 @@ _HANDLER_MARK: Final = "_asyncai_watch_ndjson"
 
 
 class NdjsonFormatter(JsonFormatter):
-    """``ts``, ``level``, ``logger``, ``event``, then the record's extra fields."""
+    """``ts``, ``level``, ``logger``, ``event``, then the record's extra fields.
+
+    Every string field (a traceback included) goes through :func:`~asyncai_watch.core.echo.redact`
+    on its way out: whatever a caller logs, no URL keeps its secret parameters or userinfo and no
+    bearer token is written.
+    """
 
     def __init__(self) -> None:
         super().__init__(
@@ -66,6 +73,19 @@ class NdjsonFormatter(JsonFormatter):
             timestamp="ts",
             json_ensure_ascii=False,
         )
+
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        return {key: _redacted(value) for key, value in super().process_log_record(log_data).items()}
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list | tuple):
+        return [_redacted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    return value
 
 
 def emit(event: str, *, verbose: bool = False, **fields: Any) -> None:

@@ -31,8 +31,6 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import Subscription
 from pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
 
-from asyncai_servers._eventlog import AFTER_META_KEY
-from asyncai_servers._http import running_http_server
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.listener import LISTEN_APP_NAME
 from asyncai_servers.postgres.triggers import install_triggers
@@ -40,6 +38,8 @@ from asyncai_watch import McpResourceSource, WatchManager
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import WatchError
+from asyncai_watch.server.eventlog import AFTER_META_KEY
+from asyncai_watch.server.http import running_http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

@@ -27,7 +27,7 @@ from mcp.client import ClientExtension, NotificationBinding
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from pydantic import BaseModel, ConfigDict
 
-from asyncai_servers._http import running_http_server
+from asyncai_watch.server.http import running_http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -192,6 +192,13 @@ async def test_modern_stdio_pushes_filtered_notices_from_files_and_memo(tmp_path
                 assert after.content == "ADDED n"
                 # Once each: a copy on the connection would have come before this one.
                 assert notice_id(after) > notice_id(on_listen)
+
+            # serve has no MCP resources: a listen naming one is refused, saying what to do instead.
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+                async with client.listen(resource_subscriptions=["memo://notes"]):
+                    pass
+            assert refused.value.error.code == -32602
+            assert "serves no resources: watch a URI with the watch_start tool" in refused.value.error.message
 
             # The pull side has every notice that was pushed, with the same ids and text.
             pulled = await call(client, "watch_notices", after_id=0)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from asyncai_watch._extras import MissingExtraError, require
+from asyncai_watch.extras import MissingExtraError, require
 
 if TYPE_CHECKING:
     from asyncai_servers.postgres.config import Config
@@ -89,6 +89,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="events each event log keeps for readers that send their position (default 8192)",
     )
+    p.add_argument(
+        "--max-uris",
+        type=int,
+        default=None,
+        metavar="N",
+        help="URIs one subscriptions/listen (or one 2025-era session) may name (default 100,000)",
+    )
     p.add_argument("--log-level", default=os.environ.get("ASYNCAI_PG_LOG", "WARNING"))
     return p
 
@@ -116,10 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--statement-timeout must be > 0, --pool >= 1 and --idle-grace >= 0")
     if args.ring_events is not None and args.ring_events < 1:
         p.error(f"--ring-events must be >= 1, got {args.ring_events}")
+    if args.max_uris is not None and args.max_uris < 1:
+        p.error(f"--max-uris must be >= 1, got {args.max_uris}")
     reconnect = _backoff_arg(args.reconnect, p)
     http: tuple[str, int] | None = None
     if args.http:
-        from asyncai_servers._http import parse_host_port
+        from asyncai_watch.server.http import parse_host_port
 
         try:
             http = parse_host_port(args.http)
@@ -143,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from asyncai_servers.postgres.server import RING_EVENTS, PostgresServer
     from asyncai_watch.core.backoff import Backoff
+    from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 
     server = PostgresServer(
         config,
@@ -152,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         reconnect=Backoff(initial=reconnect[0], cap=reconnect[1], attempts=None),
         idle_grace=args.idle_grace,
         ring_events=args.ring_events or RING_EVENTS,
+        max_uris=DEFAULT_MAX_URIS if args.max_uris is None else args.max_uris,
     )
     return _serve(server, http, args.http)
 
@@ -176,14 +187,14 @@ def _serve(server: PostgresServer, http: tuple[str, int] | None, http_arg: str |
     import anyio
 
     async def serve_stdio() -> None:
-        from asyncai_servers._stdio import stdio_server
+        from asyncai_watch.server.stdio import stdio_server
 
         async with server.running(), stdio_server() as (read, write):
             await server.server.run(read, write, server.server.create_initialization_options())
 
     async def serve_http(host: str, port: int) -> None:
-        from asyncai_servers._http import serve_http as serve_asgi
-        from asyncai_servers._resumable import streamable_http_app
+        from asyncai_watch.server.http import serve_http as serve_asgi
+        from asyncai_watch.server.resumable import streamable_http_app
 
         async with server.running():
             await serve_asgi(
@@ -199,7 +210,7 @@ def _serve(server: PostgresServer, http: tuple[str, int] | None, http_arg: str |
     except KeyboardInterrupt:
         return 0
     except (OSError, BaseExceptionGroup) as exc:
-        from asyncai_servers._http import bind_error as only_os_error
+        from asyncai_watch.server.http import bind_error as only_os_error
 
         bind_error = only_os_error(exc)
         if bind_error is None:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import attrs
 import msgspec
 
-from asyncai_servers._eventlog import dumps
+from asyncai_watch.server.eventlog import dumps
 
 __all__ = ["OverCap", "RowChange", "RowSet", "key_text", "query_body"]
 

@@ -7,9 +7,12 @@ Who does what:
   re-established connection makes every source re-read (:meth:`PostgresServer._resync`).
 - :mod:`~asyncai_servers.postgres.sources`: one source per watched target, reading the database
   only when told to, and answering every ``resources/read`` from what it read last.
-- :class:`~asyncai_servers.postgres.listen.ListenTracker`: the listen streams; a source lives
-  while a stream names one of its URIs (and :data:`IDLE_GRACE` seconds after the last one
-  leaves, or after a read with no listener), so nothing is read for a table nobody watches.
+- :class:`~asyncai_watch.server.SubscriptionRegistry`: the subscriptions of both MCP eras
+  (``subscriptions/listen``; ``resources/subscribe`` from 2025-era clients). It says when a URI
+  string gains its first listener (:meth:`PostgresServer._acquire`) or loses its last
+  (:meth:`PostgresServer._release`); a source lives while one of its URIs is listened to (and
+  :data:`IDLE_GRACE` seconds after, or after a read with no listener), so nothing is read for a
+  table nobody watches.
 
 Clients never send SQL: a URI names a table or a query of the config (uri.py), and the SQL is
 composed by the driver (queries.py).
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -29,14 +32,10 @@ import attrs
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
-from asyncai_servers._errors import resource_not_found, unknown_tool
-from asyncai_servers._eventlog import read_after
 from asyncai_servers.postgres.config import Config, TableName
 from asyncai_servers.postgres.db import Database, PgError
-from asyncai_servers.postgres.listen import ListenTracker
 from asyncai_servers.postgres.listener import RECONNECT, DdlChanged, Listener, RowsChanged
 from asyncai_servers.postgres.sources import QuerySource, Source, TableSource
 from asyncai_servers.postgres.uri import (
@@ -51,10 +50,13 @@ from asyncai_servers.postgres.uri import (
     table_template,
     table_uri,
 )
-from asyncai_watch._tool_schemas import input_schemas
 from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch.server.errors import resource_error, unknown_tool
+from asyncai_watch.server.eventlog import read_after
+from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
 
 __all__ = ["IDLE_GRACE", "RING_CHARS", "RING_EVENTS", "RING_WINDOW", "SERVER_NAME", "PostgresServer"]
 
@@ -103,6 +105,7 @@ class PostgresServer:
         ring_events: int = RING_EVENTS,
         ring_chars: int | None = RING_CHARS,
         ring_window: int | None = RING_WINDOW,
+        max_uris: int = DEFAULT_MAX_URIS,
     ) -> None:
         self.config = config
         self.db = Database(dsn, size=pool_size, statement_timeout=statement_timeout)
@@ -112,9 +115,13 @@ class PostgresServer:
         self.listener = Listener(
             dsn, on_change=self._route, on_resync=self._resync, clock=self.clock, backoff=reconnect
         )
-        self.bus = InMemorySubscriptionBus()
-        self.listen = ListenTracker(
-            ListenHandler(self.bus), check=self._check_listen, acquire=self._acquire, release=self._release
+        self.subscriptions = SubscriptionRegistry(
+            SERVER_NAME,
+            refuse=self._refusal,
+            on_first=self._acquire,
+            on_last=self._release,
+            ready=self._on_ready,
+            max_uris=max_uris,
         )
         self._entries: dict[Target, _Entry] = {}
         self._by_table: defaultdict[TableName, set[Source]] = defaultdict(set)
@@ -134,7 +141,7 @@ class PostgresServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             get_tool_input_schema=input_schemas(()),
-            on_subscriptions_listen=self.listen,
+            **self.subscriptions.handlers(),
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -153,7 +160,8 @@ class PostgresServer:
             await self.db.aclose()
 
     def close_listeners(self) -> None:
-        self.listen.close()
+        """End every open listen stream gracefully (an HTTP shutdown would otherwise wait on them)."""
+        self.subscriptions.close()
 
     # -- sources: one per target, alive while listened to ----------------------------------------
 
@@ -161,10 +169,15 @@ class PostgresServer:
         try:
             return parse_uri(uri, self.config)
         except UriError as exc:
-            raise resource_not_found(SERVER_NAME, uri, str(exc)) from None
+            raise resource_error(uri, str(exc)) from None
 
-    def _check_listen(self, uri: str) -> object:
-        return self._resource(uri)
+    def _refusal(self, uri: str) -> str | None:
+        """Why a subscription to ``uri`` is refused (-32602 before anything is acknowledged), or None."""
+        try:
+            parse_uri(uri, self.config)
+        except UriError as exc:
+            return str(exc)
+        return None
 
     def _start(self, target: Target) -> _Entry:
         if self._tg is None:
@@ -220,16 +233,17 @@ class PostgresServer:
         self._tg.start_soon(wait)
 
     def _acquire(self, uri: str) -> None:
+        """``uri`` gained its first listener (the registry refused it already if it is not served)."""
         target = self._resource(uri).target
         entry = self._entries.get(target) or self._start(target)
         entry.listeners += 1
         entry.source.uris[uri] += 1
-        entry.source.signalled = False  # this listener has had no update yet
         if entry.linger is not None:
             entry.linger.cancel()
             entry.linger = None
 
     def _release(self, uri: str) -> None:
+        """``uri`` lost its last listener."""
         target = self._resource(uri).target
         entry = self._entries.get(target)
         if entry is None:
@@ -241,9 +255,19 @@ class PostgresServer:
         if entry.idle:
             self._linger(target, entry)
 
+    async def _on_ready(self, uris: Sequence[str]) -> None:
+        """Before a listen's ack (or a subscribe's answer): its listeners have had no update yet, so
+        the next change must signal them even if an earlier one is still unread by another
+        listener. (No wait for the first read: the source hears every change from its creation
+        on, and the client's baseline read waits for it.)"""
+        for uri in uris:
+            entry = self._entries.get(self._resource(uri).target)
+            if entry is not None:
+                entry.source.signalled = False
+
     async def _publish(self, source: Source) -> None:
         for uri in list(source.uris):
-            await self.bus.publish(ResourceUpdated(uri=uri))
+            await self.subscriptions.publish(uri)
 
     # -- what the database says ------------------------------------------------------------------
 
@@ -278,7 +302,9 @@ class PostgresServer:
                 assert isinstance(source, QuerySource)
                 text = source.read()
         except PgError as exc:
-            raise MCPError(types.INTERNAL_ERROR if exc.internal else types.INVALID_PARAMS, str(exc)) from None
+            raise (
+                MCPError(types.INTERNAL_ERROR, str(exc)) if exc.internal else resource_error(uri, str(exc))
+            ) from None
         finally:
             entry.readers -= 1
             if entry.idle:

@@ -31,7 +31,6 @@ from typing import Any, Final
 import anyio
 import psycopg
 
-from asyncai_servers._eventlog import EventRing
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.db import Database, PgError, one_line
 from asyncai_servers.postgres.listener import DdlChanged, RowsChanged
@@ -46,6 +45,7 @@ from asyncai_servers.postgres.queries import (
 )
 from asyncai_servers.postgres.rowset import OverCap, RowSet, query_body
 from asyncai_servers.postgres.uri import STATE_SCHEME, QueryTarget, TableTarget, table_template
+from asyncai_watch.server.eventlog import EventRing
 
 __all__ = ["MAX_REREAD", "READY_TIMEOUT", "QuerySource", "Source", "TableSource"]
 

@@ -20,9 +20,9 @@ import anyio
 import anyio.abc
 import attrs
 
-from asyncai_servers._eventlog import EventRing
+from asyncai_watch import Backoff
 from asyncai_watch.clock import Clock, WallClock
-from asyncai_watch.core.backoff import Backoff
+from asyncai_watch.server.eventlog import EventRing
 
 from .config import Credential, Credentials, validate_name
 from .doorbell import make_doorbell

@@ -39,8 +39,8 @@ import anyio
 import psycopg
 from psycopg import sql as pgsql
 
+from asyncai_watch import Backoff
 from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.core.backoff import Backoff
 
 from .ledger import (
     COLUMNS,

@@ -28,8 +28,8 @@ from typing import Final
 import psycopg
 import psycopg.errors
 
+from asyncai_watch import Backoff
 from asyncai_watch.clock import Clock
-from asyncai_watch.core.backoff import Backoff
 
 from .ledger import LedgerError, UnavailableError
 from .pg_pool import Conn, Pool, reason

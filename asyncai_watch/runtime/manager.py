@@ -153,6 +153,8 @@ class WatchManager:
                 if run.status in ("running", "starting"):
                     self._log("watch.stopped", run, reason="manager closed")
             self._send.close()
+            if self._state is not None:
+                self._state.close()  # the file's lock: the next owner may start now
 
     # -- public API ------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from typing import Final
 import anyio
 
 from asyncai_watch import log
+from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import LimitError, WatchError
 from asyncai_watch.mcp.client import McpResourceSource
@@ -117,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {redact(message)}", file=sys.stderr, flush=True)
     return 2
 
 
@@ -215,13 +216,13 @@ async def _serve(args: argparse.Namespace, upstreams: list[Upstream], limits: Li
         async with anyio.create_task_group() as tg:
             tg.start_soon(_pump, manager, ring, hub)
             if http is not None:
-                from asyncai_servers._http import serve_http
+                from asyncai_watch.server.http import serve_http
 
                 server.middleware.append(ConnectionAttach(hub, tg, None))
                 host, port = http
                 await serve_http(server.streamable_http_app(host=host), host, port, on_shutdown=hub.close)
             else:
-                from asyncai_servers._stdio import stdio_server
+                from asyncai_watch.server.stdio import stdio_server
 
                 with hub.attach("connection") as outlet:
                     server.middleware.append(ConnectionAttach(hub, tg, outlet))
@@ -232,7 +233,7 @@ async def _serve(args: argparse.Namespace, upstreams: list[Upstream], limits: Li
 
 
 def _address(value: str) -> tuple[str, int]:
-    from asyncai_servers._http import parse_host_port
+    from asyncai_watch.server.http import parse_host_port
 
     try:
         return parse_host_port(value)
@@ -269,7 +270,7 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except BaseException as exc:
-        from asyncai_servers._http import bind_error
+        from asyncai_watch.server.http import bind_error
 
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise

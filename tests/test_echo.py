@@ -28,6 +28,7 @@ from asyncai_watch.errors import (
 )
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.serve.bridge import Bridge
 from asyncai_watch.serve.hub import Hub
 from asyncai_watch.serve.ring import NoticeRing
 from asyncai_watch.serve.server import build_server
@@ -257,7 +258,7 @@ async def test_serve_quotes_huge_tool_arguments_in_short_errors() -> None:
         "memo", f"resources/read {quoted(HUGE_URI)}", -32602, f"unknown {HUGE_URI!r}"
     )
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock()) as manager:
-        server = build_server(manager, NoticeRing(8), Hub(exclusive=False), instructions="")
+        server = build_server(Bridge.over(manager, NoticeRing(8), Hub(exclusive=False)), instructions="")
         async with Client(server) as client:
             text = await tool_error_text(client, "watch_start", {"name": HUGE_NAME, "uri": NOTES})
             assert len(text) < SHORT

@@ -62,6 +62,10 @@ class Channel(ClientExtension):
     async def _handle(self, params: ChannelParams) -> None:
         self._send.send_nowait(params)
 
+    def pending(self) -> int:
+        """Pushes received and not yet taken."""
+        return self._recv.statistics().current_buffer_used
+
     async def next(self) -> ChannelParams:
         with anyio.fail_after(WAIT):
             return await self._recv.receive()
@@ -394,9 +398,13 @@ async def test_startup_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     cases = {
         "malformed config": (["--config", str(broken)], f"{broken}: not valid JSON"),
         "unknown server name": (["--config", str(good), "--only", "memo"], "unknown server name(s) 'memo'"),
-        "server that cannot start": (
-            ["--server", "gone=/nonexistent/mcp-server --flag"],
-            "cannot start MCP server command '/nonexistent/mcp-server --flag'",
+        "corrupt state file": (
+            ["--config", str(good), "--watch-state", str(broken)],
+            f"{broken}",
+        ),
+        "two servers named alike": (
+            ["--server", shlex.join([*FILES, "/a"]), "--server", shlex.join([*FILES, "/b"])],
+            "two upstream servers are both named 'asyncai_servers.files'; names must be unique",
         ),
     }
     results: dict[str, subprocess.CompletedProcess[bytes]] = {}

@@ -32,6 +32,7 @@ from asyncai_watch.integrations.langgraph import watch_tools as langchain_tools
 from asyncai_watch.integrations.openai_agents import watch_tools as agents_tools
 from asyncai_watch.integrations.pydantic_ai import watch_toolset
 from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.serve.bridge import Bridge
 from asyncai_watch.serve.channel import instructions
 from asyncai_watch.serve.hub import Hub
 from asyncai_watch.serve.ring import NoticeRing
@@ -114,7 +115,7 @@ def without_additional(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 @asynccontextmanager
 async def bridge(manager: WatchManager, ring: NoticeRing) -> AsyncIterator[Client]:
-    server = build_server(manager, ring, Hub(exclusive=False), instructions="test")
+    server = build_server(Bridge.over(manager, ring, Hub(exclusive=False)), instructions="test")
     async with Client(server) as client:
         yield client
 

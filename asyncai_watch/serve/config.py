@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shlex
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -57,7 +58,7 @@ class Upstream:
     """One upstream MCP server: a command spoken to over stdio, or a Streamable HTTP URL."""
 
     name: str | None
-    """The name the user gave (``NAME=`` or the config key); ``None``: the server's own name."""
+    """The name the user gave (``NAME=`` or the config key); ``None``: see :attr:`link_name`."""
     argv: tuple[str, ...] = ()
     env: Mapping[str, str] = attrs.field(factory=dict, hash=False)
     url: str | None = None
@@ -68,6 +69,21 @@ class Upstream:
     @property
     def is_http(self) -> bool:
         return self.url is not None
+
+    @property
+    def link_name(self) -> str:
+        """The name serve uses: the one given, else the URL's host, the module of ``python -m
+        MODULE``, or the program's file name. Fixed before connecting: tools, routing and the
+        state file refer to an upstream by it while the server is still away."""
+        if self.name is not None:
+            return self.name
+        if self.url is not None:
+            return urllib.parse.urlsplit(self.url).hostname or self.url
+        program = os.path.basename(self.argv[0]) if self.argv else ""
+        rest = list(self.argv[1:])
+        if program.startswith("python") and "-m" in rest and rest.index("-m") + 1 < len(rest):
+            return rest[rest.index("-m") + 1]
+        return program or "server"
 
 
 def expand_vars(text: str, env: Mapping[str, str], where: str) -> str:

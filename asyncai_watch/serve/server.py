@@ -44,23 +44,30 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
+from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.core.echo import clip, redact
 from asyncai_watch.core.tools import BRIDGE_TOOLS, DEFAULT_NOTICES_LIMIT, ToolSpec, check_arguments
 from asyncai_watch.core.tools import tool as tool_spec
 from asyncai_watch.errors import WatchError
-from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.server.errors import unknown_tool
 from asyncai_watch.server.schemas import input_schemas
 from asyncai_watch.server.subscriptions import ListenStream, SubscriptionRegistry
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
 
-from .channel import CHANNEL_CAPABILITY, CHANNEL_METHOD, catchup_dict, channel_params
+from .bridge import Bridge
+from .channel import CHANNEL_CAPABILITY, CHANNEL_METHOD, catchup_dict, channel_params, restore_report
 from .hub import Hub, Outlet
-from .ring import Entry, NoticeRing
+from .ring import Entry
 
-__all__ = ["TOOLS", "ConnectionAttach", "WatchServer", "build_server", "connection_writer"]
+__all__ = ["TOOLS", "ConnectionAttach", "FirstAnswer", "WatchServer", "build_server", "connection_writer"]
 
 SERVER_NAME: Final = "asyncai-watch"
+PUSH_SETTLE: Final = 1.0
+"""Seconds between the answer to the client's first request and the first push on a stdio
+connection: a host registers its channel handler only after its first exchanges (Claude Code
+about 20 ms after ``notifications/initialized``), and drops what comes before unheard."""
+PUSH_FALLBACK: Final = 5.0
+"""Seconds after ``notifications/initialized`` when pushes start even if no request came."""
 
 
 def _tool(spec: ToolSpec) -> types.Tool:
@@ -129,28 +136,41 @@ class WatchServer(Server[Any]):
         return caps
 
 
-def build_server(
-    manager: WatchManager, ring: NoticeRing, hub: Hub, *, instructions: str, version: str = ""
-) -> WatchServer:
+def _text(value: str) -> types.TextContent:
+    return types.TextContent(type="text", text=value)
+
+
+def build_server(bridge: Bridge, *, instructions: str, version: str = "") -> WatchServer:
+    ring, hub = bridge.ring, bridge.hub
+
     async def t_list_resources(a: Mapping[str, Any]) -> types.CallToolResult:
-        resources = resource_dicts(await manager.list_resources())
-        return _json_result(resources, {"resources": resources})
+        resources = resource_dicts(await (await bridge.manager()).list_resources())
+        result = _json_result(resources, {"resources": resources})
+        missing = bridge.unavailable()
+        if missing:  # the list is only what the connected servers offer: say who is missing
+            result.content.append(_text("Not listed: " + "; ".join(missing)))
+        return result
 
     async def t_read_resource(a: Mapping[str, Any]) -> types.CallToolResult:
-        value = await manager.read_resource(a["uri"])
+        value = await (await bridge.manager()).read_resource(a["uri"])
         return _json_result(value, {"uri": a["uri"], "value": value})
 
     async def t_watch_start(a: Mapping[str, Any]) -> types.CallToolResult:
+        manager = await bridge.manager()
         started = started_dict(await manager.watch_start(a["name"], a["uri"], a.get("on_event")))
         return _json_result(started, started)
 
     async def t_watch_stop(a: Mapping[str, Any]) -> types.CallToolResult:
-        stopped = await manager.watch_stop(a["name"])
+        stopped = await (await bridge.manager()).watch_stop(a["name"])
         return _json_result({"name": a["name"], "stopped": stopped}, {"name": a["name"], "stopped": stopped})
 
     async def t_watch_list(a: Mapping[str, Any]) -> types.CallToolResult:
-        watches = watch_dicts(manager.watch_list())
-        return _json_result(watches, {"watches": watches})
+        watches = watch_dicts((await bridge.manager()).watch_list())
+        upstreams = bridge.upstream_dicts()
+        # The watches answer as the table says; the upstream servers' states come beside them.
+        result = _json_result(watches, {"watches": watches, "upstreams": upstreams})
+        result.content.append(_text("Upstream servers: " + json.dumps(upstreams, ensure_ascii=False)))
+        return result
 
     async def t_watch_notices(a: Mapping[str, Any]) -> types.CallToolResult:
         catchup = ring.since(a.get("after_id", 0), a.get("limit", DEFAULT_NOTICES_LIMIT))
@@ -178,13 +198,23 @@ def build_server(
         args = params.arguments or {}
         try:
             _check_arguments(params.name, args)
-            return await handler(args)
+            result = await handler(args)
         except WatchError as exc:  # FilterError, LimitError, RoutingError, NotWatchableError, ...
-            return _error(str(exc))
+            result = _error(str(exc))
         except Exception as exc:
             # Still a tool error the model can read, not a dropped connection; the log has the details.
             log.logger.exception("serve.tool_failed", extra={"tool": params.name})
-            return _error(f"{params.name} failed: {type(exc).__name__}: {clip(str(exc), _ERROR_CAP)}")
+            result = _error(f"{params.name} failed: {type(exc).__name__}: {clip(str(exc), _ERROR_CAP)}")
+        missing = bridge.unavailable()
+        if result.is_error and missing and params.name in ("read_resource", "watch_start"):
+            # The URI may be one a server that is down would serve: say which are down and why.
+            result.content.append(_text(clip(redact("Not connected: " + "; ".join(missing)), _ERROR_CAP)))
+        # A restore notice is pushed, and a push can be dropped unheard: the next tool result
+        # says it too (a watch_notices answer that holds it already says it).
+        held = [n["id"] for n in (result.structured_content or {}).get("notices", [])]
+        for entry in bridge.take_restores(held if params.name == "watch_notices" else ()):
+            result.content.append(_text(restore_report(entry)))
+        return result
 
     @contextmanager
     def attach_listen(stream: ListenStream) -> Iterator[None]:
@@ -236,37 +266,78 @@ async def connection_writer(outlet: Outlet, session: ServerSession) -> None:
             await session.send_notification(channel_notification(entry))  # type: ignore[arg-type]
 
 
+class FirstAnswer:
+    """Middleware: sets ``answered`` once the client's first request has been answered."""
+
+    def __init__(self, answered: anyio.Event) -> None:
+        self.answered = answered
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.request_id is not None:
+            self.answered.set()
+        return result
+
+
 class ConnectionAttach:
     """Middleware: a client that opens no listen still gets pushes, connection-scoped.
 
     - ``stdio`` (one client per process): the connection's outlet exists from startup (so
-      notices made before the client connected, such as the restore notice, wait in it);
-      its writer starts once the client is ready: after ``notifications/initialized`` on a
-      legacy connection, at the first request on a 2026-07-28 one (whose stdio pipe carries
-      connection-scoped notifications too).
+      notices made before the client connected, such as the restore notice, wait in it). Its
+      writer starts :data:`PUSH_SETTLE` seconds after the answer to the client's first request
+      (after ``notifications/initialized`` on a legacy connection): a host such as Claude Code
+      registers its channel handler only after its first exchanges and drops, unheard, what
+      comes before. A legacy client that sends no request gets its pushes
+      :data:`PUSH_FALLBACK` seconds after ``initialized``.
     - Streamable HTTP: each legacy session gets an outlet after ``notifications/initialized``,
       written on its standalone (GET) stream and closed with the session. A 2026-07-28 HTTP
       client has no standalone stream; it listens.
     """
 
-    def __init__(self, hub: Hub, tg: anyio.abc.TaskGroup, stdio_outlet: Outlet | None) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        tg: anyio.abc.TaskGroup,
+        stdio_outlet: Outlet | None,
+        *,
+        clock: Clock | None = None,
+        settle: float = PUSH_SETTLE,
+        fallback: float = PUSH_FALLBACK,
+    ) -> None:
         self.hub, self.tg, self.stdio_outlet = hub, tg, stdio_outlet
-        self.started = False
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.settle, self.fallback = settle, fallback
+        self._answered = anyio.Event()  # the client's first request (after initialized) is answered
+        self._writer_started = False
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         result = await call_next(ctx)
         legacy = ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
-        ready = ctx.method == "notifications/initialized" if legacy else ctx.request_id is not None
-        if not ready:
+        if self.stdio_outlet is None:
+            if legacy and ctx.method == "notifications/initialized":
+                self.tg.start_soon(self._legacy_http_session, ctx.session)
             return result
-        if self.stdio_outlet is not None:
-            if not self.started:
-                self.started = True
-                self.tg.start_soon(connection_writer, self.stdio_outlet, ctx.session)
-                log.emit("serve.attached", via="connection", protocol_version=ctx.protocol_version)
-        elif legacy:
-            self.tg.start_soon(self._legacy_http_session, ctx.session)
+        if not self._writer_started:
+            if ctx.method == "notifications/initialized" if legacy else ctx.request_id is not None:
+                self._writer_started = True
+                self.tg.start_soon(self._stdio_writer, ctx.session, ctx.protocol_version)
+                log.emit("serve.client", protocol_version=ctx.protocol_version, method=ctx.method)
+                if not legacy:
+                    self._answered.set()
+        elif ctx.request_id is not None and ctx.method != "initialize":
+            self._answered.set()
         return result
+
+    async def _stdio_writer(self, session: ServerSession, protocol_version: str) -> None:
+        assert self.stdio_outlet is not None
+        try:
+            async with fail_after(self.clock, self.fallback):  # set at once on a 2026-07-28 connection
+                await self._answered.wait()
+        except TimeoutError:
+            pass  # a client that asks nothing still hears its pushes
+        await self.clock.sleep_until(self.clock.now() + self.settle)
+        log.emit("serve.attached", via="connection", protocol_version=protocol_version)
+        await connection_writer(self.stdio_outlet, session)
 
     async def _legacy_http_session(self, session: ServerSession) -> None:
         with self.hub.attach("connection") as outlet:

@@ -562,6 +562,23 @@ async def test_lists_refuses_and_serves_over_http(db: Db, tmp_path: Path) -> Non
             await read_until(client, sub, STATE, lambda body: "3" in body)
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # 2025's subscribe, on purpose
+async def test_a_2025_client_subscribes_too(db: Db, tmp_path: Path) -> None:
+    from test_server_subscriptions import legacy_client
+
+    argv = server_argv(write_config(tmp_path), db.dsn)
+    async with legacy_client(StdioServerParameters(command=argv[0], args=argv[1:])) as (client, updates):
+        with anyio.fail_after(WAIT):
+            await client.subscribe_resource(STATE)
+            assert set(await read(client, STATE)) == {"1", "2"}
+        db.run("INSERT INTO items (id) VALUES (3)")
+        assert await updates.next() == STATE
+        assert set(await read(client, STATE)) == {"1", "2", "3"}
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+            await client.subscribe_resource("pg://public/orders")
+    assert refused.value.error.code == -32602
+
+
 async def test_big_keys_and_truncate_fall_back_to_a_whole_read(db: Db, tmp_path: Path) -> None:
     """Keys that do not fit a NOTIFY (8000 bytes) are sent as "the table changed"; so is TRUNCATE."""
     db.run("CREATE TABLE docs (id text PRIMARY KEY, v int)")

@@ -7,6 +7,7 @@ only what changed, and nothing while nothing changes. Where things are:
 - ``triggers.py``: the triggers and what their ``NOTIFY`` says; ``listener.py``: hearing it.
 - ``rowset.py`` (pure): a table's rows by key, and the changes each read shows.
 - ``queries.py``: every statement, composed by the driver; ``db.py``: read-only connections.
-- ``sources.py``: one source per watched target; ``listen.py``: where a listen subscribes;
-  ``server.py``: the MCP handlers. docs/servers/postgres.md is the user's guide.
+- ``sources.py``: one source per watched target; ``server.py``: the MCP handlers, and where a
+  subscription (the shared ``SubscriptionRegistry``) starts and stops a source.
+  docs/servers/postgres.md is the user's guide.
 """

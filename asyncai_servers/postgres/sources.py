@@ -123,10 +123,11 @@ class Source:
             recovered = self.error is not None
             if recovered:
                 log.warning("%s: reads work again", self.describe())
+            first, self.good = not self.good, True
             self.error = None
-            self.good = True
             self.ready.set()
-            if changed or recovered:
+            # The first good read is the baseline every reader starts from: no update for it.
+            if (changed and not first) or recovered:
                 await self.publish()
 
     async def _refresh(self, revalidated: bool) -> bool:

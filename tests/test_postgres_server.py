@@ -562,7 +562,9 @@ async def test_lists_refuses_and_serves_over_http(db: Db, tmp_path: Path) -> Non
             await read_until(client, sub, STATE, lambda body: "3" in body)
 
 
-@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # 2025's subscribe, on purpose
+@pytest.mark.filterwarnings(
+    "ignore::mcp.shared.exceptions.MCPDeprecationWarning"
+)  # 2025's subscribe, on purpose
 async def test_a_2025_client_subscribes_too(db: Db, tmp_path: Path) -> None:
     from test_server_subscriptions import legacy_client
 

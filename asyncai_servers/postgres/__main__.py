@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _triggers(config, args.dsn, install=args.install_triggers)
 
     from asyncai_servers.postgres.server import RING_EVENTS, PostgresServer
-    from asyncai_watch.core.backoff import Backoff
+    from asyncai_watch import Backoff
     from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 
     server = PostgresServer(

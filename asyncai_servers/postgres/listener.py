@@ -26,8 +26,8 @@ import psycopg
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.db import APP_NAME
 from asyncai_servers.postgres.triggers import CHANNEL
+from asyncai_watch import Backoff
 from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.core.backoff import Backoff
 
 __all__ = ["LISTEN_APP_NAME", "RECONNECT", "DdlChanged", "Listener", "RowsChanged", "decode"]
 

@@ -50,9 +50,8 @@ from asyncai_servers.postgres.uri import (
     table_template,
     table_uri,
 )
+from asyncai_watch import EVENTS_MIME_TYPE, Backoff
 from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.core.backoff import Backoff
-from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.server.errors import resource_error, unknown_tool
 from asyncai_watch.server.eventlog import read_after
 from asyncai_watch.server.schemas import input_schemas

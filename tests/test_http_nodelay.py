@@ -96,3 +96,49 @@ async def test_accepted_connections_have_tcp_nodelay() -> None:
                 answers = await request(port)
                 stop.set()
     assert answers == [{"nodelay": 1}, {"nodelay": 1}]
+
+
+async def test_an_idle_http_server_has_no_timer_and_stops_on_its_exit_signal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvicorn's own main loop wakes every 100 ms to look for an exit (polling); ours waits for
+    it. Any sleep in uvicorn's server module would be that tick: it fails the test. The server
+    still serves, and the exit uvicorn's signal handler asks for (``should_exit``, set on SIGTERM)
+    ends it."""
+    import uvicorn.server
+
+    serving = True
+    real_sleep = uvicorn.server.asyncio.sleep
+
+    async def no_tick(delay: float, *args: Any) -> None:
+        # While serving; uvicorn's shutdown still waits for open connections in its own steps.
+        assert not serving, f"uvicorn's main loop slept {delay} s: an idle server must not tick"
+        await real_sleep(delay, *args)
+
+    monkeypatch.setattr(uvicorn.server.asyncio, "sleep", no_tick)
+    servers: list[uvicorn.Server] = []
+    real_init = uvicorn.Server.__init__
+
+    def remember(self: uvicorn.Server, config: uvicorn.Config) -> None:
+        real_init(self, config)
+        servers.append(self)
+
+    monkeypatch.setattr(uvicorn.Server, "__init__", remember)
+    ready = anyio.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            with open(os.devnull, "w") as quiet:  # noqa: ASYNC230 - the READY line, once
+                tg.start_soon(lambda: serve_http(app, "127.0.0.1", 0, ready=quiet, on_ready=on_ready))
+                await ready.wait()
+                port = int(urls[0].rsplit(":", 1)[1].split("/")[0])
+                assert await request(port) == [{"nodelay": 1}, {"nodelay": 1}]
+                (server,) = servers
+                serving = False
+                server.should_exit = True  # what uvicorn's SIGTERM handler sets
+    # The task group ended: serve_http returned after the exit, with no tick.

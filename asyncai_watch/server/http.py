@@ -8,6 +8,7 @@ than probing the port.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import subprocess
@@ -85,7 +86,7 @@ async def serve_http(
     sock.listen(128)
     sock.setblocking(False)
     bound_port = sock.getsockname()[1]
-    server = _AnnouncingServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = _AnnouncingServer(uvicorn.Config(app, log_level="warning", lifespan="on", date_header=False))
     shown_host = f"[{host}]" if family == socket.AF_INET6 else host
     server.ready_line = f"READY http://{shown_host}:{bound_port}{path}"
     server.ready_out = ready if ready is not None else sys.stderr
@@ -106,12 +107,42 @@ async def serve_http(
 
 
 class _AnnouncingServer(uvicorn.Server):
-    """uvicorn has no started event; announce right after its startup returns."""
+    """uvicorn has no started event; announce right after its startup returns.
+
+    uvicorn's own main loop wakes every 100 ms to see whether it should exit (and to refresh the
+    ``Date`` header): an idle server polling. Here the loop waits for the exit instead, set by
+    uvicorn's own signal handler or :func:`serve_http`'s ``stop`` through :attr:`should_exit`,
+    and no ``Date`` header is sent (``date_header=False``: without the tick it would go stale;
+    HTTP lets an origin server without a clock it trusts omit it). An idle server wakes for
+    nothing (``bench/scale.py`` measures the CPU over idle seconds).
+    """
 
     ready_line: str = ""
     ready_out: TextIO = sys.stderr
     on_shutdown: Callable[[], None] | None = None
     on_ready: Callable[[str], None] | None = None
+    _exit_requested: bool = False
+    _exit_event: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def should_exit(self) -> bool:
+        return self._exit_requested
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        self._exit_requested = value
+        if value and self._exit_event is not None and self._loop is not None:
+            # uvicorn sets this from its SIGTERM/SIGINT handler (signal.signal, which does not
+            # wake a loop parked in epoll): call_soon_threadsafe writes to the loop's self-pipe.
+            self._loop.call_soon_threadsafe(self._exit_event.set)
+
+    async def main_loop(self) -> None:
+        self.server_state.default_headers = list(self.config.encoded_headers)  # what on_tick would set
+        self._loop = asyncio.get_running_loop()  # uvicorn serves on asyncio
+        self._exit_event = asyncio.Event()
+        if not self._exit_requested:
+            await self._exit_event.wait()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)

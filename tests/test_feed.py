@@ -44,11 +44,17 @@ def opened(actions: list[Any]) -> list[OpenListen]:
     return [a for a in actions if isinstance(a, OpenListen)]
 
 
+def acked(feed: Feed[str], listen: int, honored: Any = None, now: float = 0.0) -> list[Any]:
+    """The runner sends listen ``listen``, and the server acknowledges it."""
+    feed.send(listen)
+    return feed.acked(listen, honored, now)
+
+
 def started(feed: Feed[str], uri: str, watcher: str, now: float = 0.0) -> None:
     """``watcher`` joins ``uri`` and begins on its first read, its listen acknowledged."""
     actions = feed.watch(uri, watcher, now)
     for listen in opened(actions):
-        actions += feed.acked(listen.id, None, now)
+        actions += acked(feed, listen.id, None, now)
     assert Read(uri) in actions
     assert Begin(uri, (watcher,), fresh=True) in feed.read_done(uri, now)
 
@@ -60,18 +66,39 @@ def test_a_first_watch_opens_a_listen_and_reads_only_once_it_is_acknowledged() -
     feed: Feed[str] = Feed()
     actions = feed.watch("memo://a", "w1", 0.0)
     assert actions == [OpenListen(1, frozenset({"memo://a"}))]
-    assert feed.acked(1, None, 0.0) == [Read("memo://a")]
+    assert acked(feed, 1, None, 0.0) == [Read("memo://a")]
     assert feed.read_done("memo://a", 0.0) == [Begin("memo://a", ("w1",), fresh=True)]
 
 
-def test_a_burst_of_watches_waits_for_the_listen_being_acknowledged_and_shares_the_next() -> None:
+def test_a_burst_of_watches_shares_the_listen_not_sent_yet() -> None:
     feed: Feed[str] = Feed()
     assert opened(feed.watch("u0", "w0", 0.0)) == [OpenListen(1, frozenset({"u0"}))]
     for i in range(1, 50):
-        assert feed.watch(f"u{i}", f"w{i}", 0.0) == []  # coalesced
+        assert feed.watch(f"u{i}", f"w{i}", 0.0) == []  # into listen 1, not sent yet
+    assert feed.send(1) == frozenset(f"u{i}" for i in range(50))
+    assert feed.listens == 1
+
+
+def test_watches_during_an_acknowledgment_wait_and_share_the_next_listen() -> None:
+    feed: Feed[str] = Feed()
+    feed.watch("u0", "w0", 0.0)
+    assert feed.send(1) == {"u0"}
+    for i in range(1, 50):
+        assert feed.watch(f"u{i}", f"w{i}", 0.0) == []  # coalesced: listen 1 is on its way
     actions = feed.acked(1, None, 0.0)
-    assert opened(actions) == [OpenListen(2, frozenset(f"u{i}" for i in range(1, 50)))]
+    [second] = opened(actions)
+    assert feed.send(second.id) == frozenset(f"u{i}" for i in range(1, 50))
     assert feed.listens == 2
+
+
+def test_a_listen_is_sent_once_and_acknowledged_only_after_it_was_sent() -> None:
+    feed: Feed[str] = Feed()
+    feed.watch("u0", "w0", 0.0)
+    with pytest.raises(FeedStateError, match="never sent"):
+        feed.acked(1, None, 0.0)
+    feed.send(1)
+    with pytest.raises(FeedStateError, match="already sent"):
+        feed.send(1)
 
 
 def settle(feed: Feed[str], pending: list[Any]) -> int:
@@ -81,7 +108,7 @@ def settle(feed: Feed[str], pending: list[Any]) -> int:
         action = pending.pop(0)
         if isinstance(action, OpenListen):
             sent += len(action.uris)
-            pending += feed.acked(action.id, None, 0.0)
+            pending += acked(feed, action.id, None, 0.0)
         elif isinstance(action, Read):
             pending += feed.read_done(action.uri, 0.0)
     return sent
@@ -102,11 +129,11 @@ def test_a_replacement_listen_is_acknowledged_before_the_listens_it_replaces_clo
     started(feed, "a", "w1")
     actions = feed.watch("b", "w2", 0.0)
     [listen_b] = opened(actions)
-    actions = feed.acked(listen_b.id, None, 0.0)
+    actions = acked(feed, listen_b.id, None, 0.0)
     [merged] = opened(actions)
     assert merged.uris == {"a", "b"}
     assert not any(isinstance(a, CloseListen) for a in actions)  # nothing closes before the ack
-    assert feed.acked(merged.id, None, 0.0)[:2] == [CloseListen(1), CloseListen(listen_b.id)]
+    assert acked(feed, merged.id, None, 0.0)[:2] == [CloseListen(1), CloseListen(listen_b.id)]
     assert feed.covered("a")
     assert feed.covered("b")
 
@@ -151,11 +178,9 @@ def test_an_update_of_a_sub_resource_reads_the_watched_parent() -> None:
 def test_reads_beyond_the_limit_wait_their_turn() -> None:
     feed: Feed[str] = Feed(max_reads=2)
     for uri in "abc":
-        feed.watch(uri, f"w-{uri}", 0.0)
-    actions = feed.acked(1, None, 0.0)
-    assert [a for a in actions if isinstance(a, Read)] == [Read("a")]
-    actions = feed.acked(2, None, 0.0)
-    assert [a for a in actions if isinstance(a, Read)] == [Read("b")]  # "c" waits for a slot
+        feed.watch(uri, f"w-{uri}", 0.0)  # all three in one listen
+    actions = acked(feed, 1, None, 0.0)
+    assert [a for a in actions if isinstance(a, Read)] == [Read("a"), Read("b")]  # "c" waits for a slot
     assert Read("c") in feed.read_done("a", 0.0)
 
 
@@ -191,7 +216,7 @@ def test_a_lost_listen_resubscribes_after_1_2_4_8_16_s_then_gives_up() -> None:
         now = feed.deadline or 0.0
         [reopen] = opened(feed.tick(now))
         listen = reopen.id
-        actions = feed.acked(listen, None, now)
+        actions = acked(feed, listen, None, now)
         assert Up(("w1",), len(delays)) in actions
         assert Read("a") in actions  # changes made while nobody was subscribed
         assert Deliver("a", ("w1",)) in feed.read_done("a", now)
@@ -205,7 +230,7 @@ def test_a_healthy_subscription_resets_the_backoff() -> None:
     started(feed, "a", "w1")
     feed.ended(1, "lost", 0.0)
     [reopen] = opened(feed.tick(1.0))
-    feed.acked(reopen.id, None, 1.0)
+    acked(feed, reopen.id, None, 1.0)
     feed.read_done("a", 1.0)
     feed.updated("a", 2.0)  # an update: the subscription works
     feed.read_done("a", 2.0)
@@ -233,15 +258,13 @@ def test_a_first_subscription_that_fails_fails_its_watch_at_once() -> None:
 
 def test_a_refused_listen_is_split_until_the_refused_uri_is_alone() -> None:
     feed: Feed[str] = Feed()
-    feed.watch("good0", "w0", 0.0)
-    for uri in ("good1", "bad", "good2"):
-        feed.watch(uri, f"w-{uri}", 0.0)
-    feed.acked(1, None, 0.0)
-    pending = [2]
+    for uri in ("good0", "good1", "bad", "good2"):
+        feed.watch(uri, f"w-{uri}", 0.0)  # one listen of four
+    pending = [1]
     failed: list[StartFailed[str]] = []
     while pending:
         listen = pending.pop()
-        if "bad" in feed.listen_uris(listen):
+        if "bad" in feed.send(listen):
             actions = feed.ended(listen, "unknown resource", 0.0, refused=True)
             failed += [a for a in actions if isinstance(a, StartFailed)]
             pending += [a.id for a in opened(actions)]
@@ -255,7 +278,7 @@ def test_a_refused_listen_is_split_until_the_refused_uri_is_alone() -> None:
 def test_a_uri_the_server_does_not_honor_fails_only_its_own_watch() -> None:
     feed: Feed[str] = Feed()
     feed.watch("a", "w1", 0.0)
-    actions = feed.acked(1, [], 0.0)
+    actions = acked(feed, 1, [], 0.0)
     assert actions == [StartFailed("a", "the server did not honor the subscription", ("w1",)), CloseListen(1)]
 
 
@@ -269,7 +292,7 @@ def test_a_read_that_fails_after_an_update_is_an_error_for_the_watchers_who_keep
 def test_a_first_read_that_fails_fails_the_start() -> None:
     feed: Feed[str] = Feed()
     feed.watch("a", "w1", 0.0)
-    feed.acked(1, None, 0.0)
+    acked(feed, 1, None, 0.0)
     assert feed.read_failed("a", "boom", 0.0)[0] == StartFailed("a", "boom", ("w1",))
 
 
@@ -277,8 +300,8 @@ def test_subscribe_mode_keeps_one_subscription_per_uri_and_unsubscribes_the_last
     feed: Feed[str] = Feed(mode="subscribe")
     actions = feed.watch("a", "w1", 0.0) + feed.watch("b", "w2", 0.0)
     assert opened(actions) == [OpenListen(1, frozenset({"a"})), OpenListen(2, frozenset({"b"}))]
-    feed.acked(1, None, 0.0)
-    feed.acked(2, None, 0.0)
+    acked(feed, 1, None, 0.0)
+    acked(feed, 2, None, 0.0)
     feed.read_done("a", 0.0)
     feed.read_done("b", 0.0)
     assert feed.listens == 2  # never merged: a legacy subscription is per URI
@@ -288,7 +311,7 @@ def test_subscribe_mode_keeps_one_subscription_per_uri_and_unsubscribes_the_last
 def test_inputs_that_make_no_sense_raise() -> None:
     feed: Feed[str] = Feed()
     with pytest.raises(FeedStateError, match="no listen 7"):
-        feed.acked(7, None, 0.0)
+        acked(feed, 7, None, 0.0)
     with pytest.raises(FeedStateError, match="no read"):
         feed.read_done("a", 0.0)
     with pytest.raises(FeedStateError, match="nobody watches"):
@@ -296,7 +319,7 @@ def test_inputs_that_make_no_sense_raise() -> None:
     feed.watch("a", "w1", 0.0)
     with pytest.raises(FeedStateError, match="already watches"):
         feed.watch("a", "w1", 0.0)
-    feed.acked(1, None, 0.0)
+    acked(feed, 1, None, 0.0)
     with pytest.raises(FeedStateError, match="already acknowledged"):
         feed.acked(1, None, 0.0)
 
@@ -320,7 +343,8 @@ class FeedMachine(RuleBasedStateMachine):
         self.feed: Feed[str] = Feed(mode=mode, max_reads=max_reads)  # type: ignore[arg-type]
         self.now = 0.0
         self.version: Counter[str] = Counter()
-        self.listens: dict[int, frozenset[str]] = {}  # open or opening, as the runner knows them
+        self.listens: dict[int, frozenset[str]] = {}  # sent, open or opening, as the runner knows them
+        self.unsent: set[int] = set()  # opened, not sent yet (watches may still join them)
         self.acked: set[int] = set()
         self.reads: dict[str, bool] = {}  # in flight -> did it start while a listen held it acked
         self.current: dict[str, int] = {}  # version of the last finished read (the URI's state)
@@ -338,9 +362,10 @@ class FeedMachine(RuleBasedStateMachine):
         for action in actions:
             if isinstance(action, OpenListen):
                 assert action.id not in self.listens
+                assert action.id not in self.unsent
                 if self.feed.mode == "subscribe":
                     assert len(action.uris) == 1
-                self.listens[action.id] = action.uris
+                self.unsent.add(action.id)
             elif isinstance(action, CloseListen):
                 assert action.id in self.acked, "only an acknowledged listen is closed"
                 del self.listens[action.id]
@@ -400,6 +425,16 @@ class FeedMachine(RuleBasedStateMachine):
         self.seen.pop(w, None)
         self.down.discard(w)
         self.run(self.feed.unwatch(uri, w, self.now))
+
+    @precondition(lambda self: bool(self.unsent))
+    @rule(data=st.data())
+    def send(self, data: st.DataObject) -> None:
+        listen = data.draw(st.sampled_from(sorted(self.unsent)))
+        self.unsent.discard(listen)
+        uris = self.feed.send(listen)
+        if self.feed.mode == "subscribe":
+            assert len(uris) == 1
+        self.listens[listen] = uris
 
     @precondition(lambda self: any(i not in self.acked for i in self.listens))
     @rule(data=st.data(), honor_all=st.booleans())
@@ -461,6 +496,8 @@ class FeedMachine(RuleBasedStateMachine):
         del self.reads[uri]
         self.run(self.feed.read_failed(uri, "connection closed", self.now, again=False))
         for listen in sorted(self.listens):
+            if listen not in self.listens:
+                continue  # closed by what an earlier end answered
             del self.listens[listen]
             self.acked.discard(listen)
             self.run(self.feed.ended(listen, "connection closed", self.now))
@@ -478,7 +515,7 @@ class FeedMachine(RuleBasedStateMachine):
     def every_begun_watch_is_covered_or_being_resubscribed(self) -> None:
         if not hasattr(self, "feed"):
             return
-        opening = any(i not in self.acked for i in self.listens)
+        opening = bool(self.unsent) or any(i not in self.acked for i in self.listens)
         for w in self.begun:
             uri = self.where[w]
             if self.covered(uri):
@@ -499,10 +536,15 @@ class FeedMachine(RuleBasedStateMachine):
         if not hasattr(self, "feed"):
             return
         for _ in range(200):
+            for listen in sorted(self.unsent):
+                self.unsent.discard(listen)
+                self.listens[listen] = self.feed.send(listen)
             if self.feed.deadline is not None and not self.reads:
                 self.now = self.feed.deadline
                 self.run(self.feed.tick(self.now))
             opening = sorted(i for i in self.listens if i not in self.acked)
+            if self.unsent:
+                continue
             if opening:
                 self.acked.add(opening[0])
                 self.run(self.feed.acked(opening[0], None, self.now))
@@ -517,6 +559,7 @@ class FeedMachine(RuleBasedStateMachine):
                 break
         assert not self.reads
         assert all(i in self.acked for i in self.listens)
+        assert not self.unsent
         for w in self.begun:
             uri = self.where[w]
             assert self.covered(uri)

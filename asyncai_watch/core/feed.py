@@ -12,6 +12,7 @@ Inputs::
 
     watch(uri, w, now)            a watcher joins uri
     unwatch(uri, w, now)          a watcher leaves it (also a start that was cancelled)
+    send(listen) -> uris          the runner sends a listen it was told to open: its URIs, fixed
     acked(listen, honored, now)   the server acknowledged a listen (honored: the URIs it took)
     ended(listen, reason, now, refused=...)   a listen ended, was lost, or failed before its ack
     updated(uri, now)             notifications/resources/updated for uri (or a sub-resource)
@@ -23,9 +24,10 @@ Outputs: :class:`OpenListen`, :class:`CloseListen`, :class:`Read`, :class:`Begin
 :class:`Down`, :class:`GaveUp`.
 
 **Grouping** (mode ``"listen"``, MCP 2026-07-28, where one ``subscriptions/listen`` carries any
-number of URIs). URIs that need covering go into one new listen; joins that come while it is
-being acknowledged wait and go into the next one together, so a burst of ``watch_start`` costs
-a couple of listens. Acknowledged listens are then merged like a binary counter: two listens of
+number of URIs). URIs that need covering go into one new listen, joins that come before the
+runner sends it (:meth:`Feed.send`) go into it too, and joins that come while it is being
+acknowledged wait and go into the next one together, so a burst of ``watch_start`` costs a
+couple of listens. Acknowledged listens are then merged like a binary counter: two listens of
 the same size class (``floor(log2(size))``) are replaced by one holding both, opened and
 acknowledged *before* the two are closed, so no change falls between. Each URI is re-sent about
 ``log2(N)`` times over N sequential starts (one listen re-sent whole per start would cost N²),
@@ -173,8 +175,10 @@ class Resubscribe:
 
 @attrs.frozen
 class OpenListen:
-    """Open listen ``id`` for ``uris`` (mode ``"subscribe"``: one ``resources/subscribe``); report
-    its ack with :meth:`Feed.acked` and its end with :meth:`Feed.ended`."""
+    """Open listen ``id`` (mode ``"subscribe"``: one ``resources/subscribe``): take its URIs with
+    :meth:`Feed.send` right before sending it (``uris`` are those it held when opened; watches that
+    start meanwhile join it), report its ack with :meth:`Feed.acked` and its end with
+    :meth:`Feed.ended`."""
 
     id: int
     uris: frozenset[str]
@@ -292,10 +296,11 @@ _Purpose = Literal["cover", "retry", "replace"]
 @attrs.define(eq=False, slots=True)
 class _Listen:
     id: int
-    uris: frozenset[str]
+    uris: frozenset[str] | set[str]  # a set while it is not sent (watches join it), then frozen
     purpose: _Purpose
-    order: tuple[str, ...] = ()  # the URIs in the order they came (reads go in that order)
+    order: list[str] = attrs.field(factory=list)  # the URIs in the order they came (reads go in that order)
     replaces: tuple[int, ...] = ()  # listens closed once this one is acknowledged
+    sent: bool = False  # the runner sent it: its URIs are fixed
     acked: bool = False
     wanted: int = 0  # how many of its URIs are watched (kept up to date by the feed)
     replaced_by: int | None = None  # an opening listen that will take this one's place
@@ -383,7 +388,7 @@ class Feed(Generic[W]):
         return any(listens[i].acked for i in self._holders.get(uri, ()))
 
     def listen_uris(self, listen: int) -> frozenset[str]:
-        return self._listen(listen).uris
+        return frozenset(self._listen(listen).uris)
 
     # -- inputs -----------------------------------------------------------------------------------
 
@@ -421,9 +426,21 @@ class Feed(Generic[W]):
         self._compact(out)
         return out
 
+    def send(self, listen: int) -> frozenset[str]:
+        """The runner sends listen ``listen`` now: the URIs it holds, fixed from here on (watches
+        that started since it was opened are in it, so a burst of starts shares one listen)."""
+        lst = self._listen(listen)
+        if lst.sent:
+            raise FeedStateError(f"Feed.send: listen {listen} was already sent")
+        lst.sent = True
+        lst.uris = frozenset(lst.uris)
+        return lst.uris
+
     def acked(self, listen: int, honored: Iterable[str] | None, now: float) -> list[Action[W]]:
         """Listen ``listen`` was acknowledged; ``honored`` is what the server took (``None``: all)."""
         lst = self._listen(listen)
+        if not lst.sent:
+            raise FeedStateError(f"Feed.acked: listen {listen} was never sent")
         if lst.acked:
             raise FeedStateError(f"Feed.acked: listen {listen} was already acknowledged")
         out: list[Action[W]] = []
@@ -575,13 +592,20 @@ class Feed(Generic[W]):
                 return
             self._retry_at = None
             purpose: _Purpose = "retry"
-        elif self.mode == "listen" and self._listens_opening("cover"):
-            return
         else:
             purpose = "cover"
         uncovered = list(self._uncovered)
         if not uncovered:
             return
+        if self.mode == "listen":
+            unsent = next(
+                (lst for lst in self._listens.values() if lst.purpose != "replace" and not lst.sent), None
+            )
+            if unsent is not None:
+                self._hold(unsent, uncovered)  # not sent yet: these go into it
+                return
+            if purpose == "cover" and self._listens_opening("cover"):
+                return  # they go into the next one, once this one is acknowledged
         size = 1 if self.mode == "subscribe" else self.max_listen
         for start in range(0, len(uncovered), size):
             self._open(uncovered[start : start + size], purpose, out)
@@ -590,17 +614,25 @@ class Feed(Generic[W]):
         self, uris: list[str], purpose: _Purpose, out: list[Action[W]], replaces: tuple[int, ...] = ()
     ) -> None:
         self._ids += 1
-        listen = _Listen(self._ids, frozenset(uris), purpose, tuple(uris), replaces)
+        listen = _Listen(self._ids, set(), purpose, replaces=replaces)
         self._listens[self._ids] = listen
-        uris_set = listen.uris
-        for uri in uris_set:
+        self._hold(listen, uris)
+        for old in replaces:
+            self._listens[old].replaced_by = self._ids
+        out.append(OpenListen(self._ids, frozenset(listen.uris)))
+
+    def _hold(self, listen: _Listen, uris: list[str]) -> None:
+        """``listen`` (not sent yet) holds ``uris`` too."""
+        held = listen.uris
+        assert isinstance(held, set)  # only a listen not sent yet grows
+        new = [uri for uri in uris if uri not in held]
+        held.update(new)
+        listen.order.extend(new)
+        for uri in new:
             self._holders.setdefault(uri, []).append(listen.id)
             if uri in self._uris:
                 listen.wanted += 1
                 self._uncovered.pop(uri, None)
-        for old in replaces:
-            self._listens[old].replaced_by = self._ids
-        out.append(OpenListen(self._ids, uris_set))
 
     def _compact(self, out: list[Action[W]]) -> None:
         """Merge same-size listens (binary counter), shrink or close mostly unwatched ones."""
@@ -673,6 +705,7 @@ class Feed(Generic[W]):
         """Forget listen ``listen`` (closed, or ended); its URIs no other listen holds are uncovered."""
         lst = self._listen(listen)
         del self._listens[listen]
+        lst.uris = frozenset(lst.uris)  # what it held, as it was
         self._unhold(lst, lst.uris)
         return lst
 

@@ -163,7 +163,7 @@ class Runner:
             elif isinstance(action, OpenListen):
                 scope = self._listens[action.id] = anyio.CancelScope()
                 self._closed[action.id] = anyio.Event()
-                self._tg.start_soon(self._listen, action.id, action.uris, scope, name=f"listen {action.id}")
+                self._tg.start_soon(self._listen, action.id, scope, name=f"listen {action.id}")
             elif isinstance(action, CloseListen):
                 self._listens.pop(action.id).cancel()
             elif isinstance(action, ReadFailed):
@@ -202,11 +202,12 @@ class Runner:
 
     # -- tasks ------------------------------------------------------------------------------------
 
-    async def _listen(self, listen: int, uris: frozenset[str], scope: anyio.CancelScope) -> None:
+    async def _listen(self, listen: int, scope: anyio.CancelScope) -> None:
         reason, refused = "the server ended the subscription", False
         cause: BaseException | None = None
         try:
             with scope:
+                uris = self.feed.send(listen)  # watches that started since it was opened are in it
                 async with self.source.subscribe(uris) as updates:
                     self._execute(self.feed.acked(listen, updates.honored, self._clock.now()))
                     async for uri in updates:

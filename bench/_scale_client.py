@@ -5,7 +5,7 @@ public API only, so the same script measures this tree and an earlier one (bench
     python bench/_scale_client.py files N CHANGES [burst]
 
 The watches start one after another (what a model calling ``watch_start`` does), or with
-``burst`` all at once (a restore, a batch). Prints one JSON line: watch_start/s, client and
+``burst`` 256 at a time (a batch; what a restore of saved watches does). Prints one JSON line: watch_start/s, client and
 server RSS per watch, listens open, the
 change -> notice latencies (a writer in another process: memo over HTTP, or a file write), and
 the CPU both processes used over 10 idle seconds. A start that fails prints the error instead.
@@ -137,9 +137,15 @@ async def measure(kind: str, n: int, changes: int, burst: bool) -> dict[str, Any
                         failures.append((i, f"{type(exc).__name__}: {exc}"[:300]))
 
                 if burst:
+                    todo = iter(enumerate(uris))
+
+                    async def worker() -> None:
+                        for i, uri in todo:  # 256 workers share one iterator: each start once
+                            await one(i, uri)
+
                     async with anyio.create_task_group() as tg:
-                        for i, uri in enumerate(uris):
-                            tg.start_soon(one, i, uri)
+                        for _ in range(256):
+                            tg.start_soon(worker)
                 else:
                     for i, uri in enumerate(uris):
                         await one(i, uri)

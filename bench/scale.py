@@ -1,12 +1,12 @@
 """Scale: N watches on N distinct URIs of one server, this tree beside the one before it.
 
-    python bench/scale.py            # N = 1, 100, 1,000, 10,000 (memo) and 1, 100, 1,000 (files)
+    python bench/scale.py            # N = 1, 100, 1,000, 10,000 (memo and files)
     python bench/scale.py --quick    # N = 1, 100, 1,000
 
 Each measurement runs in its own process (bench/_scale_client.py) against one server over stdio:
 memo (``memo://notes/kI``; a writer in another process changes one key over HTTP) and the files
 server (``file://ROOT/fI.txt``; a writer process rewrites one file). Per N it prints:
-``watch_start``/s one after another (what a model does) and all at once (a restore, a batch),
+``watch_start``/s one after another (what a model does) and 256 at a time (a batch, a restore),
 client and server RSS per watch, the listens the client holds open, change -> notice p50, and the
 CPU both processes used over 10 idle seconds.
 
@@ -95,12 +95,12 @@ def main(quick: bool, baseline_ref: str) -> int:
     print(f"scale: N watches on N URIs of one server over stdio (load {os.getloadavg()[0]:.1f})")
     header = (
         "  tree       starts/s  burst/s  client    server    listens  p50 ms   idle CPU s\n"
-        "             one by one        KiB/watch KiB/watch                   client server"
+        "             one by one 256 at once KiB/watch KiB/watch              client server"
     )
     figures: dict[tuple[str, str, int], dict[str, Any]] = {}
     with tree(baseline_ref) as before:
         for kind in ("memo", "files"):
-            for n in sizes if kind == "memo" else [s for s in sizes if s <= 1000]:
+            for n in sizes:
                 print(f"\n{kind}, N = {n:,}\n{header}")
                 for label, where in (("this", ROOT), ("before", before)):
                     if where is None:

@@ -25,7 +25,7 @@ from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
 from asyncai_watch import StateFileError
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
-from asyncai_watch.log import configure_ndjson, logger
+from asyncai_watch.log import logger, ndjson_logging
 from asyncai_watch.signals import sigterm_cancels
 
 __all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
@@ -177,7 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_stream = _log_stream(args)
     except OSError as exc:
         return fail(f"--log: cannot open {str(args.log)!r} for appending: {exc.strerror or exc}", 2)
-    configure_ndjson(log_stream, verbose=args.verbose)
+    with ndjson_logging(log_stream, verbose=args.verbose):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.max_rounds < 1:
         return fail(f"--max-rounds must be >= 1, got {args.max_rounds}", 2)
     if args.demo:

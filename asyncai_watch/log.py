@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from pythonjsonlogger.json import JsonFormatter
@@ -34,6 +35,7 @@ __all__ = [
     "events",
     "events_enabled",
     "logger",
+    "ndjson_logging",
 ]
 
 LOGGER_NAME: Final = "asyncai_watch"
@@ -124,3 +126,19 @@ def configure_ndjson(stream: IO[str] | None = None, verbose: bool = False) -> lo
     # The NDJSON stream is the contract; a root handler would print the same record as text.
     logger.propagate = False
     return handler
+
+
+@contextmanager
+def ndjson_logging(stream: IO[str] | None = None, verbose: bool = False) -> Iterator[logging.Handler]:
+    """:func:`configure_ndjson` for the ``with`` block, then the logger as it was.
+
+    For a command's ``main()``: run in a process that goes on (a test, a program calling it), a
+    handler left on ``stream`` would outlive it and fail on every later record once the stream
+    is closed ("I/O operation on closed file")."""
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    try:
+        yield configure_ndjson(stream, verbose=verbose)
+    finally:
+        logger.handlers[:] = saved[0]
+        logger.setLevel(saved[1])
+        logger.propagate = saved[2]

@@ -252,7 +252,11 @@ def main(args: argparse.Namespace) -> int:
             "started by another asyncai-watch serve (an upstream server entry runs serve itself); "
             "list the servers to watch, not serve"
         )
-    log.configure_ndjson(sys.stderr, verbose=args.verbose)
+    with log.ndjson_logging(sys.stderr, verbose=args.verbose):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         if args.ring < 1:
             raise ConfigError(f"--ring must be >= 1, got {args.ring}")

@@ -29,13 +29,19 @@ def stress(session: nox.Session) -> None:
     # pytest-randomly shuffles every run it is installed in: only here, not in the test extra.
     session.install("-e", ".[test]", "pytest-randomly>=3.15")
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    failed = []
     try:
-        session.run("pytest", "-n", "2", "--dist", "loadfile", "--randomly-dont-reorganize", *session.posargs)
-        session.run("pytest", "-n", "2", "--dist", "loadfile", *session.posargs)
+        for order, flags in (("file order", ["--randomly-dont-reorganize"]), ("random order", [])):
+            try:
+                session.run("pytest", "-n", "2", "--dist", "loadfile", *flags, *session.posargs)
+            except nox.command.CommandFailed:
+                failed.append(order)
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
+    if failed:
+        session.error(f"the suite failed under load, in {' and '.join(failed)}")
 
 
 @nox.session

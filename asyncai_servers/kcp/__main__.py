@@ -152,7 +152,9 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
                 )
             )
             if http is not None:
-                await serve_http(streamable_http_app(kcp.server, host=http[0]), *http)
+                # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
+                app = streamable_http_app(kcp.server, host=http[0])
+                await serve_http(app, *http, on_shutdown=kcp.close_listeners)
             else:
                 async with stdio_server() as (read, write):
                     await kcp.server.run(read, write, kcp.server.create_initialization_options())

@@ -149,6 +149,10 @@ class KcpServer:
     def attach_pool(self, pool: WatcherPool) -> None:
         self._pool = pool
 
+    def close_listeners(self) -> None:
+        """End every open listen stream gracefully (an HTTP shutdown would otherwise wait on them)."""
+        self.listen.inner.close()
+
     async def publish(self, uri: str) -> None:
         await self.bus.publish(ResourceUpdated(uri=uri))
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import hmac
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TextIO
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -63,19 +63,22 @@ async def _serve_stdio_and_http(host: str, port: int, ready_file: str | None, to
         app = _require_bearer(app, token)
     http_up, stop = anyio.Event(), anyio.Event()
     async with anyio.create_task_group() as tg:
-        with open(ready_file or os.devnull, "w", encoding="utf-8") as ready:  # noqa: ASYNC230 - one tiny write
-            tg.start_soon(
-                functools.partial(
-                    serve_http,
-                    app,
-                    host,
-                    port,
-                    ready=ready,
-                    on_ready=lambda _url: http_up.set(),
-                    on_shutdown=memo.close_listeners,
-                    stop=stop,
-                )
+
+        async def http(ready: TextIO) -> None:
+            await serve_http(
+                app,
+                host,
+                port,
+                ready=ready,
+                on_ready=lambda _url: http_up.set(),
+                on_shutdown=memo.close_listeners,
+                stop=stop,
             )
+            # HTTP shut down: after stdio ended (stop), or on Ctrl-C/SIGTERM, which ends stdio too.
+            tg.cancel_scope.cancel()
+
+        with open(ready_file or os.devnull, "w", encoding="utf-8") as ready:  # noqa: ASYNC230 - one tiny write
+            tg.start_soon(http, ready)
             await http_up.wait()
         await _serve_stdio(memo)  # the stdio client going away ends the process: HTTP stops too
         stop.set()

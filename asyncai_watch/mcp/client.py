@@ -83,6 +83,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
     "McpResourceSource",
+    "tool_result",
 ]
 
 DEFAULT_CONNECT_TIMEOUT: Final = 30.0
@@ -724,13 +725,12 @@ class McpResourceSource:
         return [_tool_info(tool) for page in pages for tool in page.tools]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
-        result = await self._request(
+        return tool_result(await self.call_tool_result(name, arguments))
+
+    async def call_tool_result(self, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """:meth:`call_tool`'s result as the server sent it (``asyncai-watch call --json`` prints it)."""
+        return await self._request(
             f"tools/call {name!r}", lambda client: client.call_tool(name, dict(arguments))
-        )
-        return ToolResult(
-            text="\n".join(_content_text(block) for block in result.content),
-            structured=result.structured_content,
-            is_error=bool(result.is_error),
         )
 
     def __repr__(self) -> str:
@@ -742,6 +742,15 @@ async def _with_cursor(
     fetch: Callable[[Client, str | None], Awaitable[_T]], cursor: str | None, client: Client
 ) -> _T:
     return await fetch(client, cursor)
+
+
+def tool_result(result: types.CallToolResult) -> ToolResult:
+    """A ``tools/call`` result as :class:`ToolResult`: its text content joined, its structured content."""
+    return ToolResult(
+        text="\n".join(_content_text(block) for block in result.content),
+        structured=result.structured_content,
+        is_error=bool(result.is_error),
+    )
 
 
 def _tool_info(tool: types.Tool) -> ToolInfo:

@@ -187,6 +187,14 @@ class WatchManager:
         self._log("watch.stopped", run, reason="watch_stop")
         return True
 
+    async def flush(self) -> None:
+        """Send every watch's pending lines now, without waiting out the debounce quiet time (for a
+        graceful close: Ctrl-C must not drop a change that was still being debounced). When it
+        returns, the notices are on :attr:`notices`."""
+        self._check_open()
+        for run in list(self._runs.values()):
+            await run.flush(self._send_notice)
+
     def watch_list(self) -> list[WatchInfo]:
         """Every watch, started ones in start order (``failed`` / ``restore_failed`` included)."""
         return [run.info() for run in self._runs.values() if run.status != "starting"]

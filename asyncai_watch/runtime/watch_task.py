@@ -86,6 +86,12 @@ class WatchTask:
         if feed is not None and not feed.subscribers:
             await feed.ended.wait()
 
+    async def flush(self, deliver: Deliver) -> None:
+        """Deliver the pending lines now, whatever their deadline."""
+        notice = self.core.flush() if self.core is not None and self.status == "running" else None
+        if notice is not None:
+            await deliver(self, notice)
+
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(

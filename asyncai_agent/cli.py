@@ -24,6 +24,7 @@ from asyncai_agent.exits import PROG, fail, known_error
 from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
 from asyncai_watch import StateFileError
+from asyncai_watch._help import HelpFormatter, examples
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.log import logger, ndjson_logging
 from asyncai_watch.signals import sigterm_cancels
@@ -41,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
             "A reference agent with MCP watches: it connects to MCP servers, answers lines from stdin "
             "and turns watch notices into turns. Try --demo (no key, no network)."
         ),
+        epilog=examples(
+            "asyncai-agent --demo   # offline: memo server + scripted model",
+            "asyncai-agent --model openai:gpt-4.1 --mcp-stdio asyncai-mcp-simple",
+            "asyncai-agent --model anthropic:claude-sonnet-4-5 --mcp-http http://127.0.0.1:8765/mcp --verbose",
+        ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--mcp-stdio",

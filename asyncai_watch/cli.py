@@ -15,6 +15,7 @@ and SIGTERM end a watch with exit 0 and no traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -25,6 +26,7 @@ from typing import Any, Final
 
 import anyio
 
+from asyncai_watch import log
 from asyncai_watch._help import HelpFormatter, examples
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.core.limits import Limits
@@ -111,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("--json", action="store_true", help="one JSON object per notice (for jq)")
     watch.add_argument("--name", default="watch", help="the watch's name in notices (default: watch)")
+    watch.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also write the watch's NDJSON log on stderr: every event and what became of it "
+        "(docs/watch-manager.md)",
+    )
     add_http_auth_arguments(watch, servers="http(s) --server")
 
     call = sub.add_parser(
@@ -174,11 +182,12 @@ def limits_for(debounce: float | None) -> Limits:
     return Limits(debounce_quiet=debounce, debounce_max_wait=max(debounce, Limits().debounce_max_wait))
 
 
-async def _until_signalled(scope: anyio.CancelScope, stopped: list[int]) -> None:
+async def _until_signalled(running: list[anyio.CancelScope], stopped: list[int]) -> None:
+    """The first Ctrl-C or SIGTERM cancels what runs now: connecting, or printing notices."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             stopped.append(signum)
-            scope.cancel()
+            running[-1].cancel()
             return
 
 
@@ -250,10 +259,11 @@ def _print_notice(notice: Notice, info: WatchInfo, as_json: bool) -> None:
 async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource]) -> int:
     stopped: list[int] = []
     failed = False
-    with anyio.CancelScope() as scope:
+    with anyio.CancelScope() as connecting:
+        running = [connecting]
         async with AsyncExitStack() as stack:
             tg = await enter_task_group(stack)
-            tg.start_soon(_until_signalled, scope, stopped)
+            tg.start_soon(_until_signalled, running, stopped)
             sources = await _connected(sources, stack)
             manager = await stack.enter_async_context(WatchManager(sources, limits=limits_for(args.debounce)))
             info = await manager.watch_start(args.name, args.uri, args.on_event)
@@ -262,11 +272,23 @@ async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource])
                 file=sys.stderr,
                 flush=True,
             )
-            async for notice in manager.notices:
-                _print_notice(notice, info, args.json)
-                if notice.meta.get("failed") == "true":
-                    failed = True
-                    break
+            with anyio.CancelScope() as printing:
+                running.append(printing)
+                async for notice in manager.notices:
+                    _print_notice(notice, info, args.json)
+                    if notice.meta.get("failed") == "true":
+                        failed = True
+                        break
+            if stopped:
+                # A graceful exit: a change still inside the debounce quiet time is printed now,
+                # not dropped. flush() puts it on notices before it returns.
+                await manager.flush()
+                while True:
+                    try:
+                        notice = manager.notices.receive_nowait()
+                    except anyio.WouldBlock:
+                        break
+                    _print_notice(notice, info, args.json)
             tg.cancel_scope.cancel()
     return 1 if failed and not stopped else 0
 
@@ -302,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(_resources, sources, args.json)
         if args.debounce is not None and not (args.debounce >= 0 and args.debounce != float("inf")):
             return fail(f"--debounce must be a finite number of seconds >= 0, got {args.debounce}")
-        return anyio.run(_watch, args, sources)
+        with log.ndjson_logging(sys.stderr, verbose=True) if args.verbose else contextlib.nullcontext():
+            return anyio.run(_watch, args, sources)
     except KeyboardInterrupt:
         return 0
     except BaseException as exc:

@@ -120,6 +120,35 @@ async def test_watch_prints_each_notice_as_json_and_ends_cleanly_on_a_signal(sto
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_prints_a_notice_still_inside_the_quiet_time_instead_of_dropping_it(
+    stop: signal.Signals,
+) -> None:
+    debounce = "3600"  # an hour: only the exit can print it
+    async with (
+        memo_http_server() as (url, _),
+        cli("watch", "memo://notes", "--server", f"memo={url}", "--debounce", debounce, "--verbose") as (
+            proc,
+            out,
+        ),
+    ):
+        assert proc.stderr is not None
+        err = Lines(proc.stderr)
+        while "watching memo://notes" not in await err.next():
+            pass
+        async with McpResourceSource.http(url) as writer:
+            await writer.call_tool("memo_set", {"key": "todo", "value": "milk"})
+        # --verbose logs each event as its line joins the pending notice.
+        while not (line := await err.next()).startswith("{") or json.loads(line)["event"] != "watch.event":
+            pass
+        assert json.loads(line)["outcome"] == "kept", line
+        proc.send_signal(stop)
+        assert await out.next() == "ADDED todo"
+        with anyio.fail_after(WAIT):
+            assert await proc.wait() == 0
+
+
+@pytest.mark.anyio
 async def test_watch_a_file_with_a_filter(tmp_path: Path) -> None:
     target = tmp_path / "config.json"
     target.write_text('{"mode": "off"}')

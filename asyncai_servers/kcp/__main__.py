@@ -23,6 +23,7 @@ from asyncai_servers._stdio import stdio_server
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.server import KcpServer
 from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, WatcherPool
+from asyncai_watch._help import HelpFormatter, examples
 from asyncai_watch.core.backoff import Backoff
 
 __all__ = ["main", "main_readonly"]
@@ -36,6 +37,13 @@ def _parser(prog: str, read_only: bool) -> argparse.ArgumentParser:
             "kcp-api://{workspace}/resources, and kubectl tools"
             + (" (read-only)." if read_only else " (read-write: apply/delete).")
         ),
+        epilog=examples(
+            f"{prog} --kubeconfig ~/.kube/kcp.yaml"
+            + (" --token-command 'kcp-token mint'" if read_only else ""),
+            f"{prog} --kubeconfig ~/.kube/kcp.yaml --http 127.0.0.1:8767"
+            + (" --token-command 'kcp-token mint'" if read_only else ""),
+        ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--kubectl", default=os.environ.get("ASYNCAI_KUBECTL", "kubectl"), help="kubectl binary")
     p.add_argument(

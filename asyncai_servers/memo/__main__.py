@@ -17,12 +17,19 @@ from asyncai_servers._http import bind_error, parse_host_port, serve_http
 from asyncai_servers._resumable import streamable_http_app
 from asyncai_servers._stdio import stdio_server
 from asyncai_servers.memo.server import MemoState, build_server
+from asyncai_watch._help import HelpFormatter, examples
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asyncai-mcp-simple",
-        description="The memo MCP server: memo://notes (a watchable JSON object) and memo_set/memo_get/memo_delete.",
+        description="The memo MCP server: memo://notes (a watchable JSON object) and memo_set/memo_get/memo_delete. "
+        "Over stdio the memo is private to the client that started it; over --http every client shares it.",
+        epilog=examples(
+            "asyncai-mcp-simple --http 127.0.0.1:8765   # http://127.0.0.1:8765/mcp, shared by every client",
+            "asyncai-mcp-simple                         # stdio: started by its one client",
+        ),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--bearer-token",

@@ -20,7 +20,7 @@ import anyio
 
 from asyncai_agent.backends import BackendError, make_backend
 from asyncai_agent.backends.base import Backend
-from asyncai_agent.exits import PROG, fail, known_error
+from asyncai_agent.exits import PROG, fail, known_error, warn
 from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
 from asyncai_watch import StateFileError
@@ -198,7 +198,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.model is None:
         return fail("--model is required: openai:MODEL, anthropic:MODEL or scripted:FILE (or try --demo)", 2)
     try:
-        http_auth = http_auth_from_args(args, show_url=_show_authorization_url)
+        http_auth = http_auth_from_args(args, show_url=_show_authorization_url, warn=warn)
     except ValueError as exc:
         return fail(str(exc), 2)
     if (args.token_file is not None or args.auth is not None) and not args.mcp_http:

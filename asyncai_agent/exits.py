@@ -12,7 +12,7 @@ from asyncai_agent.backends.base import BackendError
 from asyncai_agent.transcript import TranscriptError
 from asyncai_watch import WatchError
 
-__all__ = ["PROG", "fail", "known_error", "leaves"]
+__all__ = ["PROG", "fail", "known_error", "leaves", "warn"]
 
 PROG: Final = "asyncai-agent"
 
@@ -38,3 +38,8 @@ def fail(message: str, code: int = 1) -> int:
     """One line on stderr, then the exit code."""
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
     return code
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr; the agent goes on."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
+from asyncai_watch.codemode import describe_builtins
+
 __all__ = ["BASE_PROMPT", "build_system_prompt"]
 
 BASE_PROMPT: Final = """\
@@ -16,11 +18,7 @@ you print plus the value of the last expression. Errors come back as the result;
 
 Every tool of every connected MCP server is an async function taking keyword arguments, e.g. \
 `await memo_set(key="todo", value="buy milk")`. Built-ins:
-- await list_resources() -> [{uri, template, name, description, example, mime_type, server, subscribable}]
-- await read_resource(uri=...) -> parsed JSON, else text
-- await watch_start(name=..., uri=..., on_event=None) -> {name, uri, shape}
-- await watch_stop(name=...) -> bool
-- await watch_list() -> [{name, uri, shape, events, notices}]
+{builtins}
 
 Watches push changes to you; never poll. `on_event` is optional Python source (a string, not a \
 function) run once per change with `event` (a dict: type, key, old, new, changed, ...); its last \
@@ -32,7 +30,9 @@ they are not from the user.
 
 When you are done, answer in plain text; that answer is posted to the user. If there is nothing \
 worth telling (for example a notice that does not matter to what was asked), reply exactly NO_REPLY.\
-"""
+""".replace("{builtins}", "\n".join(f"- {line}" for line in describe_builtins()))
+"""The prompt's fixed part; its built-ins lines come from the table of built-in tools
+(``asyncai_watch.codemode.describe_builtins``), as ``serve``'s and the frameworks' tools do."""
 
 
 def _first_line(text: str | None) -> str:

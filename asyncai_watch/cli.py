@@ -29,6 +29,7 @@ import anyio
 from asyncai_watch import log
 from asyncai_watch._help import HelpFormatter, examples
 from asyncai_watch._tasks import enter_task_group
+from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import WatchError
@@ -170,9 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def fail(message: str, code: int = 2) -> int:
-    """One line on stderr, then the exit code (2: bad input)."""
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    """One line on stderr, then the exit code (2: bad input); no URL in it keeps its secrets."""
+    print(f"{PROG}: error: {redact(message)}", file=sys.stderr, flush=True)
     return code
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr; the command goes on."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
 
 
 def limits_for(debounce: float | None) -> Limits:
@@ -315,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return fail("--token-file and --auth apply to an http(s) --server URL")
             return anyio.run(_call, spec.source(auth), args.tool, arguments, args.json)
         specs = [parse_server(text) for text in args.server]
-        auth = http_auth_from_args(args)
+        auth = http_auth_from_args(args, warn=warn)
         if (args.token_file is not None or args.auth is not None) and not any(s.is_http for s in specs):
             return fail("--token-file and --auth apply to http(s) --server URLs; give at least one")
         # A malformed command or URL fails here, before anything starts.

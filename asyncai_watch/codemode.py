@@ -8,7 +8,8 @@
 ``await watch_start(name="notes", uri="memo://notes")`` and friends return the design's dict
 shapes (:mod:`asyncai_watch.shapes`). Bad calls (positional arguments, unknown or missing
 keywords, wrong types) raise :class:`TypeError` naming the accepted call, so the model can
-fix its next attempt.
+fix its next attempt. Their parameters, checks and docs come from the one table of built-in
+tools (:mod:`asyncai_watch.core.tools`), which ``serve`` and the framework integrations share.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from asyncai_watch.clock import Clock, SystemClock, move_on_at
+from asyncai_watch.core.tools import WATCH_TOOLS, check_arguments, shape
+from asyncai_watch.core.tools import tool as tool_spec
 from asyncai_watch.filters.sandbox import (
     compile_repl,
     describe_error,
@@ -38,6 +41,7 @@ __all__ = [
     "CodeMode",
     "WatchApi",
     "builtins",
+    "describe_builtins",
     "format_value",
     "tool_functions",
 ]
@@ -57,47 +61,33 @@ class WatchApi(Protocol):
     def watch_list(self) -> list[WatchInfo]: ...
 
 
-_SIGNATURES: Final = {
-    "list_resources": ((), ()),
-    "read_resource": (("uri",), ()),
-    "watch_start": (("name", "uri"), ("on_event",)),
-    "watch_stop": (("name",), ()),
-    "watch_list": ((), ()),
-}
-EXAMPLES: Final = {
-    "list_resources": "await list_resources()",
-    "read_resource": 'await read_resource(uri="memo://notes")',
-    "watch_start": 'await watch_start(name="notes", uri="memo://notes", on_event=None)',
-    "watch_stop": 'await watch_stop(name="notes")',
-    "watch_list": "await watch_list()",
-}
-BUILTIN_NAMES: Final = tuple(_SIGNATURES)
+BUILTIN_NAMES: Final = tuple(spec.name for spec in WATCH_TOOLS)
+EXAMPLES: Final = {spec.name: spec.example for spec in WATCH_TOOLS}
+"""A ready call of each built-in, which every error about a bad call ends with."""
 
 
 def check_call(fn: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-    """Raise :class:`TypeError` naming the accepted call unless ``fn(*args, **kwargs)`` fits."""
-    required, optional = _SIGNATURES[fn]
-    accepted = (*required, *optional)
-    hint = f"call it as {EXAMPLES[fn]}"
+    """Raise :class:`TypeError` naming the accepted call unless ``fn(*args, **kwargs)`` fits.
+
+    The accepted keywords, which are required and their types are the table's
+    (:mod:`asyncai_watch.core.tools`), as in ``serve`` and the framework integrations.
+    """
+    spec = tool_spec(fn)
     if args:
+        keywords = ", ".join(a + "=" for a in spec.accepted) or "none"
         raise TypeError(
-            f"{fn}() takes keyword arguments only ({', '.join(a + '=' for a in accepted) or 'none'}), "
-            f"got {len(args)} positional; {hint}"
+            f"{fn}() takes keyword arguments only ({keywords}), got {len(args)} positional; "
+            f"call it as {spec.example}"
         )
-    unknown = sorted(set(kwargs) - set(accepted))
-    if unknown:
-        raise TypeError(
-            f"{fn}() got unknown argument(s) {', '.join(unknown)}; it accepts "
-            f"{', '.join(accepted) or 'no arguments'}; {hint}"
-        )
-    missing = [a for a in required if a not in kwargs]
-    if missing:
-        raise TypeError(f"{fn}() is missing {', '.join(a + '=' for a in missing)}; {hint}")
-    for a in ("name", "uri"):
-        if a in kwargs and not isinstance(kwargs[a], str):
-            raise TypeError(
-                f"{fn}(): {a} must be a string, got {type(kwargs[a]).__name__} {kwargs[a]!r}; {hint}"
-            )
+    problem = check_arguments(spec, kwargs)
+    if problem is not None:
+        raise TypeError(problem.python_message())
+
+
+def describe_builtins() -> list[str]:
+    """One line per built-in, its call, result and summary, e.g.
+    ``await watch_stop(name=...) -> bool: Stop and forget a watch.`` (the agent's prompt lists them)."""
+    return [f"{spec.call} -> {shape(spec.result)}: {spec.summary}" for spec in WATCH_TOOLS]
 
 
 def builtins(manager: WatchApi) -> dict[str, AsyncFn]:
@@ -131,8 +121,9 @@ def builtins(manager: WatchApi) -> dict[str, AsyncFn]:
         "watch_list": watch_list,
     }
     for name, fn in fns.items():
+        spec = tool_spec(name)
         fn.__name__ = fn.__qualname__ = name
-        fn.__doc__ = EXAMPLES[name]
+        fn.__doc__ = f"{spec.call} -> {spec.returns}\n\n{spec.description}"
     return fns
 
 

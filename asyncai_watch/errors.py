@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from asyncai_watch.core.echo import clip
+
 __all__ = [
     "FilterEngineError",
     "FilterError",
@@ -88,7 +90,8 @@ class ServerError(WatchError):
         self.code = code
         self.server_message = server_message
         shown_code = f" ({code})" if code is not None else ""
-        super().__init__(f"server {server!r}: {what} failed{shown_code}: {server_message}")
+        # The server's text may quote what it was sent (a 4 MB URI): shown capped, kept whole above.
+        super().__init__(f"server {server!r}: {what} failed{shown_code}: {clip(server_message, 1000)}")
 
 
 class ServerConnectionError(WatchError):

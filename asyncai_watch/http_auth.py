@@ -28,6 +28,8 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
+import stat
 import sys
 import threading
 import urllib.parse
@@ -40,7 +42,6 @@ import anyio.abc
 import attrs
 import httpx2
 from mcp.client.auth import OAuthClientProvider, OAuthFlowError, TokenStorage
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -48,6 +49,8 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 from pydantic import AnyUrl, BaseModel, ValidationError
+
+from asyncai_watch.core.echo import quoted
 
 __all__ = [
     "AUTH_MODES",
@@ -71,6 +74,8 @@ DEFAULT_AUTHORIZATION_TIMEOUT: Final = 300.0
 CLIENT_NAME: Final = "asyncai-watch"
 _EXPIRED: Final = 1.0  # a token expiry time long past (0 and None mean "never expires" to the SDK)
 _MAX_REQUEST: Final = 65536
+MAX_SECRET_FILE: Final = 65536
+"""Bytes a ``--token-file`` or ``--oauth-client-secret-file`` may hold (a JWT is a few KB)."""
 
 
 # -- token storage ----------------------------------------------------------------------------------
@@ -142,12 +147,19 @@ class FileTokenStorage(TokenStorage):
             entry = dict(entry) if isinstance(entry, dict) else {}
             entry[key] = value
             data[self.server_url] = entry
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _make_private_dirs(self.path.parent)
             part = self.path.with_name(self.path.name + ".part")
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(data, out, indent=1, sort_keys=True)
-            part.replace(self.path)
+            fd = _create_private(part)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    json.dump(data, out, indent=1, sort_keys=True)
+                    out.flush()
+                    os.fsync(out.fileno())
+                part.replace(self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    part.unlink()
+                raise
 
     async def get_tokens(self) -> OAuthToken | None:
         raw = (await anyio.to_thread.run_sync(self._entry)).get("tokens")
@@ -165,6 +177,39 @@ class FileTokenStorage(TokenStorage):
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         value = client_info.model_dump(mode="json", exclude_none=True)
         await anyio.to_thread.run_sync(self._update, "client_info", value)
+
+
+def _make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` (and missing parents) 0700; an existing one is left as the user made it."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=0o700)
+            d.chmod(0o700)  # mkdir's mode is masked by the umask
+
+
+def _create_private(part: Path) -> int:
+    """A new file at ``part``, 0600, written by no one else: whatever is there is removed, never followed.
+
+    A ``.part`` left by a killed run may be 0644 (its tokens would stay readable after the
+    rename) or a symlink (writing through it would put the tokens in the link's target).
+    ``O_EXCL | O_NOFOLLOW`` refuses both; we remove the leftover (``unlink`` removes a link,
+    not its target) and try once more. Something recreating it in between is an error.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(part, flags, 0o600)
+    except FileExistsError:
+        part.unlink()
+        try:
+            fd = os.open(part, flags, 0o600)
+        except FileExistsError:
+            raise OAuthFlowError(
+                f"OAuth token store: {str(part)!r} reappeared as soon as it was removed; is another "
+                "program writing there? Choose another --oauth-store"
+            ) from None
+    os.fchmod(fd, 0o600)  # the umask may have taken bits, never added any; be exact
+    return fd
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -426,30 +471,96 @@ def add_http_auth_arguments(parser: argparse.ArgumentParser, *, servers: str = "
     )
 
 
-def _read_secret(path: Path, option: str) -> str:
+_FILE_KINDS: Final = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_secret(path: Path, option: str, warn: Callable[[str], None]) -> str:
+    """The one-line secret in ``path``: a regular file of at most :data:`MAX_SECRET_FILE` bytes.
+
+    Opened non-blocking (a FIFO with no writer would block the open or the read for good) and
+    checked with ``fstat`` before a byte is read, so a FIFO, a device (``/dev/zero``) or a
+    directory is refused at once. A symlink is followed: the user named it, and a mounted
+    secret (Kubernetes) is one; what it points at is checked like any file. Errors are one
+    line and never quote the file's content.
+    """
+    where = f"{option}: {str(path)!r}"
     try:
-        value = path.read_text(encoding="utf-8").strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as exc:
         raise ValueError(f"{option}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "not a file")
+            raise ValueError(f"{where} is not a regular file ({kind}); give a file that holds the secret")
+        if info.st_size > MAX_SECRET_FILE:
+            raise ValueError(
+                f"{where} is larger than {MAX_SECRET_FILE:,} bytes; a token file holds one token"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SECRET_FILE:  # the size may have grown since fstat
+            chunk = os.read(fd, MAX_SECRET_FILE + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ValueError(f"{option}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_SECRET_FILE:
+        raise ValueError(f"{where} is larger than {MAX_SECRET_FILE:,} bytes; a token file holds one token")
+    try:
+        value = b"".join(chunks).decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"{where} is not UTF-8 text; it must hold the secret on one line") from None
     if not value:
-        raise ValueError(f"{option}: {str(path)!r} is empty")
+        raise ValueError(f"{where} is empty")
+    bad = next((c for c in value if c in "\r\n\x00" or not c.isprintable()), None)
+    if bad is not None:
+        what = {"\r": "a line break", "\n": "a line break", "\x00": "a NUL"}.get(bad, "a control character")
+        raise ValueError(
+            f"{where} holds {what} inside the secret; it must be one line of printable text "
+            "(a trailing newline is fine)"
+        )
+    if info.st_mode & 0o077:
+        warn(
+            f"{where} can be read by others (mode {stat.S_IMODE(info.st_mode):04o}); "
+            f"it holds a secret: chmod 600 {shlex.quote(str(path))}"
+        )
     return value
 
 
+def _warn_on_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
 def http_auth_from_args(
-    args: argparse.Namespace, *, show_url: Callable[[str], None] | None = None
+    args: argparse.Namespace,
+    *,
+    show_url: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> HttpAuth:
     """The :class:`HttpAuth` the options of :func:`add_http_auth_arguments` describe.
 
     Raises ``ValueError`` with a one-line message for a bad combination or an unreadable file.
-    ``show_url`` shows ``--auth oauth``'s authorization URL to the person (default: stderr).
+    ``show_url`` shows ``--auth oauth``'s authorization URL to the person (default: stderr);
+    ``warn`` says that a secret file can be read by others (default: a line on stderr).
     """
+    warn = warn if warn is not None else _warn_on_stderr
     mode: str | None = args.auth
     headers = None
     if args.token_file is not None:
         if mode is not None:
             raise ValueError("use either --token-file (a fixed bearer token) or --auth, not both")
-        headers = {"Authorization": f"Bearer {_read_secret(args.token_file, '--token-file')}"}
+        headers = {"Authorization": f"Bearer {_read_secret(args.token_file, '--token-file', warn)}"}
     oauth_only = {
         "--oauth-store": args.oauth_store,
         "--oauth-scope": args.oauth_scope,
@@ -467,7 +578,7 @@ def http_auth_from_args(
     if args.oauth_client_secret_file is not None:
         if args.oauth_client_id is None:
             raise ValueError("--oauth-client-secret-file needs --oauth-client-id")
-        secret = _read_secret(args.oauth_client_secret_file, "--oauth-client-secret-file")
+        secret = _read_secret(args.oauth_client_secret_file, "--oauth-client-secret-file", warn)
     store: Path | None = args.oauth_store
     scope: str | None = args.oauth_scope
     client_id: str | None = args.oauth_client_id
@@ -486,6 +597,9 @@ def http_auth_from_args(
         cc_id, cc_secret, issuer = client_id, secret, str(args.oauth_issuer)
 
         def client_credentials(url: str) -> httpx2.Auth:
+            # Imported when chosen: it loads PyJWT and cryptography, a third of the library's import.
+            from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
             return ClientCredentialsOAuthProvider(
                 server_url=url,
                 storage=storage(url),
@@ -506,7 +620,7 @@ def http_auth_from_args(
     loopback = LoopbackAuthorization(args.oauth_redirect_port, show=show_url)
     metadata_url: str | None = args.oauth_client_metadata_url
     if metadata_url is not None and not metadata_url.startswith("https://"):
-        raise ValueError(f"--oauth-client-metadata-url must be an https:// URL, got {metadata_url!r}")
+        raise ValueError(f"--oauth-client-metadata-url must be an https:// URL, got {quoted(metadata_url)}")
 
     def authorization_code(url: str) -> httpx2.Auth:
         return oauth_provider(

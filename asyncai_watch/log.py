@@ -22,6 +22,8 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 from pythonjsonlogger.json import JsonFormatter
 
+from asyncai_watch.core.echo import redact
+
 if TYPE_CHECKING:
     from asyncai_watch.core.watch import EventRecord
 
@@ -36,6 +38,7 @@ __all__ = [
     "events_enabled",
     "logger",
     "ndjson_logging",
+    "restored",
 ]
 
 LOGGER_NAME: Final = "asyncai_watch"
@@ -59,7 +62,12 @@ _HANDLER_MARK: Final = "_asyncai_watch_ndjson"
 
 
 class NdjsonFormatter(JsonFormatter):
-    """``ts``, ``level``, ``logger``, ``event``, then the record's extra fields."""
+    """``ts``, ``level``, ``logger``, ``event``, then the record's extra fields.
+
+    Every string field (a traceback included) goes through :func:`~asyncai_watch.core.echo.redact`
+    on its way out: whatever a caller logs, no URL keeps its secret parameters or userinfo and no
+    bearer token is written.
+    """
 
     def __init__(self) -> None:
         super().__init__(
@@ -68,6 +76,19 @@ class NdjsonFormatter(JsonFormatter):
             timestamp="ts",
             json_ensure_ascii=False,
         )
+
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        return {key: _redacted(value) for key, value in super().process_log_record(log_data).items()}
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list | tuple):
+        return [_redacted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    return value
 
 
 def emit(event: str, *, verbose: bool = False, **fields: Any) -> None:
@@ -129,16 +150,23 @@ def configure_ndjson(stream: IO[str] | None = None, verbose: bool = False) -> lo
 
 
 @contextmanager
-def ndjson_logging(stream: IO[str] | None = None, verbose: bool = False) -> Iterator[logging.Handler]:
-    """:func:`configure_ndjson` for the ``with`` block, then the logger as it was.
+def restored() -> Iterator[None]:
+    """Run the block, then put the logger's handlers, level and propagation back as they were.
 
     For a command's ``main()``: run in a process that goes on (a test, a program calling it), a
-    handler left on ``stream`` would outlive it and fail on every later record once the stream
-    is closed ("I/O operation on closed file")."""
+    handler it left on its stderr would outlive it and fail on every later record once that
+    stream is closed ("I/O operation on closed file")."""
     saved = (list(logger.handlers), logger.level, logger.propagate)
     try:
-        yield configure_ndjson(stream, verbose=verbose)
+        yield
     finally:
         logger.handlers[:] = saved[0]
         logger.setLevel(saved[1])
         logger.propagate = saved[2]
+
+
+@contextmanager
+def ndjson_logging(stream: IO[str] | None = None, verbose: bool = False) -> Iterator[logging.Handler]:
+    """:func:`configure_ndjson` for the ``with`` block, then the logger as it was (:func:`restored`)."""
+    with restored():
+        yield configure_ndjson(stream, verbose=verbose)

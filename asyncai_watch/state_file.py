@@ -6,15 +6,28 @@ The file is JSON, documented by :data:`converter` and docs/watch-manager.md::
 
 Writes are atomic (a temp file in the same directory, fsync, ``os.replace``,
 fsync of the directory), so a crash leaves either the old file or the new one.
+A symlinked state file is written through to its target (the temp file is made
+beside the target and renamed onto it), so the link stays a link.
 A file that does not parse is reported with :class:`StateFileError` and is
 never overwritten: the caller stops instead of losing the user's watches.
+
+One file has one owner. The first :meth:`StateFile.load` or :meth:`StateFile.save`
+takes an exclusive ``flock`` on a sidecar ``<target>.lock`` (it cannot be the state
+file itself: every save replaces that inode) and writes the owner's pid, host and
+command into it; a second owner, in this process or another, gets a
+:class:`StateFileError` naming them. The kernel drops the lock when its holder exits
+or is killed, so a crash never leaves the file stuck. ``filelock`` would take the
+same ``flock`` but waits by polling and cannot say who holds it, so this is done here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import socket
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,12 +36,15 @@ from typing import Any, Final
 import attrs
 import cattrs
 
+from asyncai_watch.core.echo import quoted, redact
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import StateFileError
 
 __all__ = ["FORMAT_VERSION", "StateFile", "WatchSpec", "converter"]
 
 FORMAT_VERSION: Final = 1
+_HOLDER_COMMAND_CAP: Final = 300  # characters of the holder's command line kept in the lock file
+_HOLDER_READ_CAP: Final = 4096
 
 
 @attrs.frozen(kw_only=True)
@@ -40,13 +56,13 @@ class _StateDoc:
 def _strict_str(value: Any, _type: Any) -> str:
     # cattrs' default str hook calls str(); a number in a name would pass silently.
     if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__} {value!r}")
+        raise TypeError(f"expected a string, got {type(value).__name__} {quoted(value)}")
     return value
 
 
 def _strict_int(value: Any, _type: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {type(value).__name__} {value!r}")
+        raise TypeError(f"expected an integer, got {type(value).__name__} {quoted(value)}")
     return value
 
 
@@ -57,17 +73,75 @@ converter.register_structure_hook(int, _strict_int)
 
 
 class StateFile:
-    """Load and atomically save the watch specs at ``path``."""
+    """Load and atomically save the watch specs at ``path``; the first load or save makes this
+    object the file's one owner until :meth:`close` (or the process ends)."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self._lock_fd: int | None = None
+
+    def __enter__(self) -> StateFile:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Give up ownership (the saved file stays as it is)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor drops the flock
+
+    def _target(self) -> Path:
+        # Every name of the file (a symlink, a relative path) meets at its real path.
+        return Path(os.path.realpath(self.path))
+
+    def _own(self) -> None:
+        """Take the sidecar lock, or raise StateFileError naming whoever holds it."""
+        if self._lock_fd is not None:
+            return
+        target = self._target()
+        lock_path = target.with_name(target.name + ".lock")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StateFileError(
+                f"watch state file {self.path}: cannot open its lock file {lock_path}: {exc.strerror or exc}"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _holder(fd)
+            os.close(fd)
+            if isinstance(exc, BlockingIOError):
+                raise StateFileError(
+                    f"watch state file {self.path} is in use by another process ({holder}); one state "
+                    "file has one owner: stop that process, or give this one its own --watch-state file"
+                ) from None
+            raise StateFileError(
+                f"watch state file {self.path}: cannot lock {lock_path}: {exc.strerror or exc}"
+            ) from exc
+        with contextlib.suppress(OSError):  # the lock holds without the note; the note only names us
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, _holder_note().encode(), 0)
+        self._lock_fd = fd
 
     def load(self) -> list[WatchSpec]:
         """The saved specs; ``[]`` when the file does not exist yet.
 
         Raises :class:`StateFileError` (naming the path and the parse error)
-        when the file exists but is not a valid state file.
+        when the file exists but is not a valid state file, or is owned by another
+        :class:`StateFile` (in this process or another).
         """
+        self._own()
+        try:
+            return self._load()
+        except StateFileError:
+            self.close()  # the caller stops; a later fixed run must not find the file held
+            raise
+
+    def _load(self) -> list[WatchSpec]:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -92,7 +166,7 @@ class StateFile:
             ) from exc
         if isinstance(data, dict) and data.get("version") not in (None, FORMAT_VERSION):
             raise StateFileError(
-                f"watch state file {self.path} has version {data.get('version')!r}; "
+                f"watch state file {self.path} has version {quoted(data.get('version'))}; "
                 f"this asyncai-watch reads version {FORMAT_VERSION}. It was left untouched."
             )
         try:
@@ -123,13 +197,15 @@ class StateFile:
         return list(doc.watches)
 
     def save(self, specs: Sequence[WatchSpec]) -> None:
-        """Replace the file with ``specs``, atomically and durably."""
+        """Replace the file with ``specs``, atomically and durably (through a symlink, onto its target)."""
+        self._own()
         doc = _StateDoc(version=FORMAT_VERSION, watches=list(specs))
         text = json.dumps(converter.unstructure(doc), indent=2, ensure_ascii=False) + "\n"
-        directory = self.path.parent
+        target = self._target()
+        directory = target.parent
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
         except OSError as exc:
             raise StateFileError(f"watch state file {self.path}: cannot write it: {exc}") from exc
         try:
@@ -137,7 +213,7 @@ class StateFile:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, target)
         except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -145,6 +221,23 @@ class StateFile:
                 raise StateFileError(f"watch state file {self.path}: cannot write it: {exc}") from exc
             raise
         _fsync_dir(directory)
+
+
+def _holder_note() -> str:
+    command = redact(" ".join(sys.argv) or sys.executable)  # a --server URL may carry a secret
+    if len(command) > _HOLDER_COMMAND_CAP:
+        command = command[:_HOLDER_COMMAND_CAP] + "…"
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command}) + "\n"
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock on ``fd``, as its note says (the note may be missing or half-written)."""
+    try:
+        note = json.loads(os.pread(fd, _HOLDER_READ_CAP, 0))
+        pid, host, command = note["pid"], note["host"], note["command"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return "it did not say which"
+    return f"pid {pid} on {host}: {str(command)[: _HOLDER_COMMAND_CAP + 1]}"
 
 
 def _fsync_dir(directory: Path) -> None:

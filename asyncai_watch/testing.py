@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
+from asyncai_watch.core.echo import quoted
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import NotWatchableError, ProtocolVersionError, SubscriptionLostError
@@ -184,7 +185,7 @@ class FakeSource:
         if uri in self.read_errors:
             raise self.read_errors[uri]
         if uri not in self.contents:
-            raise LookupError(f"fake server {self._name!r}: unknown resource {uri!r}")
+            raise LookupError(f"fake server {self._name!r}: unknown resource {quoted(uri)}")
         text, mime = self.contents[uri]
         return ReadResult(uri=uri, text=text, mime_type=mime)
 

@@ -38,8 +38,8 @@ import h11
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from asyncai_servers._http import running_http_server
 from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.server.http import running_http_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = "2026-07-28"
@@ -48,7 +48,7 @@ TARGET_P50 = 0.002
 # The pre-fix listener, toggled for the baseline: serve_http's socket() without IPPROTO_TCP.
 OLD_LISTENER = """
 import runpy, socket, sys, types
-import asyncai_servers._http as http
+import asyncai_watch.server.http as http
 plain = types.ModuleType("socket")
 plain.__dict__.update(socket.__dict__)
 plain.socket = lambda family, kind, proto=0: socket.socket(family, kind)

@@ -54,7 +54,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from asyncai_servers._http import running_http_server
+from asyncai_watch.server.http import running_http_server
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -5,8 +5,11 @@ runs ``python scripts/conformance_client.py URL`` with ``MCP_CONFORMANCE_SCENARI
 naming the scenario and, for some, ``MCP_CONFORMANCE_CONTEXT`` holding credentials.
 This does what a watch client does, through
 :class:`~asyncai_watch.mcp.client.McpResourceSource`: connect (``server/discover``,
-falling back to ``initialize``), list the tools, call the scenario's tool. OAuth
-scenarios use the library's OAuth set-up (:mod:`asyncai_watch.http_auth`); the
+falling back to ``initialize``), list the tools, call every tool the scenario's
+server lists (with the arguments its ``MCP_CONFORMANCE_CONTEXT`` names, when it
+names ``toolCalls``; a tool whose ``x-mcp-header`` annotations are invalid is
+dropped by the SDK and never called), and carry on past a call that fails, so
+each scenario sees every call it checks. OAuth scenarios use the library's OAuth set-up (:mod:`asyncai_watch.http_auth`); the
 suite's authorization server approves at once, so the "browser" here is one GET
 whose redirect carries the authorization code.
 
@@ -30,14 +33,34 @@ from mcp.shared.auth import AuthorizationCodeResult
 from asyncai_watch.errors import WatchError
 from asyncai_watch.http_auth import MemoryTokenStorage, oauth_provider
 from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.mcp.source import ToolInfo
 
 REDIRECT_URI = "http://localhost:3000/callback"
 CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
-TOOL_CALLS: dict[str, tuple[str, dict[str, Any]]] = {
-    "tools_call": ("add_numbers", {"a": 5, "b": 3}),
-    "sse-retry": ("test_reconnection", {}),
-    "elicitation-sep1034-client-defaults": ("test_client_elicitation_defaults", {}),
+ARGUMENTS: dict[str, dict[str, Any]] = {
+    # The suite's tools that take arguments, by name; every other tool is called with {}.
+    "add_numbers": {"a": 5, "b": 3},
+    "valid_tool": {"region": "us-west1"},
+    "lookup_user": {"id": "user-1"},
 }
+ECHO_TOOL = "json_schema_echo"
+ECHOED_TOOL = "json_schema_2020_12_tool"
+
+
+def _calls(tools: list[ToolInfo], context: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The tool calls the scenario asks for: its context's ``toolCalls`` when it names them,
+    else every listed tool, with the arguments :data:`ARGUMENTS` has for it."""
+    named = context.get("toolCalls")
+    if isinstance(named, list):
+        return [(call["name"], dict(call.get("arguments") or {})) for call in named]
+    schemas = {tool.name: tool.input_schema for tool in tools}
+    calls = []
+    for tool in tools:
+        if tool.name == ECHO_TOOL:  # hand back the schema we were given, as we kept it
+            calls.append((tool.name, {"schema": schemas.get(ECHOED_TOOL, {})}))
+        else:
+            calls.append((tool.name, ARGUMENTS.get(tool.name, {})))
+    return calls
 
 
 class Unsupported(Exception):
@@ -104,12 +127,14 @@ async def run(url: str, scenario: str, context: dict[str, Any]) -> None:
         url, auth=_auth(scenario, url, context), connect_timeout=100, request_timeout=100
     ) as source:
         tools = await source.list_tools()
-        if scenario in TOOL_CALLS:
-            name, arguments = TOOL_CALLS[scenario]
-            await source.call_tool(name, arguments)
-        elif scenario.startswith("auth/") and tools:
-            # The auth scenarios' servers check that an authorized request gets through.
-            await source.call_tool(tools[0].name, {})
+        failures: list[str] = []
+        for name, arguments in _calls(tools, context):
+            try:
+                await source.call_tool(name, arguments)
+            except WatchError as exc:
+                failures.append(str(exc))
+        if failures:
+            raise RuntimeError("; ".join(failures))
 
 
 def main(argv: list[str]) -> int:

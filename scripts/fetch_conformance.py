@@ -1,13 +1,19 @@
-"""Install the official MCP conformance suite and a Node.js it runs on, cached in ``.tools/``.
+"""Install the Node.js tools the tests run, cached in ``.tools/``: the official MCP conformance
+suite (two versions), MCP peers this project did not write, and a Node.js they run on.
 
-The suite, ``@modelcontextprotocol/conformance`` (pinned below), needs Node >= 22
-(it uses ``fs.globSync``). Node itself comes from npm as the ``node-linux-<arch>``
-package, so only ``npm`` (any Node it runs on) has to be on the machine. Both go
-under ``.tools/`` in the repo root (gitignored), npm's download cache too; a
-second run finds them there and downloads nothing.
+- ``@modelcontextprotocol/conformance``, every version in :data:`SUITE_VERSIONS`: the last
+  stable one and the newest (a pre-release, the first with ``--requirements 2026-07-28``);
+- the peers of ``tests/test_real_peers.py`` (:data:`PEERS`): the TypeScript SDK v1, which
+  ``tests/peers/*.cjs`` are written on, and ``@modelcontextprotocol/server-everything``;
+- Node >= 22 (the suite uses ``fs.globSync``), from npm itself as the ``node-linux-<arch>``
+  package, so only ``npm`` (any Node it runs on) has to be on the machine.
 
-Usage: ``python scripts/fetch_conformance.py``; exit 0 prints two lines (the node
-binary, the suite's ``dist/index.js``), exit 1 prints why it failed on stderr.
+Each package goes under ``.tools/`` in the repo root (gitignored), npm's download cache too; a
+second run finds them there and downloads nothing. Versions are pinned: a new one is looked at
+(``tests/conformance.toml`` lists every scenario of each suite) before it is run.
+
+Usage: ``python scripts/fetch_conformance.py``; exit 0 prints what it found, one ``NAME PATH``
+line each; exit 1 prints why it failed on stderr.
 """
 
 from __future__ import annotations
@@ -17,14 +23,18 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 import attrs
 
 SUITE: Final = "@modelcontextprotocol/conformance"
-SUITE_VERSION: Final = "0.1.16"
+SUITE_VERSIONS: Final = ("0.1.16", "0.2.0-alpha.12")
 NODE_VERSION: Final = "22.23.5"
+TS_SDK: Final = "@modelcontextprotocol/sdk"
+EVERYTHING: Final = "@modelcontextprotocol/server-everything"
+PEERS: Final = {TS_SDK: "1.32.2", EVERYTHING: "2026.8.31"}
 TOOLS: Final = Path(__file__).resolve().parent.parent / ".tools"
 _ARCH: Final = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
 
@@ -33,11 +43,21 @@ _ARCH: Final = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "a
 class Conformance:
     node: Path
     """A Node >= 22 binary."""
-    suite: Path
-    """The suite's CLI script: run ``node SUITE server|client|list ...``."""
+    suites: Mapping[str, Path]
+    """Each suite version's CLI script: run ``node SCRIPT server|client|list ...``."""
 
-    def argv(self, *args: str) -> list[str]:
-        return [str(self.node), str(self.suite), *args]
+    def argv(self, version: str, *args: str) -> list[str]:
+        return [str(self.node), str(self.suites[version]), *args]
+
+
+@attrs.frozen
+class Peers:
+    node: Path
+    """The same Node >= 22."""
+    modules: Path
+    """The ``node_modules`` directory holding the TypeScript SDK: ``NODE_PATH`` for ``tests/peers/*.cjs``."""
+    everything: Path
+    """server-everything's launcher: ``node EVERYTHING stdio|streamableHttp``."""
 
 
 def _node_package() -> str:
@@ -77,33 +97,58 @@ def _npm_install(prefix: Path, spec: str, tools: Path) -> None:
     part.replace(prefix)
 
 
-def fetch(tools: Path = TOOLS) -> Conformance:
-    """The cached node and suite under ``tools``, installing whichever is missing."""
+def _package(tools: Path, prefix_name: str, package: str, version: str) -> Path:
+    """The installed directory of ``package@version`` under ``tools/prefix_name``, installed if missing."""
+    prefix = tools / prefix_name
+    package_dir = prefix / "node_modules" / package
+    if _installed_version(package_dir) != version:
+        _npm_install(prefix, f"{package}@{version}", tools)
+    return package_dir
+
+
+def _file(path: Path) -> Path:
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing after the npm install")
+    return path
+
+
+def fetch_node(tools: Path = TOOLS) -> Path:
+    """The cached Node.js binary, installed if missing."""
     package = _node_package()
-    node_prefix = tools / f"node-{NODE_VERSION}"
-    node_dir = node_prefix / "node_modules" / package
-    if _installed_version(node_dir) != NODE_VERSION:
-        _npm_install(node_prefix, f"{package}@{NODE_VERSION}", tools)
-    node = node_dir / "bin" / "node"
-    suite_prefix = tools / f"mcp-conformance-{SUITE_VERSION}"
-    suite_dir = suite_prefix / "node_modules" / SUITE
-    if _installed_version(suite_dir) != SUITE_VERSION:
-        _npm_install(suite_prefix, f"{SUITE}@{SUITE_VERSION}", tools)
-    suite = suite_dir / "dist" / "index.js"
-    for path in (node, suite):
-        if not path.is_file():
-            raise RuntimeError(f"{path} is missing after the npm install")
-    return Conformance(node=node, suite=suite)
+    return _file(_package(tools, f"node-{NODE_VERSION}", package, NODE_VERSION) / "bin" / "node")
+
+
+def fetch(tools: Path = TOOLS) -> Conformance:
+    """The cached node and every suite version under ``tools``, installing whichever is missing."""
+    node = fetch_node(tools)
+    suites = {
+        version: _file(_package(tools, f"mcp-conformance-{version}", SUITE, version) / "dist" / "index.js")
+        for version in SUITE_VERSIONS
+    }
+    return Conformance(node=node, suites=suites)
+
+
+def fetch_peers(tools: Path = TOOLS) -> Peers:
+    """The cached node, TypeScript SDK and server-everything, installing whichever is missing."""
+    node = fetch_node(tools)
+    sdk = _package(tools, f"mcp-ts-sdk-{PEERS[TS_SDK]}", TS_SDK, PEERS[TS_SDK])
+    _file(sdk / "package.json")
+    everything = _package(tools, f"mcp-server-everything-{PEERS[EVERYTHING]}", EVERYTHING, PEERS[EVERYTHING])
+    return Peers(node=node, modules=sdk.parent.parent, everything=_file(everything / "dist" / "index.js"))
 
 
 def main() -> int:
     try:
         found = fetch()
+        peers = fetch_peers()
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         print(f"fetch_conformance: {exc}", file=sys.stderr)
         return 1
-    print(found.node)
-    print(found.suite)
+    print(f"node {found.node}")
+    for version, script in found.suites.items():
+        print(f"{SUITE}@{version} {script}")
+    print(f"{TS_SDK}@{PEERS[TS_SDK]} {peers.modules / TS_SDK}")
+    print(f"{EVERYTHING}@{PEERS[EVERYTHING]} {peers.everything}")
     return 0
 
 

@@ -23,7 +23,7 @@ import attrs
 from fake_kubectl import FakeCluster
 from kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
 
-from asyncai_servers._http import running_http_server
+from asyncai_watch.server.http import running_http_server
 
 SERVERS = ("memo", "files", "switchboard", "kcp")
 SWITCHBOARD_TOKEN = "reference-token"

@@ -26,6 +26,7 @@ __all__ = [
     "PgServer",
     "Store",
     "find_pg_bindir",
+    "module_postgres_fixture",
     "pg_store_fixture",
     "postgres_server",
     "start_postgres",
@@ -56,6 +57,7 @@ class PgServer:
     datadir: Path
     port: int
     run_as: list[str]
+    logfile: Path
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
@@ -68,6 +70,19 @@ class PgServer:
         with psycopg.connect(self.dsn(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
         return self.dsn(name)
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every connection is cut, and the server is back (same port and
+        options) when this returns. Blocking: call it from a thread in async tests."""
+        how = ["-l", str(self.logfile), "-m", "fast", "-w", "-t", "60", "restart"]
+        done = subprocess.run(
+            [*self.run_as, str(self.bindir / "pg_ctl"), "-D", str(self.datadir), *how],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl restart failed: {done.stderr or done.stdout}")
 
     def stop(self) -> None:
         subprocess.run(
@@ -138,13 +153,23 @@ def start_postgres(base: Path, *, fsync: bool = False) -> PgServer:
             check=False,
         )
         if started.returncode == 0:
-            return PgServer(bindir=bindir, datadir=datadir, port=port, run_as=run_as)
+            return PgServer(bindir=bindir, datadir=datadir, port=port, run_as=run_as, logfile=logfile)
         last = logfile.read_text() if logfile.exists() else started.stderr
     raise RuntimeError(f"PostgreSQL did not start: {last}")
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PgServer]:
+    yield from _throwaway_cluster()
+
+
+@pytest.fixture(scope="module", name="module_postgres")
+def module_postgres_fixture() -> Iterator[PgServer]:
+    """A cluster of the module's own, for tests that restart it or cut its connections."""
+    yield from _throwaway_cluster()
+
+
+def _throwaway_cluster() -> Iterator[PgServer]:
     required = os.environ.get("ASYNCAI_REQUIRE_POSTGRES") == "1"
     if find_pg_bindir() is None:
         reason = (

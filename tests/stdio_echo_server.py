@@ -1,4 +1,4 @@
-"""The reference servers' stdio transport with no server behind it: each message read is sent back.
+"""The server kit's stdio transport (``asyncai_watch.server.stdio``) with no server behind it: each message read is sent back.
 
 Before echoing a message it makes the stray output a careless handler or its child process
 would: a flushed ``print``, an ``os.write`` on fd 1, a child's ``echo``, and a ``print`` left
@@ -15,7 +15,7 @@ import os
 
 import anyio
 
-from asyncai_servers._stdio import stdio_server
+from asyncai_watch.server.stdio import stdio_server
 
 
 async def main() -> None:

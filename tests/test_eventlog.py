@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_servers._eventlog import EventRing
 from asyncai_watch.core.changes import annotate
 from asyncai_watch.core.eventlog import (
     GAP_LIMIT,
@@ -22,6 +21,7 @@ from asyncai_watch.core.eventlog import (
     position,
 )
 from asyncai_watch.core.events import ERROR, GAP, Event
+from asyncai_watch.server.eventlog import EventRing
 
 
 def body(*seqs: int, type_: str = "MODIFIED") -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncai_watch._extras import EXTRAS, MissingExtraError, install_hint, require
+from asyncai_watch.extras import EXTRAS, MissingExtraError, install_hint, require
 
 ROOT = Path(__file__).resolve().parent.parent
 

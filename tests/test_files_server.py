@@ -23,10 +23,10 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated, Subscription
 
-from asyncai_servers._http import running_http_server
 from asyncai_servers.files.__main__ import main as files_main
 from asyncai_watch.core.eventlog import Sequencer
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch.server.http import running_http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -312,17 +312,20 @@ async def test_traversal_is_refused(tmp_path: Path) -> None:
     (root / "secret-link.txt").symlink_to(outside / "secret.txt")
     uris = {name: t.format(root=root, outside=outside) for name, t in TRAVERSALS.items()}
     async with files_server(root) as client:
-        # Listening is harmless: no watcher starts for a refused URI and nothing leaks.
-        async with client.listen(resource_subscriptions=list(uris.values())):
-            for name, uri in uris.items():
-                with pytest.raises(MCPError) as caught:
-                    await client.read_resource(uri)
-                message = str(caught.value)
+        for name, uri in uris.items():
+            # A listen on it is refused before the ack (no watcher starts), with the read's error.
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+                async with client.listen(resource_subscriptions=[uri]):
+                    pass
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource(uri)
+            for message in (str(caught.value), str(refused.value)):
                 assert "refused" in message, (name, message)
                 assert str(root) in message, (name, message)
                 assert "TOP SECRET" not in message
                 if "outside" not in uri:  # refused for where a link leads: which place is not said
                     assert str(outside) not in message, (name, message)
+            assert refused.value.error.code == -32602
         # Inside the root, a symlink that stays inside is fine.
         (root / "inner.txt").write_text("ok")
         (root / "inner-link.txt").symlink_to(root / "inner.txt")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
+import stat
 from pathlib import Path
 
 import anyio
@@ -45,6 +47,49 @@ async def test_a_token_file_keeps_each_server_apart_and_survives_a_new_process(t
     assert info.client_id == "client-b"
     assert path.stat().st_mode & 0o777 == 0o600
     assert set(json.loads(path.read_text())) == {"https://a/mcp", "https://b/mcp"}
+
+
+@pytest.mark.anyio
+async def test_a_stale_world_readable_part_file_does_not_leak_its_mode_into_the_store(tmp_path: Path) -> None:
+    # A run killed mid-write left tokens.json.part at 0644: the refresh token must still end at 0600.
+    path = tmp_path / "tokens.json"
+    part = tmp_path / "tokens.json.part"
+    part.write_text("{}")
+    part.chmod(0o644)
+    await FileTokenStorage(path, "https://a/mcp").set_tokens(
+        OAuthToken(access_token="at", refresh_token="rt")
+    )
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not part.exists()
+    tokens = await FileTokenStorage(path, "https://a/mcp").get_tokens()
+    assert tokens is not None
+    assert tokens.refresh_token == "rt"
+
+
+@pytest.mark.anyio
+async def test_a_part_file_that_is_a_symlink_is_removed_not_followed(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    target = tmp_path / "elsewhere"
+    target.write_text("precious\n")
+    target.chmod(0o644)
+    (tmp_path / "tokens.json.part").symlink_to(target)
+    await FileTokenStorage(path, "https://a/mcp").set_tokens(
+        OAuthToken(access_token="at", refresh_token="rt")
+    )
+    assert target.read_text() == "precious\n"  # no token written through the link
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert not (tmp_path / "tokens.json.part").is_symlink()
+    assert not path.is_symlink()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "rt" in path.read_text()
+
+
+@pytest.mark.anyio
+async def test_a_token_store_directory_it_creates_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "tokens.json"
+    await FileTokenStorage(path, "https://a/mcp").set_tokens(OAuthToken(access_token="at"))
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 @pytest.mark.anyio
@@ -155,3 +200,123 @@ def test_options_build_a_bearer_header_or_a_provider_per_server(tmp_path: Path) 
 def test_refresh_first_wraps_only_oauth_providers() -> None:
     basic = httpx2.BasicAuth("u", "p")
     assert refresh_first(basic) is basic
+
+
+# -- --token-file ------------------------------------------------------------------------------------
+
+SECRET = "s3cret-TOKEN-value"
+
+
+def token_auth(path: Path, warnings: list[str] | None = None) -> dict[str, str] | None:
+    seen = warnings if warnings is not None else []
+    return http_auth_from_args(parse("--token-file", str(path)), warn=seen.append).headers
+
+
+def test_a_private_token_file_gives_a_bearer_header_without_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    path.write_text(f"  {SECRET}\r\n")
+    path.chmod(0o600)
+    warnings: list[str] = []
+    assert token_auth(path, warnings) == {"Authorization": f"Bearer {SECRET}"}
+    assert warnings == []
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
+def test_a_token_file_others_can_read_is_used_with_a_warning(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "t"
+    path.write_text(SECRET)
+    path.chmod(mode)
+    warnings: list[str] = []
+    assert token_auth(path, warnings) == {"Authorization": f"Bearer {SECRET}"}
+    (warning,) = warnings
+    assert str(path) in warning
+    assert f"{mode:04o}" in warning
+    assert "chmod 600" in warning
+    assert SECRET not in warning
+
+
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [
+        (f"{SECRET}\nsecond-line", "a line break"),
+        (f"{SECRET}\rmore", "a line break"),
+        (f"{SECRET}\x00more", "a NUL"),
+        (f"{SECRET}\x07more", "a control character"),
+    ],
+)
+def test_a_token_with_a_line_break_or_nul_is_refused_without_echoing_it(
+    tmp_path: Path, content: str, what: str
+) -> None:
+    path = tmp_path / "t"
+    path.write_text(content)
+    path.chmod(0o600)
+    with pytest.raises(ValueError, match="inside the secret") as info:
+        token_auth(path)
+    message = str(info.value)
+    assert message.startswith(f"--token-file: {str(path)!r} ")
+    assert what in message
+    assert len(message.splitlines()) == 1
+    assert SECRET not in message
+    assert "more" not in message
+    assert "second" not in message
+
+
+def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # nobody writes: reading it would block for good
+    with pytest.raises(ValueError, match=r"is not a regular file \(a FIFO\)"):
+        token_auth(fifo)
+
+
+def test_a_device_is_refused_without_reading_it() -> None:
+    with pytest.raises(ValueError, match=r"'/dev/zero' is not a regular file \(a character device\)"):
+        token_auth(Path("/dev/zero"))
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"is not a regular file \(a directory\)"):
+        token_auth(tmp_path)
+
+
+def test_a_huge_token_file_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    with path.open("wb") as f:
+        f.write(b"x" * 100)
+        f.truncate(1 << 30)  # a sparse GiB: cheap on disk, a MemoryError if read whole
+    path.chmod(0o600)
+    with pytest.raises(ValueError, match=r"is larger than 65,536 bytes; a token file holds one token"):
+        token_auth(path)
+
+
+def test_a_token_file_that_is_not_utf8_or_empty_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    path.write_bytes(b"\xff\xfe" + SECRET.encode())
+    path.chmod(0o600)
+    with pytest.raises(ValueError, match="is not UTF-8 text") as info:
+        token_auth(path)
+    assert SECRET not in str(info.value)
+    path.write_text(" \n")
+    with pytest.raises(ValueError, match="is empty"):
+        token_auth(path)
+    with pytest.raises(ValueError, match=r"cannot read .*No such file"):
+        token_auth(tmp_path / "missing")
+
+
+def test_the_client_secret_file_follows_the_same_rules(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("cs\nleak")
+    with pytest.raises(ValueError, match=r"--oauth-client-secret-file: .* a line break") as info:
+        http_auth_from_args(
+            parse(
+                "--auth",
+                "client-credentials",
+                "--oauth-client-id",
+                "me",
+                "--oauth-client-secret-file",
+                str(secret),
+                "--oauth-issuer",
+                "https://as.example",
+            ),
+            warn=lambda _: None,
+        )
+    assert "leak" not in str(info.value)

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from asyncai_servers._http import serve_http
+from asyncai_watch.server.http import serve_http
 
 pytestmark = pytest.mark.anyio
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_servers._eventlog import AFTER_META_KEY, EventRing, dumps, read_after
 from asyncai_servers.kcp.jsonstream import JsonStreamParser
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.uri import WatchTarget
 from asyncai_servers.kcp.watcher import Watcher
 from asyncai_watch.core.eventlog import Sequencer
+from asyncai_watch.server.eventlog import AFTER_META_KEY, EventRing, dumps, read_after
 from asyncai_watch.testing import FakeClock
 
 

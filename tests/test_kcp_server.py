@@ -16,8 +16,8 @@ from mcp import Client, MCPError
 from mcp.client.subscriptions import ResourceUpdated
 from mcp_types import INVALID_PARAMS
 
-from asyncai_servers._eventlog import AFTER_META_KEY
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch.server.eventlog import AFTER_META_KEY
 
 URI = "kcp-events://watch/root:app/configmaps?namespace=default"
 

@@ -12,8 +12,10 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import mcp_types as types
 import pytest
 from mcp.client import advertise
+from mcp.shared.message import SessionMessage
 from test_memo_server import MEMO, WAIT, memo_http_server
 
 from asyncai_watch.errors import (
@@ -24,6 +26,8 @@ from asyncai_watch.errors import (
     SubscriptionLostError,
     WatchError,
 )
+from asyncai_watch.mcp import _lines
+from asyncai_watch.mcp._lines import LineReader
 from asyncai_watch.mcp.client import McpResourceSource, _covers
 from asyncai_watch.mcp.source import ReadResult, ResourceSource
 from asyncai_watch.testing import FakeClock
@@ -401,10 +405,6 @@ async def test_a_source_closed_by_cancellation_inside_an_exit_stack_exits() -> N
     assert (proc.returncode, proc.stdout.decode().strip()) == (0, "closed True"), proc.stderr.decode()
 
 
-async def _chunks_of(stream: Any) -> list[str]:
-    return [chunk async for chunk in stream]
-
-
 def _byte_stream(pieces: list[bytes]) -> Any:
     send, receive = anyio.create_memory_object_stream[bytes](len(pieces) + 1)
     for piece in pieces:
@@ -413,45 +413,42 @@ def _byte_stream(pieces: list[bytes]) -> Any:
     return receive
 
 
+async def _lines_of(stream: Any) -> list[bytes]:
+    reader = LineReader(stream)
+    lines: list[bytes] = []
+    while True:
+        try:
+            lines.append(bytes(await reader.receive()))
+        except anyio.EndOfStream:
+            return lines
+
+
 PIECES = [b'{"a"', b":1}\n{", b'"b":2}\n{"c":3}\n', "é".encode()[:1], "é".encode()[1:] + b"tail"]
 
 
+def sdk_parse(line: str | bytes) -> Any:
+    """What the SDK's own stdio reader makes of a line."""
+    return types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+
+
 @pytest.mark.anyio
-async def test_the_sdk_stdio_reader_gets_whole_lines_and_the_tail_at_eof() -> None:
-    """The SDK's stdio client reads UTF-8 through LineChunks: every chunk is whole lines, so a
-    long message is copied once instead of per 64 KiB chunk; the same text comes out, a tail
-    without a newline included (a character split between reads too)."""
-    import mcp.client.stdio
-
-    from asyncai_watch.mcp._sdk_stdio import LineChunks, WholeLines, text_stream
-
-    assert vars(mcp.client.stdio)["TextReceiveStream"] is text_stream  # installed on import
-    stream = text_stream(_byte_stream(PIECES), encoding="UTF8", errors="strict")
-    assert isinstance(stream, LineChunks)
-    assert await _chunks_of(stream) == ['{"a":1}\n', '{"b":2}\n{"c":3}\n', "étail"]
-    # Another encoding keeps the text decoder: a chunk holds a newline, a long line joined once.
-    latin = text_stream(_byte_stream(PIECES), encoding="latin-1")
-    assert isinstance(latin, WholeLines)
-    assert await _chunks_of(latin) == ['{"a":1}\n{', '"b":2}\n{"c":3}\n', "Ã©tail"]
+async def test_the_line_reader_gives_whole_lines_and_the_tail_at_eof() -> None:
+    """Lines are split as bytes (a character split between reads too), each handed out whole,
+    and a last line without its newline is a line as well."""
+    assert await _lines_of(_byte_stream(PIECES)) == [b'{"a":1}', b'{"b":2}', b'{"c":3}', "étail".encode()]
+    assert await _lines_of(_byte_stream([])) == []
+    assert await _lines_of(_byte_stream([b"\n\n", b"x\n"])) == [b"", b"", b"x"]
 
 
 @pytest.mark.anyio
 async def test_a_large_line_is_parsed_in_steps_while_the_loop_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A line over LARGE_LINE is parsed by the reader with the event loop running between steps
-    (another task runs many times meanwhile), and reaches the SDK's loop as a token line that
-    parse_line exchanges for the same message the SDK would have made; lines around it are kept."""
-    from asyncai_watch.mcp import _sdk_stdio
-
+    """A line over LARGE_LINE is parsed with the event loop running between steps (another task
+    runs many times meanwhile) into the same message the SDK would have made."""
     text = json.dumps({"big": 'é"x\\😀' * 200_000, "n": 12345678901234567890123})
     line = json.dumps(
         {"jsonrpc": "2.0", "id": 7, "result": {"contents": [{"uri": "memo://n", "text": text}]}}
-    )
-    monkeypatch.setattr(_sdk_stdio, "LARGE_LINE", len(line) // 10)
-    data = (
-        b'{"jsonrpc":"2.0","method":"ping","id":1}\n'
-        + line.encode()
-        + b'\n{"jsonrpc":"2.0","id":2,"result":{}}\n'
-    )
+    ).encode()
+    monkeypatch.setattr(_lines, "LARGE_LINE", len(line) // 10)
     turns = 0
 
     async def other_task() -> None:
@@ -462,58 +459,62 @@ async def test_a_large_line_is_parsed_in_steps_while_the_loop_runs(monkeypatch: 
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(other_task)
-        chunks = await _chunks_of(_sdk_stdio.LineChunks(_byte_stream([data])))  # one read: no waits
+        parsed = await _lines.read_message(line)
         tg.cancel_scope.cancel()
-    lines = "".join(chunks).split("\n")
-    assert lines[-1] == ""
-    assert len(lines) == 4
-    parsed = [_sdk_stdio.parse_line(text) for text in lines[:3]]
-    assert lines[1].startswith("\x00")  # the token, not the 2 MB line
-    assert parsed[1].message == _sdk_stdio._SDK_PARSE(line).message
-    assert [p.message.id for p in parsed] == [1, 7, 2]
+    assert isinstance(parsed, SessionMessage)
+    assert parsed.message == sdk_parse(line)
     assert turns >= 6  # the parse stepped: each level's scan, then the 2 MB string in 1 MiB pieces
-    assert _sdk_stdio.parse_line(lines[1]) != parsed[1]  # a token is exchanged once
 
 
 @pytest.mark.anyio
-async def test_a_large_line_that_is_no_message_gets_the_sdks_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from asyncai_watch.mcp import _sdk_stdio
-
-    monkeypatch.setattr(_sdk_stdio, "LARGE_LINE", 1000)
-    for bad in [
-        '{"no": "message", "x": "' + "x" * 5000 + '"}',
-        '{"jsonrpc": "2.0", "id": 1, "result": [' + "1," * 3000,
-    ]:
-        chunks = await _chunks_of(_sdk_stdio.LineChunks(_byte_stream([bad.encode() + b"\n"])))
-        got, sdk = _sdk_stdio.parse_line(chunks[0].split("\n")[0]), _sdk_stdio._SDK_PARSE(bad)
-        assert isinstance(got, Exception)
-        assert (type(got), str(got)) == (type(sdk), str(sdk))
+@pytest.mark.parametrize("large", [False, True])
+async def test_a_line_that_is_no_message_says_which_error_and_keeps_the_id(
+    monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    """Not JSON, or nested too deep: -32700; JSON but no JSON-RPC message: -32600. The request
+    id is kept wherever it can be read (at the object's top level only), small or large line."""
+    if large:
+        monkeypatch.setattr(_lines, "LARGE_LINE", 100)
+    pad = "x" * 300
+    deep = "[" * 100_000 + "]" * 100_000
+    cases = [
+        (f'{{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {{"p": "{pad}"', -32700, 5),
+        (f'{{"params": {{"id": 9, "p": "{pad}"}}, "id": "abc", "method": "ping", ', -32700, "abc"),
+        (f'{{"jsonrpc": "2.0", "id": 8, "method": "ping", "params": {{"x": {deep}}}}}', -32700, 8),
+        (f'{{"jsonrpc": "2.0", "method": "ping", "params": {{"x": {deep}, "id": 3}}}}', -32700, None),
+        (f'{{"p": "{pad}", "x": "\\"id\\": 4", "id": 6.5', -32700, None),
+        (f"not json {pad}", -32700, None),
+        (f'{{"no": "message", "id": 11, "x": "{pad}"}}', -32600, 11),
+        (f'{{"jsonrpc": "2.0", "id": 12, "method": "ping", "params": ["{pad}"]}}', -32600, 12),
+        (f'["{pad}"]', -32600, None),
+    ]
+    for text, code, request_id in cases:
+        got = await _lines.read_message(text.encode())
+        assert isinstance(got, _lines.MessageError), text[:80]
+        assert (got.code, got.request_id) == (code, request_id), (text[:80], got)
+        assert len(got.message) < 300  # says what is wrong without quoting the line
+        reply = json.loads(_lines.error_line(got))
+        assert reply == {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": got.message}}
 
 
 def test_a_large_message_is_parsed_to_the_same_message_the_sdk_makes() -> None:
-    """Lines over LARGE_LINE are decoded by msgspec, then validated by the SDK's own model: the
-    message is the same; a large line that is not JSON (or not a message) gets the SDK's error."""
-    import mcp.client.stdio
-
-    from asyncai_watch.mcp._sdk_stdio import _SDK_PARSE, LARGE_LINE, parse_line
-
-    assert vars(mcp.client.stdio)["_parse_line"] is parse_line  # installed on import
-    text = json.dumps({"big": 'é"x' * (LARGE_LINE // 3), "n": 12345678901234567890123})
+    """Lines over LARGE_LINE are decoded in steps, then validated by the SDK's own model: the
+    message is the same."""
+    text = json.dumps({"big": 'é"x' * (_lines.LARGE_LINE // 3), "n": 12345678901234567890123})
     answer = {"contents": [{"uri": "memo://notes", "mimeType": "application/json", "text": text}]}
     for message in [
         {"jsonrpc": "2.0", "id": 7, "result": answer},
         {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": text}},
     ]:
-        line = json.dumps(message)
-        assert len(line) > LARGE_LINE
-        assert parse_line(line).message == _SDK_PARSE(line).message
-    for bad in [
-        '{"jsonrpc": "2.0", "id": 1, "result": ' + "[" * 3 + '"' + "x" * LARGE_LINE,
-        '{"no": "message", "x": "' + "x" * LARGE_LINE + '"}',
-    ]:
-        got, sdk = parse_line(bad), _SDK_PARSE(bad)
-        assert isinstance(got, Exception)
-        assert (type(got), str(got)) == (type(sdk), str(sdk))
+        line = json.dumps(message).encode()
+        assert len(line) > _lines.LARGE_LINE
+        parsed = anyio.run(_lines.read_message, line)
+        assert isinstance(parsed, SessionMessage)
+        assert parsed.message == sdk_parse(line)
+        assert (
+            _lines.encode_message(parsed)
+            == parsed.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+        )
 
 
 @pytest.mark.anyio
@@ -523,3 +524,36 @@ async def test_a_large_body_arrives_whole_over_stdio() -> None:
         await memo_set(src, "big", value)
         with anyio.fail_after(WAIT):
             assert await read_json(src) == {"big": value}
+
+
+CARELESS = [sys.executable, str(Path(__file__).with_name("careless_server.py"))]
+
+
+@pytest.mark.anyio
+async def test_a_result_the_sdk_refuses_is_a_server_error_naming_the_method() -> None:
+    async with McpResourceSource.stdio(CARELESS) as src:
+        assert src.protocol_version == "2026-07-28"
+        # MCP: a tool result without resultType is complete.
+        done = await src.call_tool("no_result_type", {})
+        assert (done.text, done.is_error) == ("no_result_type ran", False)
+        with pytest.raises(
+            ServerError, match=r"tools/call 'broken' failed: its result is not valid MCP 2026-07-28: .*text"
+        ):
+            await src.call_tool("broken", {})
+        with pytest.raises(
+            ServerError, match=r"tools/call 'bad_structure' failed: its result was refused: .*"
+        ):
+            await src.call_tool("bad_structure", {})
+        # Read as complete, it is still held to the tool's output schema.
+        with pytest.raises(
+            ServerError, match=r"tools/call 'no_result_type_bad_structure' failed: its result was refused"
+        ):
+            await src.call_tool("no_result_type_bad_structure", {})
+        with pytest.raises(
+            ServerError,
+            match=r"resources/read 'x://y' failed: its result is not valid MCP 2026-07-28: .*ttlMs",
+        ):
+            await src.read("x://y")
+        # The connection is fine: a refused result is the server's fault, not the transport's.
+        assert (await src.call_tool("no_result_type", {})).text == "no_result_type ran"
+        assert src.reconnects == 0

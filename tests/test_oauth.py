@@ -29,7 +29,6 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp.client.auth import TokenStorage
 
-from asyncai_servers._http import running_http_server
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.http_auth import (
@@ -40,6 +39,7 @@ from asyncai_watch.http_auth import (
 )
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.server.http import running_http_server
 from asyncai_watch.testing import FakeClock
 
 OAUTH_SERVER = [sys.executable, str(Path(__file__).with_name("oauth_server.py"))]

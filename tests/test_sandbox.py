@@ -68,12 +68,25 @@ REJECTED: list[tuple[str, type[BaseException], str]] = [
     ("nonlocal x", SyntaxError, ""),
     ("x: int = 1", SyntaxError, "AnnAssign statements are not allowed"),
     # The real `object` (and with it every class) must stay out of reach: `object` is a stub.
-    ("class A:\n    pass\nA.mro()[-1]", PolicyError, "'mro' of a class is not accessible"),
-    ("class A(ValueError):\n    pass\nA.mro()", PolicyError, "'mro' of a class is not accessible"),
-    ("ValueError.mro()[-1]", PolicyError, "'mro' of a class is not accessible"),
-    ("PolicyError.mro()", PolicyError, "'mro' of a class is not accessible"),
-    ("getattr(int, 'mro')", PolicyError, "'mro' of a class is not accessible"),
-    ("hasattr(str, 'mro')", PolicyError, "'mro' of a class is not accessible"),
+    ("class A:\n    pass\nA.mro()[-1]", PolicyError, "'mro' is not accessible"),
+    ("class A(ValueError):\n    pass\nA.mro()", PolicyError, "'mro' is not accessible"),
+    ("ValueError.mro()[-1]", PolicyError, "'mro' is not accessible"),
+    ("PolicyError.mro()", PolicyError, "'mro' is not accessible"),
+    ("getattr(int, 'mro')", PolicyError, "'mro' is not accessible"),
+    ("hasattr(str, 'mro')", PolicyError, "'mro' is not accessible"),
+    # A generic alias forwards every plain attribute to its class, so the guard holds for any object.
+    ("list[int].mro()", PolicyError, "'mro' is not accessible"),
+    ("dict[str, int].mro()[-1]", PolicyError, "'mro' is not accessible"),
+    ("getattr(tuple[int, ...], 'mro')", PolicyError, "'mro' is not accessible"),
+    ("hasattr(list[int], 'mro')", PolicyError, "'mro' is not accessible"),
+    ("getattr(int | str, 'mro', None)", PolicyError, "'mro' is not accessible"),
+    ("getattr(list[int] | None, 'mro', None)", PolicyError, "'mro' is not accessible"),
+    ("class A:\n    pass\nA().mro", PolicyError, "'mro' is not accessible"),
+    ("getattr(list[int], '__mro__')", PolicyError, "'__mro__' is not accessible"),
+    ("getattr(list[int], '__origin__')", PolicyError, "'__origin__' is not accessible"),
+    ("getattr(int | str, '__args__')", PolicyError, "'__args__' is not accessible"),
+    ("getattr(list[int], '__bases__')", PolicyError, "'__bases__' is not accessible"),
+    ("list[int].__subclasses__()", SyntaxError, '"__subclasses__" is an invalid attribute'),
     ("class A:\n    pass\nA.__mro__", SyntaxError, '"__mro__" is an invalid attribute name'),
     ("class A:\n    pass\nA.__bases__", SyntaxError, '"__bases__" is an invalid attribute name'),
     ("class A:\n    pass\nA.__subclasses__()", SyntaxError, '"__subclasses__" is an invalid attribute'),
@@ -97,22 +110,25 @@ async def test_policy_rejects_the_same_code_in_both_modes(
 
 
 def test_no_class_reachable_by_name_hands_out_its_metaclass_attributes() -> None:
-    # Every class a filter can name (builtins, exception classes, its own), and every
+    # Every class a filter can name (builtins, exception classes, its own), its generic alias
+    # (`list[int]` forwards plain attributes to `list`), its union with None, and every
     # attribute classes get from `type`: each refused, so no class's mro() reaches `object`.
     scope = new_scope()
     run_sync(compile_repl("class Mine:\n    pass"), scope)
     classes = [v for v in scope["__builtins__"].values() if isinstance(v, type)] + [scope["Mine"]]
     assert len(classes) > 40
+    aliases = [run_sync(compile_repl(f"{n}[int]"), scope).value for n in ("list", "dict", "tuple", "set")]
+    unions = [cls | None for cls in classes]
     names = [n for n in dir(type) if not n.startswith("_")]
     assert "mro" in names
-    for cls in classes:
+    for obj in [*classes, *aliases, *unions, scope["Mine"]()]:
         for name in names:
             run = compile_repl(f"getattr(c, {name!r}, 'absent')")
-            scope["c"] = cls
-            with pytest.raises(PolicyError, match="of a class is not accessible"):
+            scope["c"] = obj
+            with pytest.raises(PolicyError, match="is not accessible"):
                 run_sync(run, scope)
-    # Instances and plain data keep their ordinary attributes.
-    assert run_sync(compile_repl("m = Mine()\nm.mro = 1\n(m.mro, 'a'.upper(), (2).real)"), scope).value == (
+    # Plain data keeps its ordinary attributes.
+    assert run_sync(compile_repl("m = Mine()\nm.size = 1\n(m.size, 'a'.upper(), (2).real)"), scope).value == (
         1,
         "A",
         2,

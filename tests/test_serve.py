@@ -26,7 +26,7 @@ from mcp.client import ClientExtension, NotificationBinding
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from pydantic import BaseModel, ConfigDict
 
-from asyncai_servers._http import running_http_server
+from asyncai_watch.server.http import running_http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -60,6 +60,10 @@ class Channel(ClientExtension):
 
     async def _handle(self, params: ChannelParams) -> None:
         self._send.send_nowait(params)
+
+    def pending(self) -> int:
+        """Pushes received and not yet taken."""
+        return self._recv.statistics().current_buffer_used
 
     async def next(self) -> ChannelParams:
         with anyio.fail_after(WAIT):
@@ -191,6 +195,13 @@ async def test_modern_stdio_pushes_filtered_notices_from_files_and_memo(tmp_path
                 assert after.content == "ADDED n"
                 # Once each: a copy on the connection would have come before this one.
                 assert notice_id(after) > notice_id(on_listen)
+
+            # serve has no MCP resources: a listen naming one is refused, saying what to do instead.
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+                async with client.listen(resource_subscriptions=["memo://notes"]):
+                    pass
+            assert refused.value.error.code == -32602
+            assert "serves no resources: watch a URI with the watch_start tool" in refused.value.error.message
 
             # The pull side has every notice that was pushed, with the same ids and text.
             pulled = await call(client, "watch_notices", after_id=0)
@@ -386,9 +397,13 @@ async def test_startup_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     cases = {
         "malformed config": (["--config", str(broken)], f"{broken}: not valid JSON"),
         "unknown server name": (["--config", str(good), "--only", "memo"], "unknown server name(s) 'memo'"),
-        "server that cannot start": (
-            ["--server", "gone=/nonexistent/mcp-server --flag"],
-            "cannot start MCP server command '/nonexistent/mcp-server --flag'",
+        "corrupt state file": (
+            ["--config", str(good), "--watch-state", str(broken)],
+            f"{broken}",
+        ),
+        "two servers named alike": (
+            ["--server", shlex.join([*FILES, "/a"]), "--server", shlex.join([*FILES, "/b"])],
+            "two upstream servers are both named 'asyncai_servers.files'; names must be unique",
         ),
     }
     results: dict[str, subprocess.CompletedProcess[bytes]] = {}

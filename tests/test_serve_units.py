@@ -332,6 +332,5 @@ def test_the_claude_code_example_config_parses_and_skips_serve_itself() -> None:
     example = Path(__file__).parent.parent / "examples" / "claude-code.mcp.json"
     upstreams = parse_config(example.read_text(), str(example), ENV)
     assert [(u.name, u.argv, u.url) for u in upstreams] == [
-        ("files", ("asyncai-mcp-files", "."), None),
-        ("memo", (), "http://127.0.0.1:8765/mcp"),
+        ("files", (".venv/bin/python", "-m", "asyncai_servers.files", "."), None),
     ]

@@ -25,7 +25,6 @@ from mcp import Client
 from mcp.server import Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
-from asyncai_servers._http import serve_http
 from asyncai_watch import (
     Limits,
     McpResourceSource,
@@ -35,6 +34,7 @@ from asyncai_watch import (
     WatchError,
     WatchManager,
 )
+from asyncai_watch.server.http import serve_http
 
 pytestmark = pytest.mark.anyio
 

@@ -1,7 +1,8 @@
 """What every reference server answers on the wire, over real Streamable HTTP.
 
 - An unknown tool name is a JSON-RPC error -32602, not an ``isError`` result.
-- A URI the server does not serve is -32602 (one code across servers).
+- A URI the server does not serve is -32602 (one code across servers), with the URI as
+  ``data.uri`` (SEP-2164).
 - The files server's tools capability is served: an empty list, and -32602 for any call.
 - A 2025-11-25 client's SSE streams start with a priming event (an id, empty data)
   and a ``retry:``; a dropped stream resumes with ``Last-Event-ID``, and a resume never
@@ -24,7 +25,7 @@ from http_servers import SERVERS, Served, reference_server_process
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from asyncai_servers._resumable import RETRY_MS, EventBuffer
+from asyncai_watch.server.resumable import RETRY_MS, EventBuffer
 
 WAIT = 30
 MODERN, LEGACY = "auto", "legacy"
@@ -65,6 +66,7 @@ async def test_an_unknown_resource_is_invalid_params(server: Served, mode: str) 
             await client.read_resource("nope://nothing/here")
     assert caught.value.code == -32602, caught.value
     assert "nope://nothing/here" in caught.value.message
+    assert caught.value.data == {"uri": "nope://nothing/here"}  # SEP-2164: which URI failed
 
 
 @pytest.mark.anyio

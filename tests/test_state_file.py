@@ -47,8 +47,8 @@ def test_save_load_round_trip_is_atomic(tmp_path: Path) -> None:
     assert sf.load() == specs
     sf.save(specs[1:])
     assert sf.load() == specs[1:]
-    # Only the state file remains: the temp file was renamed over it.
-    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["state.json"]
+    # Only the state file and its owner's lock remain: the temp file was renamed over it.
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["state.json", "state.json.lock"]
     assert saved(sf.path) == [{"name": "b", "uri": "x://y", "on_event": 'event["key"]'}]
 
 

@@ -1,4 +1,4 @@
-"""The reference servers' stdio transport (``asyncai_servers._stdio``): stdout is written on the event loop.
+"""The reference servers' stdio transport (``asyncai_watch.server.stdio``): stdout is written on the event loop.
 
 Each message is written with ``os.write`` onto a private, non-blocking duplicate of fd 1; a full
 pipe parks the writing task on writability, never the loop. fd 1 itself points at stderr while
@@ -22,7 +22,7 @@ import anyio.lowlevel
 import pytest
 from mcp import Client
 
-from asyncai_servers._stdio import _Writer
+from asyncai_watch.server.stdio import _Writer
 
 pytestmark = pytest.mark.anyio
 
@@ -107,10 +107,8 @@ async def test_a_message_larger_than_the_pipe_arrives_whole_and_in_order_to_a_sl
             async with anyio.create_task_group() as tg:
 
                 async def write_both() -> None:
-                    await writer.write(big)
-                    await writer.flush()
-                    await writer.write(small)
-                    await writer.flush()
+                    await writer.write(big.encode())
+                    await writer.write(small.encode())
 
                 tg.start_soon(write_both)
                 while len(got) < len(expected):  # a slow reader: 4 KiB at a time, letting others run
@@ -134,7 +132,7 @@ async def test_a_full_pipe_parks_only_the_writing_task() -> None:
             async with anyio.create_task_group() as tg:
 
                 async def write() -> None:
-                    await writer.write(message)
+                    await writer.write(message.encode())
                     written.set()
 
                 async def other() -> None:  # another task on the same loop, e.g. an HTTP client's

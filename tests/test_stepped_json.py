@@ -6,12 +6,14 @@ import json
 from typing import Any
 
 import anyio
+import mcp_types as types
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch.mcp import _sdk_stdio
+from asyncai_watch.mcp import _lines
+from asyncai_watch.mcp._lines import LineReader
 from asyncai_watch.mcp._stepped_json import parse_in_steps
 
 pytestmark = pytest.mark.timeout(120)
@@ -96,8 +98,8 @@ LINES = st.lists(
 
 @given(LINES, st.lists(st.integers(1, 700), min_size=1, max_size=8))
 def test_stdio_lines_survive_any_chunking(lines: list[str], cuts: list[int]) -> None:
-    """However the bytes arrive, the SDK's loop gets every line, large ones as tokens that
-    parse_line turns into the message the SDK itself would make."""
+    """However the bytes arrive, the line reader gives every line whole, and each becomes the
+    message the SDK itself would make, large lines (the stepped decode) included."""
     data = "".join(line + "\n" for line in lines).encode()
     pieces, at = [], 0
     for size in cuts * (len(data) // sum(cuts) + 1):
@@ -106,22 +108,26 @@ def test_stdio_lines_survive_any_chunking(lines: list[str], cuts: list[int]) -> 
         pieces.append(data[at : at + size])
         at += size
 
-    async def read() -> list[str]:
+    async def read() -> list[Any]:
         send, receive = anyio.create_memory_object_stream[bytes](len(pieces) + 1)
         for piece in pieces:
             send.send_nowait(piece)
         send.close()
-        return [chunk async for chunk in _sdk_stdio.LineChunks(receive)]
+        reader = LineReader(receive)
+        messages = []
+        while True:
+            try:
+                line = await reader.receive()
+            except anyio.EndOfStream:
+                return messages
+            messages.append(await _lines.read_message(line))
 
-    saved = _sdk_stdio.LARGE_LINE
-    _sdk_stdio.LARGE_LINE = 200  # lines over 200 bytes take the stepped path
+    saved = _lines.LARGE_LINE
+    _lines.LARGE_LINE = 200  # lines over 200 bytes take the stepped path
     try:
-        chunks = anyio.run(read)
+        messages = anyio.run(read)
     finally:
-        _sdk_stdio.LARGE_LINE = saved
-    assert all(chunk.endswith("\n") for chunk in chunks)
-    got = "".join(chunks).split("\n")[:-1]
-    assert len(got) == len(lines)
-    for text, line in zip(got, lines, strict=True):
-        assert text.startswith("\x00") == (len(line.encode()) > 200)
-        assert _sdk_stdio.parse_line(text).message == _sdk_stdio._SDK_PARSE(line).message
+        _lines.LARGE_LINE = saved
+    assert len(messages) == len(lines)
+    for message, line in zip(messages, lines, strict=True):
+        assert message.message == types.jsonrpc_message_adapter.validate_json(line, by_name=False)

@@ -32,7 +32,6 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from pg import Store, pg_store_fixture, postgres_server, store_fixture  # noqa: F401  (fixtures)
 
 from asyncai_agent.channels import ChannelExtension
-from asyncai_servers._http import running_http_server, serve_http
 from asyncai_servers.switchboard.__main__ import main as switchboard_main
 from asyncai_servers.switchboard.config import load_credentials
 from asyncai_servers.switchboard.core import Switchboard
@@ -40,6 +39,7 @@ from asyncai_servers.switchboard.ledger import Ledger
 from asyncai_servers.switchboard.server import BearerAuth, build_server
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.notice import Notice
+from asyncai_watch.server.http import running_http_server, serve_http
 
 SWITCHBOARD = [sys.executable, "-m", "asyncai_servers.switchboard"]
 WAIT = 15

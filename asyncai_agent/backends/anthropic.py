@@ -10,7 +10,7 @@ import anyio
 
 from asyncai_agent.backends.base import MAX_TOKENS, TIMEOUT_SECONDS, BackendError
 from asyncai_agent.thread import Message, ToolCall, ToolSpec
-from asyncai_watch._extras import MissingExtraError, require
+from asyncai_watch.extras import MissingExtraError, require
 
 __all__ = ["AnthropicBackend", "to_wire_messages", "to_wire_tools"]
 

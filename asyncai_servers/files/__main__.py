@@ -42,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
         "--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="largest file file:// serves (default 4 MiB)"
     )
     p.add_argument(
+        "--max-uris",
+        type=int,
+        metavar="N",
+        help="URIs one subscriptions/listen (or one 2025-era session) may name (default 100,000)",
+    )
+    p.add_argument(
         "--http",
         metavar="HOST:PORT",
         help="serve MCP Streamable HTTP at http://HOST:PORT/mcp instead of stdio "
@@ -51,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def serve_stdio(server: FilesServer) -> None:
-    from asyncai_servers._stdio import stdio_server
+    from asyncai_watch.server.stdio import stdio_server
 
     async with server.running(), stdio_server() as (read, write):
         await server.server.run(read, write, server.server.create_initialization_options())
@@ -59,8 +65,8 @@ async def serve_stdio(server: FilesServer) -> None:
 
 async def serve_http(server: FilesServer, host: str, port: int) -> None:
     """Serve ``server`` at ``http://HOST:PORT/mcp`` until SIGTERM/SIGINT, announcing ``READY <url>``."""
-    from asyncai_servers._http import serve_http as serve_asgi
-    from asyncai_servers._resumable import streamable_http_app
+    from asyncai_watch.server.http import serve_http as serve_asgi
+    from asyncai_watch.server.resumable import streamable_http_app
 
     async with server.running():
         # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
@@ -76,9 +82,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(
             f"--debounce-ms must be >= 0 and --max-bytes >= 1 (got {args.debounce_ms}, {args.max_bytes})"
         )
+    if args.max_uris is not None and args.max_uris < 1:
+        parser.error(f"--max-uris must be >= 1, got {args.max_uris}")
     http: tuple[str, int] | None = None
     if args.http is not None:
-        from asyncai_servers._http import parse_host_port
+        from asyncai_watch.server.http import parse_host_port
 
         try:
             http = parse_host_port(args.http)
@@ -95,8 +103,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     import anyio
 
     from asyncai_servers.files.server import FilesServer
+    from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 
-    server = FilesServer(roots, timing=timing, max_bytes=args.max_bytes)
+    max_uris = DEFAULT_MAX_URIS if args.max_uris is None else args.max_uris
+    server = FilesServer(roots, timing=timing, max_bytes=args.max_bytes, max_uris=max_uris)
     if http is None:
         with contextlib.suppress(KeyboardInterrupt):
             anyio.run(serve_stdio, server)
@@ -106,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         return
     except (OSError, BaseExceptionGroup) as exc:
-        from asyncai_servers._http import bind_error as only_os_error
+        from asyncai_watch.server.http import bind_error as only_os_error
 
         bind_error = only_os_error(exc)
         if bind_error is None:

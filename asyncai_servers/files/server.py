@@ -1,18 +1,20 @@
 """The files reference server: ``file://`` state and ``dir-events://`` event logs over inotify.
 
-Who listens to what: the SDK's ``ListenHandler`` keeps its listeners private,
-so :meth:`FilesServer._on_listen` wraps it and counts, per watched target, the
-URIs its open ``subscriptions/listen`` streams asked for. The first listener of
-a target starts one watcher (one set of inotify watches); the last one leaving
-stops it. A watcher publishes ``ResourceUpdated`` for every URI string its
-listeners used, since the bus matches URIs as exact strings.
+Who listens to what: one :class:`~asyncai_watch.server.SubscriptionRegistry`
+holds the subscriptions of both protocol eras (``subscriptions/listen``, and
+``resources/subscribe`` from 2025-era clients). It tells the server when a URI
+string gains its first listener or loses its last; the first URI of a target
+starts one watcher (one set of inotify watches), the last one leaving stops it.
+A watcher publishes every URI string its listeners used, since subscriptions
+match URIs as exact strings. A URI this server does not serve (or a path it
+refuses) is refused at the subscription, with the same error a read gets.
 
 Updates are level-triggered: after one ``ResourceUpdated`` the watcher stays
 quiet until a read of the target starts (see :meth:`_Watcher.publish`).
 
-A listen is acknowledged only once the inotify watches of its targets exist
-(the wrapper waits on the watcher's ``ready`` event before the SDK handler sends
-the ack), so a change made after the ack is always seen. A read of a watched URI
+A listen is acknowledged (a ``resources/subscribe`` answered) only once the
+inotify watches of its targets exist (the registry's ``ready`` hook waits on each
+watcher's ``ready`` event), so a change made after the ack is always seen. A read of a watched URI
 waits the same way, so the client's baseline read is covered too. A read of a
 ``dir-events://`` URI that nobody watches takes stock itself, so each URI has one
 log (one ``log_id``) and a later read or watch reports what changed since.
@@ -28,7 +30,7 @@ import difflib
 import os
 import stat
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar
 
@@ -39,10 +41,7 @@ import mcp_types as types
 from mcp import MCPError, UriTemplate
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 
-from asyncai_servers._errors import unknown_tool
-from asyncai_servers._eventlog import EventRing
 from asyncai_servers.files.change_source import (
     Batch,
     ChangeSource,
@@ -60,9 +59,12 @@ from asyncai_servers.files.content import (
 )
 from asyncai_servers.files.dirlog import DirSpec, FileObject, observe, reconcile, scan
 from asyncai_servers.files.paths import PathRefused, Roots
-from asyncai_watch._tool_schemas import input_schemas
+from asyncai_watch import EVENTS_MIME_TYPE
 from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch.server.errors import resource_error, unknown_tool
+from asyncai_watch.server.eventlog import EventRing
+from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
 
 __all__ = ["DIR_TEMPLATE", "FILE_TEMPLATE", "FilesServer", "UriError"]
 
@@ -206,7 +208,7 @@ class _Watcher:
             return
         self.pending = True
         for uri in list(self.uris):
-            await self.owner.bus.publish(ResourceUpdated(uri=uri))
+            await self.owner.subscriptions.publish(uri)
 
     def _watch_path(self) -> tuple[str, bool]:
         if isinstance(self.target, FileTarget):
@@ -426,13 +428,21 @@ class FilesServer:
         timing: NotifyTiming | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
         clock: Clock | None = None,
+        max_uris: int = DEFAULT_MAX_URIS,
     ) -> None:
         self.roots = roots
         self.timing = timing if timing is not None else NotifyTiming()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_bytes = max_bytes
-        self.bus = InMemorySubscriptionBus()
-        self._listen = ListenHandler(self.bus)
+        self.subscriptions = SubscriptionRegistry(
+            "asyncai-mcp-files",
+            refuse=self._refusal,
+            on_first=self._on_first,
+            on_last=self._on_last,
+            ready=self._on_ready,
+            max_uris=max_uris,
+        )
+        self._targets: dict[str, Target] = {}  # each subscribed URI string's target
         self._watchers: dict[Target, _Watcher] = {}
         self._dir_states: dict[DirSpec, DirState] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -450,7 +460,7 @@ class FilesServer:
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
             get_tool_input_schema=input_schemas(()),
-            on_subscriptions_listen=self._on_listen,
+            **self.subscriptions.handlers(),
         )
 
     # -- lifecycle -------------------------------------------------------
@@ -470,7 +480,7 @@ class FilesServer:
 
     def close_listeners(self) -> None:
         """End every open listen stream gracefully (HTTP shutdown would otherwise wait on them)."""
-        self._listen.close()
+        self.subscriptions.close()
 
     def dir_state(self, spec: DirSpec) -> DirState:
         state = self._dir_states.get(spec)
@@ -531,35 +541,39 @@ class FilesServer:
             watcher.stop()
             del self._watchers[target]
 
-    async def _on_listen(
-        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
-    ) -> types.SubscriptionsListenResult:
-        acquired: list[tuple[Target, str]] = []
-        watchers: list[_Watcher] = []
-        for uri in params.notifications.resource_subscriptions or ():
-            try:
-                target = self.parse(uri)
-            except (UriError, PathRefused):
-                continue  # the listen is honoured; the (baseline) read reports what is wrong
-            watchers.append(self._acquire(target, uri))
-            acquired.append((target, uri))
+    def _refusal(self, uri: str) -> str | None:
         try:
-            # The ack (sent first thing by the SDK's handler) must mean "watched": a change
-            # made once the client has it is then always seen. So wait for the inotify
-            # watches first, on an event. A watcher that cannot start does not hold the
-            # ack up; the read that follows says why.
-            with anyio.move_on_after(READY_TIMEOUT):
-                for watcher in watchers:
-                    await watcher.ready.wait()
+            self.parse(uri)
+        except (UriError, PathRefused) as exc:
+            return str(exc)
+        return None
+
+    def _on_first(self, uri: str) -> None:
+        target = self.parse(uri)  # refused URIs never get here: the registry asked _refusal first
+        self._targets[uri] = target
+        self._acquire(target, uri)
+
+    def _on_last(self, uri: str) -> None:
+        target = self._targets.pop(uri, None)
+        if target is not None:
+            self._release(target, uri)
+
+    async def _on_ready(self, uris: Sequence[str]) -> None:
+        """Before a listen's ack (or a subscribe's answer): the watchers of ``uris`` are up.
+
+        The ack must mean "watched": a change made once the client has it is then always seen.
+        So wait for the inotify watches first, on an event. A watcher that cannot start does
+        not hold the ack up; the read that follows says why.
+        """
+        watchers = {w for uri in uris if (t := self._targets.get(uri)) and (w := self._watchers.get(t))}
+        with anyio.move_on_after(READY_TIMEOUT):
             for watcher in watchers:
-                # This listener had no update yet: the next change must signal it, even if
-                # an earlier one is still unread by another listener. The handler subscribes
-                # to the bus before it yields, so nothing can be published in between.
-                watcher.pending = False
-            return await self._listen(ctx, params)
-        finally:
-            for target, uri in acquired:
-                self._release(target, uri)
+                await watcher.ready.wait()
+        for watcher in watchers:
+            # This listener had no update yet: the next change must signal it, even if an
+            # earlier one is still unread by another listener. The registry subscribed it
+            # before this hook ran, so nothing can be published in between.
+            watcher.pending = False
 
     # -- handlers ----------------------------------------------------------
 
@@ -646,15 +660,15 @@ class FilesServer:
     def _missing(self, target: FileTarget, uri: str) -> MCPError:
         parent, name = os.path.split(target.path)
         if not os.path.isdir(parent):
-            return MCPError(types.INVALID_PARAMS, f"{uri}: directory {parent} does not exist")
+            return resource_error(uri, f"{uri}: directory {parent} does not exist")
         try:
             siblings = os.listdir(parent)
         except OSError:
             siblings = []
         close = difflib.get_close_matches(name, siblings, n=3)
         hint = f"; did you mean: {', '.join(close)}" if close else ""
-        return MCPError(
-            types.INVALID_PARAMS,
+        return resource_error(
+            uri,
             f"{uri}: {target.path} does not exist{hint}. "
             "To wait for a file to appear, watch its directory: "
             f"dir-events://{parent}?glob={name or '*'}",
@@ -680,7 +694,7 @@ class FilesServer:
                 return error_body(f"{exc}; {why}. The watch reports it again when it is recreated")
             raise await _run(self._missing, target, uri) from exc
         except (PathRefused, NotAFile) as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+            raise resource_error(uri, str(exc)) from exc
 
     async def _read_dir(self, target: DirTarget, uri: str) -> str:
         spec = target.spec
@@ -693,11 +707,10 @@ class FilesServer:
             if state is not None and state.seeded:
                 return state.ring.text()  # watched before: its loss is in the log ("was deleted" ERROR)
             if await _run(os.path.lexists, spec.path):
-                raise MCPError(
-                    types.INVALID_PARAMS,
-                    f"{uri}: {spec.path} is not a directory; watch a file with file://{spec.path}",
+                raise resource_error(
+                    uri, f"{uri}: {spec.path} is not a directory; watch a file with file://{spec.path}"
                 )
-            raise MCPError(types.INVALID_PARAMS, f"{uri}: {spec.path} is not an existing directory")
+            raise resource_error(uri, f"{uri}: {spec.path} is not an existing directory")
         state = self.dir_state(spec)
         if watcher is None or not watcher.alive:
             # Nobody watches: this read takes stock itself. The log is then one log per URI
@@ -716,7 +729,7 @@ class FilesServer:
         try:
             target = self.parse(uri)
         except (UriError, PathRefused) as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+            raise resource_error(uri, str(exc)) from exc
         if isinstance(target, FileTarget):
             state = await self._read_file(target, uri)
             text, mime = state.text, state.mime_type

@@ -17,14 +17,15 @@ import sys
 
 import anyio
 
-from asyncai_servers._http import parse_host_port, serve_http
-from asyncai_servers._resumable import streamable_http_app
-from asyncai_servers._stdio import stdio_server
 from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.server import KcpServer
 from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, WatcherPool
+from asyncai_watch import Backoff
 from asyncai_watch._help import HelpFormatter, examples
-from asyncai_watch.core.backoff import Backoff
+from asyncai_watch.server.http import parse_host_port, serve_http
+from asyncai_watch.server.resumable import streamable_http_app
+from asyncai_watch.server.stdio import stdio_server
+from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 
 __all__ = ["main", "main_readonly"]
 
@@ -99,6 +100,13 @@ def _parser(prog: str, read_only: bool) -> argparse.ArgumentParser:
         help=f"events a read without a position returns: the newest N (default {RING_WINDOW})",
     )
     p.add_argument(
+        "--max-uris",
+        type=int,
+        default=DEFAULT_MAX_URIS,
+        metavar="N",
+        help=f"URIs one subscriptions/listen (or one 2025-era session) may name (default {DEFAULT_MAX_URIS:,})",
+    )
+    p.add_argument(
         "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
     )
     p.add_argument("--read-only", action="store_true", help="serve no mutating tools; needs --token-command")
@@ -136,6 +144,8 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
             p.error(f"--endpoint expects NAME=KUBECONFIG, got {spec!r}")
         endpoints[name] = Endpoint(kubeconfig=path, token_command=token_command)
     backoff = _backoff(args.backoff, p)
+    if args.max_uris < 1:
+        p.error(f"--max-uris must be >= 1, got {args.max_uris}")
     if args.ring_events < 1 or args.ring_bytes < 1:
         p.error(f"--ring-events and --ring-bytes must be >= 1, got {args.ring_events} and {args.ring_bytes}")
     http = None
@@ -144,7 +154,9 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
             http = parse_host_port(args.http)
         except ValueError as exc:
             p.error(str(exc))
-    kcp = KcpServer(Kubectl(args.kubectl, endpoints), read_write=not read_only, name=prog)
+    kcp = KcpServer(
+        Kubectl(args.kubectl, endpoints), read_write=not read_only, name=prog, max_uris=args.max_uris
+    )
 
     async def serve() -> None:
         async with anyio.create_task_group() as tg:

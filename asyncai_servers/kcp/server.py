@@ -1,9 +1,10 @@
 """The kcp MCP server: event-log resources over API watches (``kubectl get --raw``), plus kubectl tools.
 
-Listen streams are tracked by wrapping the SDK's ``ListenHandler``: the first
-``subscriptions/listen`` naming a watch URI starts that URI's watcher, the last
-one ending stops it. Each ring append publishes ``ResourceUpdated(uri)`` on the
-subscription bus, which the handler forwards to every listener of that URI.
+Subscriptions of both protocol eras (``subscriptions/listen``, and
+``resources/subscribe`` from 2025-era clients) are held by one
+:class:`~asyncai_watch.server.SubscriptionRegistry`: the first subscription to a
+watch URI starts that URI's watcher, the last one ending stops it. Each ring append
+publishes the URI to the registry, which notifies that URI's listeners only.
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ from typing import Any, Final
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
-from asyncai_servers._errors import unknown_tool
-from asyncai_servers._eventlog import read_after
 from asyncai_servers.kcp.kubectl import Kubectl, KubectlError
 from asyncai_servers.kcp.state import strip_managed_fields
 from asyncai_servers.kcp.uri import (
@@ -33,10 +31,13 @@ from asyncai_servers.kcp.uri import (
     validate_workspace,
 )
 from asyncai_servers.kcp.watcher import SeedError, WatcherPool
-from asyncai_watch._tool_schemas import input_schemas
-from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch import EVENTS_MIME_TYPE
+from asyncai_watch.server.errors import resource_error, unknown_tool
+from asyncai_watch.server.eventlog import read_after
+from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
 
-__all__ = ["KcpServer", "ListenTracker", "check_watchable"]
+__all__ = ["KcpServer", "watch_refusal"]
 
 WATCH_DESCRIPTION: Final = (
     "Event log of one Kubernetes resource type in a kcp workspace, fed by a Kubernetes watch (list, then watch from its resourceVersion). "
@@ -66,62 +67,40 @@ _KCP = _desc("alternate kcp endpoint name (server --endpoint NAME=KUBECONFIG); o
 _NS = _desc("namespace; '*' for all namespaces; omit for the kubeconfig's namespace")
 
 
-def check_watchable(uri: str) -> None:
-    """Raise the ``INVALID_PARAMS`` error a listen on ``uri`` gets unless it is a ``kcp-events://watch`` URI.
+def watch_refusal(uri: str) -> str | None:
+    """Why a subscription to ``uri`` is refused, or ``None`` for a ``kcp-events://watch`` URI.
 
-    The SDK's ``ListenHandler`` acknowledges any URI, and a ``kcp-api://`` URI reads fine, so a
-    watch on it would start and never deliver: refuse it before the acknowledgment instead.
+    A ``kcp-api://`` URI reads fine but never changes, so a watch on it would start and never
+    deliver: it is refused before anything is acknowledged, saying what to watch instead.
     """
     try:
         parse_watch_uri(uri)
     except UriError as exc:
         if uri.startswith("kcp-api://"):
-            message = (
+            return (
                 f"{uri} is not watchable: it is a plain document (the workspace's API resources), "
                 "served for resources/read and never updated. Read it to see which resource types exist, "
                 f"then watch one as {WATCH_TEMPLATE}, e.g. kcp-events://watch/root:app/configmaps?namespace=*"
             )
-        else:
-            message = f"cannot watch {uri!r}: {exc}"
-        raise MCPError(types.INVALID_PARAMS, message) from exc
-
-
-class ListenTracker:
-    """Wraps ``ListenHandler`` to tell the pool which URIs each open listen stream subscribed to.
-
-    A listen naming a URI that is not a watch URI is refused with a JSON-RPC error (nothing is acknowledged).
-    """
-
-    def __init__(self, inner: ListenHandler, pool: Callable[[], WatcherPool]) -> None:
-        self.inner = inner
-        self._pool = pool
-        self.open: dict[Any, list[str]] = {}
-
-    async def __call__(
-        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
-    ) -> types.SubscriptionsListenResult:
-        uris = list(dict.fromkeys(params.notifications.resource_subscriptions or ()))
-        for uri in uris:
-            check_watchable(uri)
-        pool = self._pool()
-        self.open[ctx.request_id] = uris
-        for uri in uris:
-            pool.add_listener(uri)
-        try:
-            return await self.inner(ctx, params)
-        finally:
-            self.open.pop(ctx.request_id, None)
-            for uri in uris:
-                pool.remove_listener(uri)
+        return f"cannot watch {uri!r}: {exc}"
+    return None
 
 
 class KcpServer:
-    def __init__(self, kubectl: Kubectl, *, read_write: bool, name: str = "kcp") -> None:
+    def __init__(
+        self, kubectl: Kubectl, *, read_write: bool, name: str = "kcp", max_uris: int = DEFAULT_MAX_URIS
+    ) -> None:
         self.kubectl = kubectl
         self.read_write = read_write
-        self.bus = InMemorySubscriptionBus()
         self._pool: WatcherPool | None = None
-        self.listen = ListenTracker(ListenHandler(self.bus), lambda: self.pool)
+        # The pool's task group exists only once serving starts; the hooks look it up then.
+        self.subscriptions = SubscriptionRegistry(
+            name,
+            refuse=watch_refusal,
+            on_first=lambda uri: self.pool.add_listener(uri),
+            on_last=lambda uri: self.pool.remove_listener(uri),
+            max_uris=max_uris,
+        )
         # Built once: the tools never change, and building the models was 3% of a tools/list.
         self._tools = types.ListToolsResult(tools=self.tools())
         self.server: Server[Any] = Server(
@@ -137,7 +116,7 @@ class KcpServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             get_tool_input_schema=input_schemas(self._tools.tools),
-            on_subscriptions_listen=self.listen,
+            **self.subscriptions.handlers(),
         )
 
     @property
@@ -151,10 +130,10 @@ class KcpServer:
 
     def close_listeners(self) -> None:
         """End every open listen stream gracefully (an HTTP shutdown would otherwise wait on them)."""
-        self.listen.inner.close()
+        self.subscriptions.close()
 
     async def publish(self, uri: str) -> None:
-        await self.bus.publish(ResourceUpdated(uri=uri))
+        await self.subscriptions.publish(uri)
 
     # --- resources ---------------------------------------------------------------------------------
 
@@ -196,7 +175,7 @@ class KcpServer:
                 text = await self.pool.read(uri, read_after(params.meta))
                 mime = EVENTS_MIME_TYPE
         except UriError as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+            raise resource_error(uri, str(exc)) from exc
         except (SeedError, KubectlError) as exc:
             raise MCPError(types.INVALID_PARAMS, f"{uri}: {exc}") from exc
         return types.ReadResourceResult(

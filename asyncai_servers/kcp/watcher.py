@@ -26,13 +26,13 @@ import anyio
 import anyio.abc
 import attrs
 
-from asyncai_servers._eventlog import EventRing
 from asyncai_servers.kcp.jsonstream import JsonStreamError
 from asyncai_servers.kcp.kubectl import Kubectl, KubectlError, WatchPath
 from asyncai_servers.kcp.state import WatchOutcome, WatchState
 from asyncai_servers.kcp.uri import WatchTarget, parse_watch_uri
+from asyncai_watch import Backoff
 from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.core.backoff import Backoff
+from asyncai_watch.server.eventlog import EventRing
 
 __all__ = [
     "HEALTHY_AFTER",

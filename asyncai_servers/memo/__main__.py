@@ -13,11 +13,12 @@ from typing import TextIO
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from asyncai_servers._http import bind_error, parse_host_port, serve_http
-from asyncai_servers._resumable import streamable_http_app
-from asyncai_servers._stdio import stdio_server
 from asyncai_servers.memo.server import MemoState, build_server
 from asyncai_watch._help import HelpFormatter, examples
+from asyncai_watch.server.http import bind_error, parse_host_port, serve_http
+from asyncai_watch.server.resumable import streamable_http_app
+from asyncai_watch.server.stdio import stdio_server
+from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,6 +51,14 @@ def _parser() -> argparse.ArgumentParser:
         "stdio client watches; HTTP is up before stdio answers",
     )
     parser.add_argument(
+        "--max-uris",
+        type=int,
+        default=DEFAULT_MAX_URIS,
+        metavar="N",
+        help=f"URIs one subscriptions/listen (or one 2025-era session) may name (default {DEFAULT_MAX_URIS:,}; "
+        "about 190 bytes of server memory each)",
+    )
+    parser.add_argument(
         "--ready-file",
         metavar="PATH",
         help="with --also-http: write 'READY <url>' to PATH once HTTP is up (before stdio answers)",
@@ -57,14 +66,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve_stdio(state: MemoState | None = None) -> None:
+async def _serve_stdio(state: MemoState) -> None:
     server = build_server(state)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 
-async def _serve_stdio_and_http(host: str, port: int, ready_file: str | None, token: str | None) -> None:
-    memo = MemoState()  # one memo and one bus behind both transports
+async def _serve_stdio_and_http(
+    memo: MemoState, host: str, port: int, ready_file: str | None, token: str | None
+) -> None:
+    # One memo and one subscription registry behind both transports.
     app: ASGIApp = streamable_http_app(build_server(memo), host=host)
     if token:
         app = _require_bearer(app, token)
@@ -113,8 +124,7 @@ def _require_bearer(app: ASGIApp, token: str) -> ASGIApp:
     return guarded
 
 
-async def _serve_http(host: str, port: int, token: str | None) -> None:
-    memo = MemoState()
+async def _serve_http(memo: MemoState, host: str, port: int, token: str | None) -> None:
     app: ASGIApp = streamable_http_app(build_server(memo), host=host)
     if token:
         app = _require_bearer(app, token)
@@ -124,6 +134,9 @@ async def _serve_http(host: str, port: int, token: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.max_uris < 1:
+        _parser().error(f"--max-uris must be >= 1, got {args.max_uris}")
+    memo = MemoState(max_uris=args.max_uris)
     if args.ready_file is not None and args.also_http is None:
         _parser().error("--ready-file needs --also-http")
     if args.also_http is not None:
@@ -134,19 +147,19 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             _parser().error(str(exc).replace("--http", "--also-http"))
         token = args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
-        return _run_http(args.also_http, _serve_stdio_and_http, host, port, args.ready_file, token)
+        return _run_http(args.also_http, _serve_stdio_and_http, memo, host, port, args.ready_file, token)
     if args.http is None:
         if args.bearer_token is not None:
             _parser().error("--bearer-token needs --http or --also-http (stdio has no auth)")
         with contextlib.suppress(KeyboardInterrupt):
-            anyio.run(_serve_stdio)
+            anyio.run(_serve_stdio, memo)
         return 0
     try:
         host, port = parse_host_port(args.http)
     except ValueError as exc:
         _parser().error(str(exc))
     return _run_http(
-        args.http, _serve_http, host, port, args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
+        args.http, _serve_http, memo, host, port, args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
     )
 
 

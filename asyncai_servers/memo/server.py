@@ -7,9 +7,12 @@ bus for every URI it changed, right after the change (its own write path is
 the native change source: nothing polls). Reads carry no ``ttlMs``, so no
 client may serve a cached copy that hides the change just announced.
 
-The low-level :class:`mcp.server.Server` is used (not ``MCPServer``) so the
-listen handler is ours: it rejects URIs this server does not serve instead of
-acknowledging them and never sending anything.
+Subscriptions, of both protocol eras, are served by one
+:class:`~asyncai_watch.server.SubscriptionRegistry`: ``subscriptions/listen``
+(2026-07-28; one listen may name up to 100,000 URIs) and ``resources/subscribe``
+(2025-11-25 and before, pushed on that client's session). It refuses URIs this
+server does not serve instead of acknowledging them and never sending anything,
+and a change costs one notification per listener of the URIs it changed.
 """
 
 from __future__ import annotations
@@ -20,12 +23,11 @@ from typing import Any, Final
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
-from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 
-from asyncai_servers._errors import RESOURCE_NOT_FOUND, resource_not_found, unknown_tool
-from asyncai_watch._tool_schemas import input_schemas
+from asyncai_watch.server.errors import RESOURCE_NOT_FOUND, resource_not_found, unknown_tool
+from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
 
 __all__ = [
     "MIME_TYPE",
@@ -62,18 +64,17 @@ def _json(value: Any) -> str:
 
 
 class MemoState:
-    """The memo's data and the bus its changes are announced on."""
+    """The memo's data and the subscriptions its changes are announced to."""
 
-    def __init__(self, bus: InMemorySubscriptionBus | None = None) -> None:
+    def __init__(self, *, max_uris: int = DEFAULT_MAX_URIS) -> None:
         self.notes: dict[str, Any] = {}
         self.reads = 0
         """``resources/read`` requests served (the ``memo_stats`` tool reports it)."""
-        self.bus = bus if bus is not None else InMemorySubscriptionBus()
-        self.listen = ListenHandler(self.bus)
+        self.subscriptions = SubscriptionRegistry(SERVER_NAME, refuse=self.refuse, max_uris=max_uris)
 
     def close_listeners(self) -> None:
         """End every open listen stream gracefully (an HTTP shutdown would otherwise wait on them)."""
-        self.listen.close()
+        self.subscriptions.close()
 
     async def set(self, key: str, value: Any) -> None:
         self.notes[key] = value
@@ -88,8 +89,8 @@ class MemoState:
 
     async def _announce(self, key: str) -> None:
         # Announce after the change is in place: a reader woken by this sees it.
-        await self.bus.publish(ResourceUpdated(uri=NOTES_URI))
-        await self.bus.publish(ResourceUpdated(uri=_NOTE.expand({"key": key})))
+        await self.subscriptions.publish(NOTES_URI)
+        await self.subscriptions.publish(_NOTE.expand({"key": key}))
 
     def read(self, uri: str) -> str:
         """The read body for ``uri``; raise ``MCPError`` naming what is served otherwise."""
@@ -102,11 +103,15 @@ class MemoState:
         raise resource_not_found(SERVER_NAME, uri, _SERVED)
 
     def serves(self, uri: str) -> bool:
-        try:
-            self.read(uri)
-        except MCPError:
-            return False
-        return True
+        if uri == NOTES_URI:
+            return True
+        match = _NOTE.match(uri)
+        key = match.get("key") if match is not None else None
+        return isinstance(key, str) and bool(key)
+
+    def refuse(self, uri: str) -> str | None:
+        """Why a subscription to ``uri`` is refused (``None``: it is served)."""
+        return None if self.serves(uri) else _SERVED
 
 
 _TOOLS: Final = [
@@ -152,7 +157,10 @@ _TOOLS: Final = [
     ),
     types.Tool(
         name="memo_stats",
-        description="How many resources/read requests this server has answered (to see what watching costs).",
+        description=(
+            "How many resources/read requests this server has answered (to see what watching costs), "
+            "and its subscriptions: URIs listened to, open listens, 2025-era sessions, notifications handed out."
+        ),
         input_schema={"type": "object", "properties": {}, "additionalProperties": False},
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
     ),
@@ -179,30 +187,6 @@ def _key_argument(tool: str, arguments: Mapping[str, Any], allowed: set[str]) ->
     if not isinstance(key, str) or not key:
         return _tool_error(f"{tool}: `key` must be a non-empty string, got {key!r}")
     return key
-
-
-class _ValidatingListen:
-    """``ListenHandler`` that refuses URIs this server does not serve.
-
-    The SDK's handler acknowledges any URI, so a typo would give a watch that
-    silently never fires; an error names what would be accepted instead.
-    """
-
-    def __init__(self, state: MemoState, inner: ListenHandler) -> None:
-        self._state = state
-        self._inner = inner
-
-    async def __call__(
-        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
-    ) -> types.SubscriptionsListenResult:
-        requested = params.notifications.resource_subscriptions or []
-        unknown = [uri for uri in requested if not self._state.serves(uri)]
-        if unknown:
-            raise MCPError(
-                RESOURCE_NOT_FOUND,
-                f"{SERVER_NAME}: cannot subscribe to {unknown}; {_SERVED}",
-            )
-        return await self._inner(ctx, params)
 
 
 def build_server(state: MemoState | None = None) -> Server[Any]:
@@ -273,7 +257,18 @@ def build_server(state: MemoState | None = None) -> Server[Any]:
             existed = await memo.delete(key)
             return _tool_ok("deleted" if existed else "absent", {"key": key, "deleted": existed})
         if params.name == "memo_stats":
-            return _tool_ok(str(memo.reads), {"reads": memo.reads})
+            subs = memo.subscriptions.stats()
+            return _tool_ok(
+                str(memo.reads),
+                {
+                    "reads": memo.reads,
+                    "subscribed_uris": subs.uris,
+                    "subscriptions": subs.subscriptions,
+                    "listens": subs.listens,
+                    "sessions": subs.sessions,
+                    "delivered": subs.delivered,
+                },
+            )
         raise unknown_tool(SERVER_NAME, params.name, _TOOL_NAMES)
 
     return Server(
@@ -289,5 +284,5 @@ def build_server(state: MemoState | None = None) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         get_tool_input_schema=input_schemas(_TOOLS),
-        on_subscriptions_listen=_ValidatingListen(memo, memo.listen),
+        **memo.subscriptions.handlers(),
     )

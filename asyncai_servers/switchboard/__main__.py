@@ -10,10 +10,10 @@ from pathlib import Path
 
 import anyio
 
-from asyncai_servers._http import parse_host_port, serve_http
-from asyncai_servers._resumable import streamable_http_app
-from asyncai_watch._extras import MissingExtraError, require
 from asyncai_watch._help import HelpFormatter, examples
+from asyncai_watch.extras import MissingExtraError, require
+from asyncai_watch.server.http import parse_host_port, serve_http
+from asyncai_watch.server.resumable import streamable_http_app
 
 from .config import ConfigError, Credential, Credentials, load_credentials
 from .core import DEFAULT_LEASE_SECONDS, Switchboard
@@ -109,7 +109,7 @@ async def _run(args: argparse.Namespace) -> None:
             app = BearerAuth(streamable_http_app(server, host=host), creds)
             await serve_http(app, host, port, on_shutdown=board.hub.close, send_buffer=SEND_BUFFER)
         else:
-            from asyncai_servers._stdio import stdio_server
+            from asyncai_watch.server.stdio import stdio_server
 
             async with stdio_server() as (read, write), anyio.create_task_group() as tg:
                 assert stdio_cred is not None

@@ -20,9 +20,9 @@ import anyio
 import anyio.abc
 import attrs
 
-from asyncai_servers._eventlog import EventRing
+from asyncai_watch import Backoff
 from asyncai_watch.clock import Clock, WallClock
-from asyncai_watch.core.backoff import Backoff
+from asyncai_watch.server.eventlog import EventRing
 
 from .config import Credential, Credentials, validate_name
 from .doorbell import make_doorbell
@@ -176,34 +176,33 @@ class Switchboard:
 
     async def _lease_timer(self) -> None:
         """Sleep until the earliest lease deadline (or a lease change), then expire what is due."""
-        failures = 0  # failed expiries in a row
+        failures = 0  # failed reads or expiries in a row
         while True:
             self._lease_changed = anyio.Event()
+            changed = self._lease_changed
             try:
                 deadline = await self.ledger.next_lease_deadline()
+                if deadline is not None:
+                    await self._first_of(deadline, changed)
+                    changes = (
+                        await self.ledger.expire(self.clock.now()) if self.clock.now() >= deadline else []
+                    )
             except LedgerError as exc:
-                log.warning("lease timer cannot read the ledger: %s", exc)
-                deadline = None
-            changed = self._lease_changed
+                # A read or an expiry the ledger refused (the database is away): retrying at once
+                # would spin, and waiting for a lease change could wait forever. Back off on the clock.
+                retry = _LEASE_RETRY.delay(failures)
+                assert retry is not None  # attempts=None
+                failures += 1
+                log.warning("lease timer cannot reach the ledger (%s); retrying in %.0f s", exc, retry)
+                await self._first_of(self.clock.now() + retry, changed)
+                continue
+            failures = 0
             if deadline is None:
                 await changed.wait()
                 continue
-            await self._first_of(deadline, changed)
-            if self.clock.now() >= deadline:
-                try:
-                    changes = await self.ledger.expire(self.clock.now())
-                except LedgerError as exc:
-                    # The deadline has passed, so retrying at once would spin: back off on the clock.
-                    retry = _LEASE_RETRY.delay(failures)
-                    assert retry is not None  # attempts=None
-                    failures += 1
-                    log.warning("lease expiry failed (%s); retrying in %.0f s", exc, retry)
-                    await self._first_of(self.clock.now() + retry, changed)
-                    continue
-                failures = 0
-                self.expired += len(changes)
-                for change in changes:
-                    self._apply(change)
+            self.expired += len(changes)
+            for change in changes:
+                self._apply(change)
 
     async def _first_of(self, deadline: float, changed: anyio.Event) -> None:
         """Return when the clock reaches ``deadline`` or ``changed`` is set, whichever is first."""

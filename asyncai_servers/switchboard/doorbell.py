@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import attrs
 
-from asyncai_watch.core.text import render, truncate
+from asyncai_watch.server.text import render, truncate
 
 __all__ = [
     "CHANNEL_CAPABILITY",

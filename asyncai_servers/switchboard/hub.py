@@ -21,7 +21,10 @@ stream's task; otherwise the doorbell waits in the stream's buffer. When no
 stream of a session has room the doorbell is dropped and counted (the ledger
 still has the todo; the agent's pull recovers it), so a stalled session cannot
 slow ``todo_create`` or anyone else's doorbells. Resource updates go to every
-stream whose filter names the URI; they are level-triggered (a set of URIs),
+stream whose filter names the URI, and to every 2025-era session that subscribed
+to it (``resources/subscribe``), through one
+:class:`~asyncai_watch.server.SubscriptionRegistry` (:attr:`Hub.subscriptions`):
+a URI's update costs O(its listeners). They are level-triggered (a set of URIs),
 so they cannot overflow.
 """
 
@@ -35,6 +38,9 @@ from typing import Final
 import anyio
 import anyio.lowlevel
 import attrs
+from mcp.shared.subscriptions import ResourceUpdated, ServerEvent
+
+from asyncai_watch.server.subscriptions import SubscriptionRegistry
 
 from .config import Credential
 from .doorbell import Doorbell
@@ -77,6 +83,11 @@ class Subscriber:
         self.doorbells.append(doorbell)
         self._wake.set()
         return True
+
+    def deliver(self, event: ServerEvent) -> None:
+        """A :class:`~asyncai_watch.server.Listener`: the registry hands it its URIs' updates."""
+        if isinstance(event, ResourceUpdated):
+            self.updated(event.uri)
 
     def updated(self, uri: str) -> None:
         if not self.closed and uri in self.uris:
@@ -129,7 +140,8 @@ class Hub:
         self.buffer = buffer
         # credential name -> its open streams, oldest first
         self._sessions: dict[str, list[Subscriber]] = {}
-        self._by_uri: dict[str, set[Subscriber]] = {}
+        self.subscriptions = SubscriptionRegistry("switchboard")
+        """Who listens to which queue URI: these streams, and 2025-era sessions (``resources/subscribe``)."""
         # Attached sessions per queue they can see ("*" for every queue): answers "is anyone here
         # interested in this queue" in O(1), so a replica fetches a todo only when someone is.
         self._scopes: dict[str, int] = {}
@@ -152,19 +164,12 @@ class Hub:
         if not siblings:
             self._scope(credential, +1)
         siblings.append(sub)
-        for uri in uris:
-            self._by_uri.setdefault(uri, set()).add(sub)
         self._signal()
         try:
-            yield sub
+            with self.subscriptions.attach(sub, uris):
+                yield sub
         finally:
             sub.close()
-            for uri in uris:
-                watchers = self._by_uri.get(uri)
-                if watchers is not None:
-                    watchers.discard(sub)
-                    if not watchers:
-                        del self._by_uri[uri]
             siblings = self._sessions.get(credential.name, [])
             if sub in siblings:
                 siblings.remove(sub)
@@ -238,7 +243,7 @@ class Hub:
         self._publish((doorbell, queue, assignee))
 
     def updated(self, uri: str) -> None:
-        """Publish ``resources/updated`` for the streams whose filter names ``uri``."""
+        """Publish ``resources/updated`` for the streams and 2025-era sessions subscribed to ``uri``."""
         self._publish(uri)
 
     def fan_out(self, doorbell: Doorbell, queue: str, assignee: str | None) -> int:
@@ -255,8 +260,7 @@ class Hub:
         return took
 
     def _update(self, uri: str) -> None:
-        for sub in list(self._by_uri.get(uri, ())):
-            sub.updated(uri)
+        self.subscriptions.publish_nowait(uri)
 
     async def run(self) -> None:
         """Hand out what :meth:`ring` and :meth:`updated` published, in order, until cancelled."""

@@ -29,8 +29,10 @@ __all__ = [
     "LedgerError",
     "Mark",
     "NotFoundError",
+    "OutcomeUnknownError",
     "RemoteChange",
     "Todo",
+    "UnavailableError",
 ]
 
 Status = Literal["open", "claimed", "done"]
@@ -67,6 +69,15 @@ class LedgerError(Exception):
 
 class NotFoundError(LedgerError):
     pass
+
+
+class UnavailableError(LedgerError):
+    """The database cannot be reached now: nothing was changed, and the same call can succeed once
+    it is back. Never fatal to the server: the verb that met it fails, the next one tries again."""
+
+
+class OutcomeUnknownError(UnavailableError):
+    """The connection was lost while committing: the change may or may not have been applied."""
 
 
 class LeaseError(LedgerError):

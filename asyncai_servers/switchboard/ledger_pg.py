@@ -18,8 +18,14 @@ for the ones the previous LISTEN's snapshot did not see and that were not heard.
 Other missed transitions (claims, completes ..)
 are not replayed: the switchboard restarts its event logs on a reconnect, so
 their readers get a GAP instead of a silent hole. The reconnect backoff
-(:data:`LISTEN_BACKOFF`: 1, 2, 4 .. 16 s, for as long as it takes) sleeps on the injected
-clock, so tests drive it with a fake one.
+(:data:`LISTEN_BACKOFF`: 1, 2, 4 .. 16 s, for as long as it takes; a catch-up that fails after
+the LISTEN succeeded counts as a failed attempt) sleeps on the injected clock, so tests drive it
+with a fake one.
+
+The verbs run on :class:`~.pg_pool.Pool`, which replaces broken connections and turns every
+database failure into a :class:`~.ledger.LedgerError` (:class:`~.ledger.UnavailableError` when
+the database is away), so nothing a database fault raises can end the server. The schema is
+checked, and migrated only when behind, by :mod:`.pg_schema`.
 """
 
 from __future__ import annotations
@@ -27,15 +33,14 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar
 
 import anyio
 import psycopg
 from psycopg import sql as pgsql
 
+from asyncai_watch import Backoff
 from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.core.backoff import Backoff
 
 from .ledger import (
     COLUMNS,
@@ -51,8 +56,10 @@ from .ledger import (
     encode_notify,
     not_claimable,
 )
+from .pg_pool import Conn, Pool, connect_kwargs, reason
+from .pg_schema import SCHEMA_VERSION, ensure_schema
 
-__all__ = ["NOTIFY_CHANNEL", "PostgresLedger"]
+__all__ = ["NOTIFY_CHANNEL", "SCHEMA_VERSION", "PostgresLedger"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,39 +71,6 @@ CATCH_UP_MAX: Final = 500
 HEARD_CHECKPOINT: Final = 1000
 """Heard creates remembered before a mark checkpoint moves the catch-up's reference snapshot forward."""
 _COLS = ", ".join(COLUMNS)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS todos (
-    id BIGSERIAL PRIMARY KEY,
-    queue TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'open',
-    creator TEXT NOT NULL,
-    creator_attribution TEXT NOT NULL,
-    creator_verified BOOLEAN NOT NULL,
-    push BOOLEAN NOT NULL,
-    idempotency_key TEXT,
-    assignee TEXT,
-    claimant TEXT,
-    lease TEXT,
-    lease_until DOUBLE PRECISION,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    result TEXT,
-    created_at DOUBLE PRECISION NOT NULL,
-    updated_at DOUBLE PRECISION NOT NULL,
-    UNIQUE (creator, idempotency_key)
-);
-CREATE INDEX IF NOT EXISTS todos_queue_status ON todos (queue, status, id);
-CREATE INDEX IF NOT EXISTS todos_lease ON todos (lease_until) WHERE status = 'claimed';
--- The creating transaction, so a LISTEN catch-up can ask "committed after that snapshot" (commit
--- order), not "id above the highest heard" (allocation order). Added to older tables in place.
-ALTER TABLE todos ADD COLUMN IF NOT EXISTS created_xid xid8 NOT NULL DEFAULT pg_current_xact_id();
-CREATE INDEX IF NOT EXISTS todos_created_xid ON todos (created_xid);
-"""
-
-Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
 def _in(values: Sequence[str] | None) -> tuple[str, list[Any]]:
@@ -114,50 +88,40 @@ class PostgresLedger:
         self.dsn = dsn
         self.pool_size = pool_size
         self.replica_id = replica_id or uuid.uuid4().hex
-        # Only for the LISTEN backoff (leases use the caller's now).
+        # For the LISTEN and migration backoffs (leases use the caller's now).
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.listener_pid: int | None = None
         """The backend pid of the current LISTEN connection (None while reconnecting); for diagnostics."""
         # Ids this replica created whose own NOTIFY it has not heard back yet: a catch-up after a
         # reconnect skips them (they rang here when created). Only lost notifies leave ids behind.
         self._own_unheard: set[int] = set()
-        self._conns: list[Conn] = []
-        self._free_send, self._free_recv = anyio.create_memory_object_stream[Conn](pool_size)
+        # In pg_stat_activity: "switchboard <replica>" for the pool, "... listen" for LISTEN
+        # (cut to leave room for the suffix within PostgreSQL's 63 characters).
+        self.application_name = f"switchboard {self.replica_id}"[:56]
+        self._pool = Pool(dsn, pool_size, application_name=self.application_name)
 
     async def open(self) -> None:
         try:
-            for _ in range(self.pool_size):
-                conn = await psycopg.AsyncConnection.connect(self.dsn)
-                self._conns.append(conn)
-                self._free_send.send_nowait(conn)
-            # Two replicas starting at once would race on CREATE TABLE IF NOT EXISTS; serialize them.
-            async with self._conn() as conn, conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(7320211)")
-                await conn.execute(SCHEMA)
+            await self._pool.open()
         except psycopg.Error as exc:
             await self.aclose()
-            raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from None
+            raise LedgerError(f"cannot open PostgreSQL ledger: {reason(exc)}") from None
+        try:
+            await ensure_schema(self._pool, self.clock)
+        except BaseException as exc:
+            await self.aclose()
+            if isinstance(exc, LedgerError):
+                raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from None
+            raise
 
     async def aclose(self) -> None:
-        conns, self._conns = self._conns, []
-        for conn in conns:
-            await conn.close()
-
-    @asynccontextmanager
-    async def _conn(self) -> AsyncIterator[Conn]:
-        conn = await self._free_recv.receive()
-        try:
-            yield conn
-        finally:
-            self._free_send.send_nowait(conn)
+        await self._pool.aclose()
 
     async def _tx(self, body: Callable[[Conn], Awaitable[T]]) -> T:
-        async with self._conn() as conn:
-            try:
-                async with conn.transaction():
-                    return await body(conn)
-            except psycopg.Error as exc:
-                raise LedgerError(f"PostgreSQL error: {exc}") from exc
+        return await self._pool.transaction(body)
+
+    async def _read(self, body: Callable[[Conn], Awaitable[T]]) -> T:
+        return await self._pool.transaction(body, read_only=True)
 
     async def _notify(self, conn: Conn, transition: str, todo: Todo, actor_pushes: bool) -> None:
         payload = encode_notify(self.replica_id, transition, todo, actor_pushes)
@@ -223,10 +187,7 @@ class PostgresLedger:
         return await self._tx(body)
 
     async def get(self, todo_id: str) -> Todo | None:
-        async with self._conn() as conn:
-            todo = await self._get(conn, todo_id)
-            await conn.rollback()
-            return todo
+        return await self._read(lambda conn: self._get(conn, todo_id))
 
     async def assign(self, todo_id: str, assignee: str | None, *, actor_pushes: bool, now: float) -> Change:
         async def body(conn: Conn) -> Change:
@@ -341,11 +302,12 @@ class PostgresLedger:
             args.append(claimable_by)
         q += " ORDER BY id LIMIT %s"
         args.append(limit)
-        async with self._conn() as conn:
+
+        async def body(conn: Conn) -> list[Todo]:
             cur = await conn.execute(pgsql.SQL(q), args)
-            rows = await cur.fetchall()
-            await conn.rollback()
-        return [Todo.from_row(r) for r in rows]
+            return [Todo.from_row(r) for r in await cur.fetchall()]
+
+        return await self._read(body)
 
     async def expire(self, now: float) -> list[Change]:
         async def body(conn: Conn) -> list[Change]:
@@ -370,11 +332,12 @@ class PostgresLedger:
         return await self._tx(body)
 
     async def next_lease_deadline(self) -> float | None:
-        async with self._conn() as conn:
+        async def body(conn: Conn) -> float | None:
             cur = await conn.execute("SELECT MIN(lease_until) FROM todos WHERE status = 'claimed'")
             row = await cur.fetchone()
-            await conn.rollback()
-        return None if row is None or row[0] is None else float(row[0])
+            return None if row is None or row[0] is None else float(row[0])
+
+        return await self._read(body)
 
     def remote_changes(self) -> AsyncIterator[RemoteChange]:
         return self._listen()
@@ -392,7 +355,8 @@ class PostgresLedger:
         Own creates still waiting for their NOTIFY are skipped (they rang here when created); those
         the new LISTEN's ``snapshot`` sees will never be heard now, so they are forgotten.
         """
-        async with self._conn() as conn:
+
+        async def body(conn: Conn) -> list[Todo]:
             cur = await conn.execute(
                 f"SELECT {_COLS} FROM todos WHERE created_xid >= pg_snapshot_xmin(%s::pg_snapshot)"
                 " AND NOT pg_visible_in_snapshot(created_xid, %s::pg_snapshot)"
@@ -408,8 +372,9 @@ class PostgresLedger:
                     (sorted(self._own_unheard), snapshot),
                 )
                 self._own_unheard -= {int(r[0]) for r in await cur.fetchall()}
-            await conn.rollback()
-        return missed[:CATCH_UP_MAX]
+            return missed[:CATCH_UP_MAX]
+
+        return await self._read(body)
 
     async def _mark(self) -> tuple[str, str]:
         """Take a snapshot and NOTIFY a mark in one transaction: when the mark is heard, every
@@ -426,6 +391,12 @@ class PostgresLedger:
 
         return token, await self._tx(body)
 
+    async def _back_off(self, failures: int, what: str, exc: Exception) -> None:
+        delay = LISTEN_BACKOFF.delay(failures)
+        assert delay is not None  # attempts=None
+        log.warning("switchboard LISTEN %s (%s); retrying in %.0f s", what, reason(exc), delay)
+        await self.clock.sleep_until(self.clock.now() + delay)
+
     async def _listen(self) -> AsyncIterator[RemoteChange]:
         """Other replicas' transitions; reconnects with backoff when the LISTEN connection drops.
 
@@ -438,14 +409,20 @@ class PostgresLedger:
         is skipped. A ``resync`` after the first means other transitions may have been missed:
         the switchboard tells its event-log readers so.
         """
-        failures = 0  # failed connects in a row
+        failures = 0  # failed attempts in a row (connect, LISTEN or catch-up)
         ref: str | None = None  # every create this snapshot sees has rung here (None before the first LISTEN)
         heard: set[int] = set()  # creates heard (or caught up) that ``ref`` does not see
         mark: tuple[str, str, set[int]] | None = None  # (token, snapshot, heard since it was taken)
+        listen_kwargs = connect_kwargs(self.dsn, f"{self.application_name} listen")
+        failed: Exception | None = None  # why the last catch-up did not finish
         while True:
+            if failed is not None:  # listening worked but the catch-up did not: back off too
+                await self._back_off(failures, "catch-up failed", failed)
+                failures += 1
+                failed = None
             conn: Conn | None = None
             try:
-                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, **listen_kwargs)
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 snapshot = await self._listen_snapshot(conn)
             except psycopg.Error as exc:
@@ -453,20 +430,21 @@ class PostgresLedger:
                     with anyio.CancelScope(shield=True):
                         await conn.close()
                 # Any failure before listening backs off, so a refusing server is never hammered.
-                delay = LISTEN_BACKOFF.delay(failures)
-                assert delay is not None  # attempts=None
+                await self._back_off(failures, "connect failed", exc)
                 failures += 1
-                log.warning("switchboard LISTEN connect failed (%s); retrying in %.0f s", exc, delay)
-                await self.clock.sleep_until(self.clock.now() + delay)
                 continue
-            failures = 0
             self.listener_pid = conn.info.backend_pid
             # Creates the catch-up announced: one that committed between LISTEN and the snapshot
             # is also NOTIFYed, and must not ring (or enter the event log) twice.
             announced: set[str] = set()
             try:
                 yield RemoteChange(transition="resync", todo_id="", actor_pushes=False)
-                missed = [] if ref is None else await self._missed(ref, snapshot, heard)
+                try:
+                    missed = [] if ref is None else await self._missed(ref, snapshot, heard)
+                except LedgerError as exc:  # ``ref`` stays: the next attempt catches up the same gap
+                    failed = exc
+                    continue
+                failures = 0
                 if missed:
                     log.info("switchboard LISTEN reconnected; announcing %d missed todos", len(missed))
                 ref, heard, mark = snapshot, {int(t.id) for t in missed}, None
@@ -502,8 +480,8 @@ class PostgresLedger:
                         announced.discard(change.todo_id)
                         continue
                     yield change
-            except psycopg.Error as exc:
-                log.warning("switchboard LISTEN connection lost (%s); reconnecting", exc)
+            except psycopg.Error as exc:  # was listening: reconnect at once
+                log.warning("switchboard LISTEN connection lost (%s); reconnecting", reason(exc))
             finally:
                 self.listener_pid = None
                 with anyio.CancelScope(shield=True):  # also on cancellation: do not leak the connection

@@ -9,6 +9,11 @@
   how a notification reaches the client on Streamable HTTP as well as stdio.
   An open listen is what makes a session *attached*; a session with several
   listens gets each doorbell on one of them (see ``hub.py``).
+- ``resources/subscribe`` / ``resources/unsubscribe`` (2025-era clients): a queue URI
+  in the credential's scope, served by the hub's
+  :class:`~asyncai_watch.server.SubscriptionRegistry`; ``resources/updated`` then comes
+  on that session (stdio, or the HTTP session's GET stream), from the same change
+  source as the listens' updates, until the session ends.
 - Capabilities: ``experimental['claude/channel'] = {}`` plus ``instructions``.
 - Credentials: a bearer token on Streamable HTTP (checked by an ASGI wrapper
   before the MCP app sees the request), the launch credential on stdio.
@@ -33,9 +38,9 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ResourceUpdated, 
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from asyncai_servers._errors import resource_not_found, unknown_tool
-from asyncai_watch._tool_schemas import input_schemas
-from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch import EVENTS_MIME_TYPE
+from asyncai_watch.server.errors import resource_not_found, unknown_tool
+from asyncai_watch.server.schemas import input_schemas
 
 from .config import Credential, Credentials
 from .core import Switchboard, queue_uri
@@ -507,6 +512,14 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
                     break
         return types.SubscriptionsListenResult(_meta=meta)
 
+    subscriptions = board.hub.subscriptions
+
+    async def subscribe(
+        ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        _queue_of(credential(ctx), params.uri)  # an unknown or out-of-scope URI is refused here too
+        return await subscriptions.subscribe(ctx, params)
+
     return SwitchboardServer(
         "switchboard",
         version="0.1.0",
@@ -518,6 +531,9 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
         on_subscriptions_listen=listen,
+        on_subscribe_resource=subscribe,
+        on_unsubscribe_resource=subscriptions.unsubscribe,
+        lifespan=subscriptions.lifespan,  # owns the tasks that write 2025-era sessions' updates
     )
 
 

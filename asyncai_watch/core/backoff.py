@@ -7,7 +7,8 @@ the project uses it, each keeping its own failure count: the watch resubscribe p
 catalog's ``list_changed`` listen (1, 2, 4, 8, 16 s then give up), and, retrying forever, the
 kcp watcher's kubectl restarts (0.8 s doubling to 30 s), the agent's channel puller (1 to
 16 s), the PostgreSQL ledger's LISTEN reconnect (1 to 16 s) and the switchboard's lease-expiry
-retry (1 to 30 s).
+retry (1 to 30 s); and, giving up after 8 attempts, the PostgreSQL ledger's schema migration at
+start (1 to 8 s).
 """
 
 from __future__ import annotations

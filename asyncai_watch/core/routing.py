@@ -8,7 +8,8 @@ known URIs and templates.
 :class:`Template` matches and expands RFC 6570 templates, levels 1-4. It is a thin
 layer over the SDK's :class:`mcp.shared.uri_template.UriTemplate` (the matcher MCP
 servers themselves route ``resources/read`` with, so client and server agree on what a
-URI means), adding the two level-4 pieces the SDK refuses:
+URI means; imported on first use, so that importing the core loads no SDK), adding the two
+level-4 pieces the SDK refuses:
 
 - the prefix modifier ``{var:N}``: expands the first N characters; matches a value of
   at most N characters;
@@ -25,14 +26,18 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from typing import Final
+from types import ModuleType
+from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote
 
 import attrs
-from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
+from asyncai_watch.core.echo import clip, quoted
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import RoutingError
+
+if TYPE_CHECKING:
+    from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 __all__ = ["InvalidUriTemplate", "Route", "ServerCatalog", "Template", "compile_template", "route"]
 
@@ -40,6 +45,21 @@ _EXPRESSION: Final = re.compile(r"\{([^{}]*)\}")
 _OPERATORS: Final = frozenset("+#./;?&")
 _PREFIX_LENGTH: Final = re.compile(r"[1-9][0-9]{0,3}")  # RFC 6570 §2.4.1: 1..9999
 _MAX_LISTED: Final = 20
+
+
+@functools.cache
+def _sdk() -> ModuleType:
+    """The SDK's ``mcp.shared.uri_template``, imported on first use (it loads all of ``mcp``)."""
+    import mcp.shared.uri_template
+
+    return mcp.shared.uri_template
+
+
+def __getattr__(name: str) -> object:
+    if name == "InvalidUriTemplate":  # the SDK's class, re-exported without importing it eagerly
+        return _sdk().InvalidUriTemplate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 Value = str | Sequence[str]
 Variables = dict[str, str | list[str]]
@@ -95,10 +115,10 @@ class Template:
             pieces.append(template[pos:])
         # The SDK validates the whole template, with the modifiers it refuses stripped;
         # each expression of a valid template is then valid on its own.
-        self._sdk = UriTemplate.parse("".join(p if isinstance(p, str) else p[2] for p in pieces))
+        self._sdk = _sdk_parse("".join(p if isinstance(p, str) else p[2] for p in pieces))
         outside = query_explode - self._sdk.query_variable_names
         if outside:
-            raise InvalidUriTemplate(
+            raise _sdk().InvalidUriTemplate(
                 f"Query explode {{?{sorted(outside)[0]}*}} is supported only in the template's trailing "
                 "query part (e.g. 'items{?tag*}'); got it elsewhere",
                 template=template,
@@ -200,15 +220,16 @@ class Template:
 
 @functools.lru_cache(maxsize=512)
 def _sdk_parse(text: str) -> UriTemplate:
-    return UriTemplate.parse(text)
+    parsed: UriTemplate = _sdk().UriTemplate.parse(text)
+    return parsed
 
 
 def _parse_varspec(template: str, spec: str, pos: int) -> _Var:
     if ":" in spec:
         name, _, length = spec.partition(":")
         if not _PREFIX_LENGTH.fullmatch(length):
-            raise InvalidUriTemplate(
-                f"Prefix modifier in {spec!r} at position {pos} needs a length of 1-9999, e.g. {{{name}:3}}",
+            raise _sdk().InvalidUriTemplate(
+                f"Prefix modifier in {quoted(spec)} at position {pos} needs a length of 1-9999, e.g. {{{name}:3}}",
                 template=template,
                 position=pos,
             )
@@ -222,14 +243,15 @@ def _parse_varspec(template: str, spec: str, pos: int) -> _Var:
 def _compile(template: str) -> Template | InvalidUriTemplate:
     try:
         return Template(template)
-    except InvalidUriTemplate as exc:
-        return exc
+    except _sdk().InvalidUriTemplate as exc:
+        invalid: InvalidUriTemplate = exc
+        return invalid
 
 
 def compile_template(template: str) -> Template:
     """A cached :class:`Template`; raises :class:`InvalidUriTemplate` for a bad template."""
     compiled = _compile(template)
-    if isinstance(compiled, InvalidUriTemplate):
+    if not isinstance(compiled, Template):
         raise compiled
     return compiled
 
@@ -265,7 +287,7 @@ def route(uri: str, catalogs: Sequence[ServerCatalog]) -> Route:
     for cat in catalogs:
         for tpl in cat.templates:
             compiled = _compile(tpl.uri_template)
-            if isinstance(compiled, InvalidUriTemplate):
+            if not isinstance(compiled, Template):
                 continue  # a server's unparseable template cannot match anything; others still can
             variables = compiled.match(uri)
             if variables is not None:
@@ -287,16 +309,16 @@ def _listing(items: list[str]) -> str:
 
 def _no_route_message(uri: str, catalogs: Sequence[ServerCatalog]) -> str:
     if not catalogs:
-        return f"no server for {uri!r}: no MCP server is connected"
-    uris = [f"{r.uri} ({c.name})" for c in catalogs for r in c.resources]
+        return f"no server for {quoted(uri)}: no MCP server is connected"
+    uris = [f"{clip(r.uri)} ({c.name})" for c in catalogs for r in c.resources]
     templates: list[str] = []
     for c in catalogs:
         for t in c.templates:
-            bad = isinstance(_compile(t.uri_template), InvalidUriTemplate)
-            templates.append(f"{t.uri_template} ({c.name}{', unparseable' if bad else ''})")
+            bad = not isinstance(_compile(t.uri_template), Template)
+            templates.append(f"{clip(t.uri_template)} ({c.name}{', unparseable' if bad else ''})")
     servers = ", ".join(c.name for c in catalogs)
     return (
-        f"no server for {uri!r}: no server lists it, it matches no template, and no server "
+        f"no server for {quoted(uri)}: no server lists it, it matches no template, and no server "
         f"({servers}) advertises resources.subscribe. Known URIs: {_listing(uris)}. "
         f"Templates: {_listing(templates)}."
     )

@@ -12,6 +12,7 @@ from typing import Final
 
 import attrs
 
+from asyncai_watch.core.echo import clip, quoted
 from asyncai_watch.errors import FilterError, InvalidWatchNameError, LimitError, WatchError
 
 __all__ = ["WatchSpec", "check_room"]
@@ -35,11 +36,11 @@ class WatchSpec:
             raise InvalidWatchNameError(f"watch_start: name must be a string, got {_kind(name)}")
         if not _NAME_RE.fullmatch(name):
             raise InvalidWatchNameError(
-                f"watch_start: invalid watch name {name!r}; use 1-64 characters from letters, digits, "
+                f"watch_start: invalid watch name {quoted(name)}; use 1-64 characters from letters, digits, "
                 "'_', '-', '.', starting with a letter or '_' (e.g. \"notes\", \"cm-default\")"
             )
         if not isinstance(uri, str) or not uri.strip():
-            raise WatchError(f"watch_start: uri must be a non-empty string, got {uri!r}")
+            raise WatchError(f"watch_start: uri must be a non-empty string, got {quoted(uri)}")
         if on_event is not None and not isinstance(on_event, str):
             raise FilterError(
                 "watch_start: on_event must be Python source text (a str) or None, got "
@@ -61,7 +62,7 @@ def check_room(spec: WatchSpec, existing: Mapping[str, tuple[str, str]], max_wat
     taken = existing.get(spec.name)
     if taken is not None and taken[1] in ("starting", "running"):
         raise WatchError(
-            f"watch_start: a watch named {spec.name!r} already exists (uri {taken[0]}); "
+            f"watch_start: a watch named {spec.name!r} already exists (uri {clip(taken[0])}); "
             f"pick another name, or watch_stop(name={spec.name!r}) first"
         )
     others = {name: status for name, (_, status) in existing.items() if name != spec.name}
@@ -77,5 +78,6 @@ def check_room(spec: WatchSpec, existing: Mapping[str, tuple[str, str]], max_wat
 
 def _kind(value: object) -> str:
     if callable(value):
-        return f"{type(value).__name__} {getattr(value, '__name__', repr(value))!r}"
-    return f"{type(value).__name__} {value!r}"[:120]
+        name = getattr(value, "__name__", None)
+        return f"{type(value).__name__} {quoted(name if isinstance(name, str) else value)}"
+    return f"{type(value).__name__} {quoted(value)}"

@@ -17,12 +17,16 @@ from typing import Any, Final, Protocol
 import anyio
 from anyio.abc import Process, UNIXSocketStream
 
+from asyncai_watch.clock import Clock, SystemClock, move_on_at
 from asyncai_watch.errors import FilterEngineError
 
-__all__ = ["ForkServer", "ServerGone", "WorkerProcess", "boot_command", "spawn_worker"]
+__all__ = ["FORK_TIMEOUT", "ForkServer", "ServerGone", "WorkerProcess", "boot_command", "spawn_worker"]
 
 STARTUP_TIMEOUT: Final = 30.0
 """Seconds a fork server or worker may take to start (a loaded machine is slow)."""
+FORK_TIMEOUT: Final = 2.0
+"""Seconds a running fork server may take to answer a fork request (a fork takes milliseconds):
+past it the server is taken as stopped or hung, and replaced."""
 _CLOSE_TIMEOUT: Final = 5.0
 
 # The package root goes at the *end* of sys.path: an installed asyncai_watch wins, and a
@@ -186,6 +190,7 @@ class ForkServer:
         """Set once a request failed: the next launch starts a new server."""
         self._lock = anyio.Lock()
         self._buffer = bytearray()
+        self._closed = False
 
     @property
     def pid(self) -> int:
@@ -225,30 +230,36 @@ class ForkServer:
         self._buffer = bytearray(rest)
         return bytes(line)
 
-    async def fork(self) -> ForkedWorker:
-        """A new worker. ServerGone if this server is dead or broken (start another)."""
+    async def fork(self, *, bound: float = FORK_TIMEOUT, clock: Clock | None = None) -> ForkedWorker:
+        """A new worker. ServerGone if this server is dead, broken, or does not answer within
+        ``bound`` seconds on ``clock`` (waiting behind other requests included): start another."""
         if self.broken:
             raise ServerGone("is broken")
+        clock = clock if clock is not None else SystemClock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         status_ours, status_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         worker: ForkedWorker | None = None
         try:
-            # Shielded: a request abandoned halfway would leave its reply for the next one.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(STARTUP_TIMEOUT) as waited:
-                async with self._lock:
-                    try:
-                        await self.ctl.send_fds(b"fork\n", [theirs.fileno(), status_theirs.fileno()])
-                        line = await self._line()
-                    finally:
-                        theirs.close()
-                        status_theirs.close()
-                if line.startswith(b"pid ") and line[4:].isdigit():
-                    channel = await UNIXSocketStream.from_socket(ours)
-                    status = await UNIXSocketStream.from_socket(status_ours)
-                    worker = ForkedWorker(int(line[4:]), channel, status)
-                    return worker
+            # Shielded: a request abandoned halfway would leave its reply for the next one
+            # (after a timeout the server is broken and never asked again).
+            with anyio.CancelScope(shield=True):
+                async with move_on_at(clock, clock.now() + bound) as waited:
+                    async with self._lock:
+                        if self.broken:  # the request before this one found it dead or hung
+                            raise ServerGone("is broken")
+                        try:
+                            await self.ctl.send_fds(b"fork\n", [theirs.fileno(), status_theirs.fileno()])
+                            line = await self._line()
+                        finally:
+                            theirs.close()
+                            status_theirs.close()
+                    if line.startswith(b"pid ") and line[4:].isdigit():
+                        channel = await UNIXSocketStream.from_socket(ours)
+                        status = await UNIXSocketStream.from_socket(status_ours)
+                        worker = ForkedWorker(int(line[4:]), channel, status)
+                        return worker
             if waited.cancelled_caught:
-                raise ServerGone("did not answer a fork request in time")
+                raise ServerGone(f"did not answer a fork request within {bound:g} s")
         except ServerGone:
             self.broken = True
             raise
@@ -267,9 +278,21 @@ class ForkServer:
     async def aclose(self) -> None:
         """Close the control socket (the server then kills its workers and exits)."""
         self.broken = True
+        if self._closed:
+            return
+        self._closed = True
         with anyio.CancelScope(shield=True):
             await self.ctl.aclose()
             await _end_process(self.proc)
+
+    async def kill(self) -> None:
+        """End a server that failed a request at once: a stopped or hung one would not exit on
+        its own. Its workers die with it (``PR_SET_PDEATHSIG``). Safe to call more than once."""
+        self.broken = True
+        if self.proc.returncode is None:
+            with suppress(ProcessLookupError):
+                self.proc.kill()
+        await self.aclose()
 
 
 def _fatal_text(line: bytes) -> str:

@@ -2,7 +2,8 @@
 
 Parent -> worker:
   ["init", source, filename, names]       compile, fresh scope; -> ["ok"] | ["err", message, type]
-  ["run", events, timeout]                 -> one ["o", line, error, error_type] per event
+  ["run", events, timeout]                 -> ["s"] (the batch is read and starting), then one
+                                              ["o", line, error, error_type] per event
   ["ret", call_id, ok, value_or_message]   the answer to a worker's ["call", ...]
   ["ret", call_id, false, message, "timeout"]  the event's time ran out during the call
   ["probe"]                                -> ["probe", {...}] (environment/limits, for tests)
@@ -22,6 +23,17 @@ import attrs
 MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 """Largest protocol line the parent accepts from a worker; beyond it the worker is killed."""
 
+MAX_CALL_DEPTH: Final = 100
+"""How deeply a catalog call's arguments, and its answer, may nest (lists and dicts). JSON
+work recurses once per level, so data nested near Python's recursion limit would fail on the
+side with the deeper stack; this bound holds on both sides, whatever their stacks."""
+
+DECODE_ERRORS: Final = (ValueError, RecursionError)
+"""What :func:`decode` raises for a line that is not JSON, or is nested too deeply to read."""
+
+ENCODE_ERRORS: Final = (ValueError, TypeError, RecursionError)
+"""What :func:`encode` raises for a value nested too deeply (or cyclic) to write."""
+
 # ASCII on the wire, so any str (even a lone surrogate) survives the round trip.
 _wire_dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), default=lambda o: _plain(o)).encode
 _line_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=lambda o: _plain(o)).encode
@@ -35,6 +47,11 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, bytes):
         return obj.decode("utf-8", "replace")
     return str(obj)
+
+
+STARTED: Final = b'["s"]\n'
+"""Sent (and flushed) by the worker as it starts a batch: a worker that dies before it sends
+this ran none of the batch, so the batch is run again on a new worker instead of reported."""
 
 
 def encode(message: Any) -> bytes:
@@ -58,3 +75,25 @@ def compact_json(value: Any) -> str:
 
 def decode(line: bytes | bytearray) -> Any:
     return json.loads(line)
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` has lists, tuples or dicts nested more than ``limit`` levels deep.
+
+    Iterative (any depth is safe to check) and stops at the first level too deep.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth == limit:
+            if children:
+                return True
+            continue
+        stack.extend((child, depth + 1) for child in children if isinstance(child, list | tuple | dict))
+    return False

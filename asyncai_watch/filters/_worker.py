@@ -384,6 +384,12 @@ class Worker:
         return call
 
     def rpc(self, name: str, kwargs: dict[str, Any]) -> Any:
+        # The parent checks again (this process runs untrusted code); checking here first
+        # gives the filter a CatalogError it can catch instead of a dead worker.
+        if _wire.nested_deeper_than(kwargs, _wire.MAX_CALL_DEPTH):
+            raise CatalogError(
+                f"{name}(): arguments are nested more than {_wire.MAX_CALL_DEPTH} levels deep; pass flatter data"
+            )
         try:
             payload = json.dumps(kwargs)
         except (TypeError, ValueError) as exc:
@@ -391,7 +397,7 @@ class Worker:
                 f"{name}(): arguments must be JSON data (str, number, list, dict): {exc}"
             ) from None
         if len(payload) > MAX_CALL_BYTES:
-            raise CatalogError(f"{name}(): arguments are {len(payload)} bytes; at most {MAX_CALL_BYTES}")
+            raise CatalogError(f"{name}(): arguments are {len(payload):,} bytes; at most {MAX_CALL_BYTES:,}")
         # No tick may raise while the request or its reply is half-sent: the stream would be
         # unusable. The wait still counts against the event's deadline: the parent answers
         # "timeout" when it passes, and the check below applies it.
@@ -437,6 +443,8 @@ class Worker:
         # Each outcome is flushed as soon as it exists: if the next event kills the
         # worker, the parent knows exactly which event did.
         self.timeout = timeout
+        self.out.write(_wire.STARTED)
+        self.out.flush()
         signal.setitimer(signal.ITIMER_PROF, TICK, TICK)
         try:
             for event in events:

@@ -13,6 +13,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
+from asyncai_watch.core.echo import quoted
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.filters._check import check_source
@@ -88,7 +89,7 @@ class EmptyCatalog:
     names: frozenset[str] = frozenset()
 
     async def call(self, name: str, kwargs: dict[str, Any]) -> Any:
-        raise PermissionError(f"{name!r} is not in this filter's catalog (it is empty)")
+        raise PermissionError(f"{quoted(name)} is not in this filter's catalog (it is empty)")
 
 
 @runtime_checkable

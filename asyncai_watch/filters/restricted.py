@@ -23,11 +23,14 @@ from typing import Any, Final
 import anyio
 import attrs
 
+from asyncai_watch.clock import Clock, SystemClock
+from asyncai_watch.core.echo import clip, quoted
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError, FilterError
 from asyncai_watch.filters import _wire
 from asyncai_watch.filters._check import FILENAME, check_source
 from asyncai_watch.filters._launch import (
+    FORK_TIMEOUT,
     STARTUP_TIMEOUT,
     ForkServer,
     ServerGone,
@@ -40,6 +43,9 @@ from asyncai_watch.filters.engine import Catalog, FilterOutcome, FilterSession, 
 __all__ = ["FILENAME", "RestrictedFilterSession", "RestrictedPythonEngine", "check_source"]
 
 MAX_DEATHS_PER_BATCH: Final = 3
+_UNSENDABLE_EVENT: Final = (
+    "the event is nested too deeply to hand to the filter (its JSON recursion would overflow); it was not run"
+)
 _CHUNK: Final = 256 * 1024
 _log = logging.getLogger(__name__)
 
@@ -55,7 +61,9 @@ class RestrictedPythonEngine:
     a worker's total CPU seconds before it is killed and restarted; ``watchdog`` is the
     grace after an event's ``Limits.filter_timeout`` before a worker that has not answered
     is killed (default ``max(2, filter_timeout)``); ``catalog_timeout`` bounds one catalog
-    call (within the event's own deadline).
+    call (within the event's own deadline). ``fork_timeout`` bounds a fork request to a running
+    fork server, on ``clock``: a server that does not answer in time (stopped, hung) is killed
+    and replaced, and the sessions whose workers it took start new ones at their next event.
     """
 
     limits: Limits = attrs.field(factory=Limits)
@@ -67,6 +75,8 @@ class RestrictedPythonEngine:
     drop_privileges: bool = True
     python: str = sys.executable
     fork_server: bool = True
+    fork_timeout: float = FORK_TIMEOUT
+    clock: Clock = attrs.field(factory=SystemClock)
     seccomp: str | None = attrs.field(default=None, init=False)
     """The latest worker's seccomp state as it reported it: ``"on"`` or ``"off: <why>"``
     (None before the first worker started)."""
@@ -134,22 +144,31 @@ class RestrictedPythonEngine:
         """A new worker for a session. FilterEngineError if none can be started."""
         if not self.fork_server:
             return await spawn_worker(self.command())
-        async with self._lock():
-            # A dead server (killed, crashed) is noticed here, by its first failed request,
-            # and replaced once: the workers it forked died with it, this one starts afresh.
-            for attempt in (1, 2):
-                server = self._server
-                if server is None or server.broken:
-                    if server is not None:
-                        self._server = None
-                        await server.aclose()
-                    server = self._server = await ForkServer.start(self.command())
-                try:
-                    return await server.fork()
-                except ServerGone as gone:
-                    if attempt == 2:
-                        raise FilterEngineError(f"the filter worker fork server {gone.reason}") from None
+        # A dead, stopped or hung server is noticed by its first failed request (bounded by
+        # fork_timeout), killed, and replaced once. The engine lock covers only finding or
+        # starting the server, never a fork request: sessions waiting on a stopped server all
+        # learn it within the bound, instead of one after another.
+        for attempt in (1, 2):
+            server = await self._running_server()
+            try:
+                return await server.fork(bound=self.fork_timeout, clock=self.clock)
+            except ServerGone as gone:
+                if self._server is server:
+                    self._server = None
+                await server.kill()  # its workers die with it; their sessions start new ones
+                if attempt == 2:
+                    raise FilterEngineError(f"the filter worker fork server {gone.reason}") from None
         raise AssertionError("unreachable")
+
+    async def _running_server(self) -> ForkServer:
+        async with self._lock():
+            server = self._server
+            if server is None or server.broken:
+                if server is not None:
+                    self._server = None
+                    await server.kill()
+                server = self._server = await ForkServer.start(self.command())
+            return server
 
     def _retain(self) -> None:
         self._sessions += 1
@@ -168,6 +187,14 @@ class RestrictedPythonEngine:
 
 class _WorkerGone(Exception):
     """The worker died or stopped answering; ``reason`` says how."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _NotStarted(Exception):
+    """The worker died before it started the batch: none of it ran."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -281,10 +308,11 @@ class RestrictedFilterSession:
         deadline = anyio.current_time() + STARTUP_TIMEOUT
         return await self._recv(deadline, f"did not answer for {STARTUP_TIMEOUT:g} s and was killed")
 
-    async def _send(self, message: list[Any]) -> None:
+    async def _send(self, message: list[Any] | bytes) -> None:
         assert self._worker is not None
+        line = message if isinstance(message, bytes) else _wire.encode(message)
         try:
-            await self._worker.channel.send(_wire.encode(message))
+            await self._worker.channel.send(line)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             raise _WorkerGone(await self._exit_reason()) from None
 
@@ -297,7 +325,7 @@ class RestrictedFilterSession:
         raw = self._lines.popleft()
         try:
             message = _wire.decode(raw)
-        except ValueError:
+        except _wire.DECODE_ERRORS:  # not JSON, or nested too deeply to read: never raised on
             message = None
         # The worker is not trusted (a sandbox escape would run there): check every shape.
         if not (isinstance(message, list) and message and isinstance(message[0], str)):
@@ -401,6 +429,7 @@ class RestrictedFilterSession:
         outcomes: list[FilterOutcome] = []
         pending = events
         deaths = 0
+        retried = False  # a batch whose worker died before starting it runs once more
         while pending:
             if self._worker is None:
                 try:
@@ -409,9 +438,33 @@ class RestrictedFilterSession:
                     note = f"the filter worker could not be restarted: {exc}"
                     outcomes.extend(FilterOutcome(error=note, error_type="worker") for _ in pending)
                     break
+            batch, line = self._sendable(pending)
+            if line is None:  # the first event cannot be handed over; the rest may
+                outcomes.append(FilterOutcome(error=_UNSENDABLE_EVENT, error_type="event"))
+                pending = pending[1:]
+                continue
             try:
-                outcomes.extend(await self._exchange(pending))
-                break
+                outcomes.extend(await self._exchange(batch, line))
+                pending = pending[len(batch) :]
+                retried = False
+            except _NotStarted as gone:
+                # None of the batch ran (the worker died idle, e.g. with its fork server): that is
+                # no event's fault. Run it once more on a new worker; report it only if that fails too.
+                self.restarts += 1
+                if retried:
+                    note = (
+                        f"the filter worker {gone.reason} before on_event could run on this event, "
+                        "twice; the event was not run"
+                    )
+                    outcomes.extend(FilterOutcome(error=note, error_type="worker") for _ in batch)
+                    pending = pending[len(batch) :]
+                    retried = False
+                else:
+                    _log.warning(
+                        "a filter worker %s while idle; its events run on a new worker (its variables are gone)",
+                        gone.reason,
+                    )
+                    retried = True
             except _Died as died:
                 outcomes.extend(died.done)
                 outcomes.append(
@@ -424,6 +477,7 @@ class RestrictedFilterSession:
                     )
                 )
                 pending = pending[len(died.done) + 1 :]
+                retried = False
                 deaths += 1
                 self.restarts += 1
                 if deaths >= MAX_DEATHS_PER_BATCH and pending:
@@ -432,16 +486,34 @@ class RestrictedFilterSession:
                     break
         return outcomes
 
-    async def _exchange(self, events: list[Mapping[str, Any]]) -> list[FilterOutcome]:
+    def _sendable(self, events: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], bytes | None]:
+        """The longest prefix of ``events`` that can be written for the worker (usually all of
+        them) and its ``run`` line; no line when the first event cannot be (nested too deeply)."""
+        line = self._run_line(events)
+        if line is not None:
+            return events, line
+        # Rare: find the first event that cannot be written (if each can alone, go one by one).
+        bad = next((i for i, event in enumerate(events) if self._run_line([event]) is None), 1)
+        batch = events[: max(bad, 1)]
+        line = self._run_line(batch)
+        return (batch, line) if line is not None else ([], None)
+
+    def _run_line(self, events: list[Mapping[str, Any]]) -> bytes | None:
+        try:
+            return _wire.encode(["run", events, self.limits.filter_timeout])
+        except _wire.ENCODE_ERRORS:
+            return None
+
+    async def _exchange(self, events: list[Mapping[str, Any]], line: bytes) -> list[FilterOutcome]:
         done: list[FilterOutcome] = []
-        finished = False
+        finished = begun = False
         timeout = self.limits.filter_timeout
         overdue = (
             f"had not finished the event {timeout + self._grace:g} s after it started "
             f"(Limits.filter_timeout {timeout:g} s + {self._grace:g} s grace) and was killed"
         )
         try:
-            await self._send(["run", events, timeout])
+            await self._send(line)
             calls = 0
             # The event's wall-clock time starts when the parent hands it over (the batch
             # is sent, or the previous outcome arrives); the worker's own clock starts no
@@ -450,7 +522,11 @@ class RestrictedFilterSession:
             while len(done) < len(events):
                 message = await self._recv(started + timeout + self._grace, overdue)
                 kind = message[0]
-                if kind == "o":
+                if not begun:
+                    begun = True  # it is alive and speaking: what went wrong now is on this batch
+                    if message != ["s"]:
+                        raise _WorkerGone(f"sent {str(message)[:100]} before starting the batch")
+                elif kind == "o":
                     done.append(self._outcome(message))
                     calls = 0
                     started = anyio.current_time()
@@ -462,6 +538,8 @@ class RestrictedFilterSession:
             finished = True
             return done
         except _WorkerGone as gone:
+            if not begun:
+                raise _NotStarted(gone.reason) from None
             raise _Died(done, gone.reason) from None
         finally:
             if not finished:
@@ -480,7 +558,7 @@ class RestrictedFilterSession:
             line=line, error=error and error[:cap], error_type=error_type and error_type[:100]
         )
 
-    async def _serve(self, message: list[Any], calls: int, deadline: float) -> list[Any]:
+    async def _serve(self, message: list[Any], calls: int, deadline: float) -> list[Any] | bytes:
         """The reply to a catalog call made by the event whose time is up at ``deadline``."""
         _, call_id, name, kwargs = message
         limit = self.limits.filter_tool_calls
@@ -490,7 +568,7 @@ class RestrictedFilterSession:
                 "ret",
                 call_id,
                 False,
-                f"{name!r} is not in the filter's read-only catalog (allowed: {allowed})",
+                f"{quoted(name)} is not in the filter's read-only catalog (allowed: {allowed})",
             ]
         if calls > limit:
             return [
@@ -507,7 +585,7 @@ class RestrictedFilterSession:
             with anyio.move_on_at(min(deadline, own_limit)) as waited:
                 value = await self.catalog.call(name, dict(kwargs))
         except Exception as exc:
-            text = str(exc)
+            text = clip(str(exc), 1000)
             return [
                 "ret",
                 call_id,
@@ -518,7 +596,23 @@ class RestrictedFilterSession:
             if deadline <= own_limit:
                 return ["ret", call_id, False, f"{name}() did not answer in time", "timeout"]
             return ["ret", call_id, False, f"{name}() timed out after {self.engine.catalog_timeout:g} s"]
-        return ["ret", call_id, True, value]
+        return self._answer(call_id, name, value)
+
+    def _answer(self, call_id: int, name: str, value: Any) -> list[Any] | bytes:
+        """The reply carrying a catalog call's answer, or an error the filter can catch when the
+        answer cannot be handed over (the worker would fail reading it, and die)."""
+        if _wire.nested_deeper_than(value, _wire.MAX_CALL_DEPTH):
+            why = f"its answer is nested more than {_wire.MAX_CALL_DEPTH} levels deep"
+        else:
+            try:
+                line = _wire.encode(["ret", call_id, True, value])
+            except _wire.ENCODE_ERRORS as exc:
+                why = f"its answer cannot be handed to the filter ({type(exc).__name__})"
+            else:
+                if len(line) <= _wire.MAX_LINE_BYTES:
+                    return line
+                why = f"its answer is {len(line):,} bytes; at most {_wire.MAX_LINE_BYTES:,}"
+        return ["ret", call_id, False, f"{name}(): {why}"]
 
     async def probe(self) -> dict[str, Any]:
         """The worker's own view of its environment and limits (diagnostics and tests)."""

@@ -408,24 +408,42 @@ def _import(name: str, *_args: Any, **_kwargs: Any) -> Any:
 
 _FORMAT_NAMES: Final = frozenset({"format", "format_map", "get_field", "get_value", "vformat", "Formatter"})
 
-# Attributes a class gets from its metaclass, not from its own body or bases: today only
-# ``mro``, whose result ends in the real ``object`` (the ``object`` builtin is a stub).
-# Taken from ``type`` itself, so a method a later Python adds to ``type`` is refused too.
-_TYPE_ATTRIBUTES: Final = frozenset(n for n in dir(type) if not n.startswith("_"))
+# Attributes that lead from an object to its class hierarchy, whose end is the real ``object``
+# (the ``object`` builtin is a stub). The plain ones (``mro``, taken from ``type`` itself so a
+# method a later Python adds to ``type`` is refused too) are refused on *every* object, not only
+# on classes: a ``types.GenericAlias`` (``list[int]``) forwards plain attributes to its class, and
+# an instance may forward them too. The dunder ones are refused anyway (the "_" rule); they are
+# listed so the hierarchy stays closed if that rule ever changes.
+_TYPE_ATTRIBUTES: Final = frozenset(n for n in dir(type) if not n.startswith("_")) | frozenset(
+    {
+        "__mro__",
+        "__bases__",
+        "__base__",
+        "__subclasses__",
+        "__class__",
+        "__origin__",
+        "__args__",
+        "__parameters__",
+        "__orig_bases__",
+        "__orig_class__",
+        "__type_params__",
+        "__value__",
+    }
+)
 
 
 def _check_attribute(obj: Any, name: str) -> None:
     if type(name) is not str:
         raise TypeError(f"attribute name must be a str, got {type(name).__name__}")
+    if name in _TYPE_ATTRIBUTES:
+        raise PolicyError(
+            f"attribute {name!r} is not accessible on any object (type introspection is blocked); "
+            "use isinstance() or issubclass()"
+        )
     if name[:1] == "_":
         raise PolicyError(f'attribute {name!r} is not accessible: names starting with "_" are blocked')
     if name in INSPECT_ATTRIBUTES or name.endswith("__roles__"):
         raise PolicyError(f"attribute {name!r} is not accessible (frame and code introspection is blocked)")
-    if name in _TYPE_ATTRIBUTES and isinstance(obj, type):
-        raise PolicyError(
-            f"attribute {name!r} of a class is not accessible (type introspection is blocked); "
-            "use isinstance() or issubclass()"
-        )
     if name in _FORMAT_NAMES:
         if name in ("format", "format_map") and (
             isinstance(obj, str) or (isinstance(obj, type) and issubclass(obj, str))

@@ -1,28 +1,39 @@
 """The watch built-ins as typed async functions, the shape every framework's tool wrapper takes.
 
 Each framework builds its tool schema from a signature and a docstring (PydanticAI's
-``FunctionToolset``, the Agents SDK's ``function_tool``, LangChain's ``StructuredTool``), so the
-five built-ins are written out here once, with real parameters. Each calls the code-mode
-built-in (:func:`asyncai_watch.codemode.builtins`), so the argument checks, the manager's
-sandboxed ``on_event`` filter and the design's dict shapes (:mod:`asyncai_watch.shapes`) are
-the same as in code mode. Errors the model can act on (:data:`TOOL_ERRORS`) are turned into
-each framework's tool error by its module, with :func:`tool_error_text` as the message.
+``FunctionToolset``, the Agents SDK's ``function_tool``, LangChain's ``StructuredTool``), so each
+built-in is made a real typed function here, from the one table of built-in tools
+(:mod:`asyncai_watch.core.tools`): its ``__signature__`` and annotations from the parameters'
+JSON types, its Google-style docstring from the description and the parameters' descriptions.
+Each framework then derives the table's own schema back (``tests/test_tool_table.py`` checks
+all three). Each function calls the code-mode built-in (:func:`asyncai_watch.codemode.builtins`),
+so the argument checks, the manager's sandboxed ``on_event`` filter and the design's dict shapes
+(:mod:`asyncai_watch.shapes`) are the same as in code mode. Errors the model can act on
+(:data:`TOOL_ERRORS`) are turned into each framework's tool error by its module, with
+:func:`tool_error_text` as the message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import functools
+import inspect
+import operator
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from asyncai_watch.codemode import WatchApi, builtins
+from asyncai_watch.core.tools import WATCH_TOOLS, ToolSpec
 from asyncai_watch.errors import WatchError
 from asyncai_watch.runtime.subscriptions import describe
+from asyncai_watch.runtime.tools import AsyncFn
 
-__all__ = ["TOOL_ERRORS", "tool_error_text", "watch_functions"]
+__all__ = ["TOOL_ERRORS", "docstring", "signature", "tool_error_text", "typed_function", "watch_functions"]
 
 TOOL_ERRORS: Final = (WatchError, TypeError)
 """What a tool reports to the model as a failed call (a bad URI, a duplicate name, a bad filter,
 a bad argument); anything else is a bug or an outage and propagates as the framework decides."""
+
+_PY_TYPES: Final[Mapping[str, Any]] = {"string": str, "integer": int, "boolean": bool, "null": type(None)}
 
 
 def tool_error_text(exc: BaseException) -> str:
@@ -30,55 +41,58 @@ def tool_error_text(exc: BaseException) -> str:
     return describe(exc)
 
 
+def _result_type(schema: Mapping[str, Any]) -> Any:
+    kind = schema.get("type")
+    if kind == "array":
+        return list[_result_type(schema.get("items", {}))]  # type: ignore[misc]
+    if kind == "object":
+        return dict[str, Any]
+    return _PY_TYPES.get(kind, Any) if isinstance(kind, str) else Any
+
+
+def signature(spec: ToolSpec) -> inspect.Signature:
+    """``(name: str, uri: str, on_event: str | None = None) -> dict[str, Any]`` for ``watch_start``."""
+    params = [
+        inspect.Parameter(
+            p.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            annotation=functools.reduce(operator.or_, [_PY_TYPES[t] for t in p.types]),
+            default=inspect.Parameter.empty if p.required else p.default,
+        )
+        for p in spec.params
+    ]
+    return inspect.Signature(params, return_annotation=_result_type(spec.result))
+
+
+def docstring(spec: ToolSpec) -> str:
+    """The description, what it returns, and an ``Args:`` section (Google style, which all three read)."""
+    doc = spec.full_description()
+    if spec.params:
+        doc += "\n\nArgs:\n" + "\n".join(f"    {p.name}: {p.description}" for p in spec.params)
+    return doc
+
+
+def typed_function(spec: ToolSpec, call: AsyncFn) -> Callable[..., Awaitable[Any]]:
+    """``spec`` as a typed async function that passes its arguments, by keyword, to ``call``."""
+    sig = signature(spec)
+
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return await call(**bound.arguments)
+
+    tool.__name__ = tool.__qualname__ = spec.name
+    tool.__doc__ = docstring(spec)
+    tool.__annotations__ = {
+        **{name: p.annotation for name, p in sig.parameters.items()},
+        "return": sig.return_annotation,
+    }
+    tool.__signature__ = sig  # type: ignore[attr-defined]  # what inspect.signature() answers
+    return tool
+
+
 def watch_functions(manager: WatchApi) -> list[Callable[..., Awaitable[Any]]]:
     """``list_resources``, ``read_resource``, ``watch_start``, ``watch_stop``, ``watch_list`` over
     ``manager``, as typed async functions with docstrings a framework turns into tool schemas."""
     fns = builtins(manager)
-
-    async def list_resources() -> list[dict[str, Any]]:
-        """List the resources and URI templates of the connected MCP servers.
-
-        Each entry has uri (or template with an example URI), name, description, mime_type,
-        server, and subscribable (true when watch_start can watch it).
-        """
-        result: list[dict[str, Any]] = await fns["list_resources"]()
-        return result
-
-    async def read_resource(uri: str) -> Any:
-        """Read a resource once and return its current content (parsed JSON, else text).
-
-        Args:
-            uri: The resource URI, e.g. memo://notes.
-        """
-        return await fns["read_resource"](uri=uri)
-
-    async def watch_start(name: str, uri: str, on_event: str | None = None) -> dict[str, Any]:
-        """Start watching a resource; each later change arrives as a <watch-event> message.
-
-        Returns {"name", "uri", "shape"}. The watch keeps running across turns until watch_stop.
-
-        Args:
-            name: A name for the watch (letters, digits, _ . -), used by watch_stop.
-            uri: The resource URI to watch, e.g. memo://notes (see list_resources).
-            on_event: Optional Python filter source, run once per event with `event` in
-                scope; its last expression is the notice line (None drops the event). The
-                filter can only read (read_resource, list_resources, read-only tools).
-        """
-        result: dict[str, Any] = await fns["watch_start"](name=name, uri=uri, on_event=on_event)
-        return result
-
-    async def watch_stop(name: str) -> bool:
-        """Stop a watch; returns false when there is no watch by that name.
-
-        Args:
-            name: The watch's name, as given to watch_start.
-        """
-        result: bool = await fns["watch_stop"](name=name)
-        return result
-
-    async def watch_list() -> list[dict[str, Any]]:
-        """List the watches: name, uri, shape, and the events and notices each has seen."""
-        result: list[dict[str, Any]] = await fns["watch_list"]()
-        return result
-
-    return [list_resources, read_resource, watch_start, watch_stop, watch_list]
+    return [typed_function(spec, fns[spec.name]) for spec in WATCH_TOOLS]

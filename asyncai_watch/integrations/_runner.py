@@ -283,7 +283,7 @@ def _report(event: str, number: int, exc: BaseException) -> None:
     if logger.hasHandlers():
         logger.error(event, extra={"run": number, "error": describe(exc)})
         return
-    causes = []
+    causes: list[str] = []
     seen = {id(exc)}
     cause = exc.__cause__ or exc.__context__
     while cause is not None and id(cause) not in seen and len(causes) < 5:

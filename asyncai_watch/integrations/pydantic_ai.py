@@ -20,8 +20,8 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asyncai_watch._extras import require
 from asyncai_watch.codemode import WatchApi
+from asyncai_watch.extras import require
 from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
 from asyncai_watch.integrations._runner import Publish, TurnRunner
 from asyncai_watch.runtime.manager import WatchManager

@@ -24,7 +24,10 @@ call reconnects first (respawning a stdio server): the manager's resubscribe
 backoff is what paces reconnects; nothing here retries on its own.
 
 Errors: the server's own errors become :class:`ServerError` (with the server's
-message); a connection that cannot be made, or is gone, becomes
+message), and so does a result the SDK refuses (not valid for the negotiated
+protocol version, or a tool result that does not meet the tool's output schema),
+naming the method; a 2026-07-28 tool result without ``resultType`` is read as
+complete, as the spec says. A connection that cannot be made, or is gone, becomes
 :class:`ServerConnectionError` naming the command or URL. Both are
 :class:`~asyncai_watch.errors.WatchError`.
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import functools
 import logging
 import os
@@ -50,9 +54,9 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp_types as types
+import pydantic
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientExtension, Transport
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import (
     ListenNotSupportedError,
@@ -64,6 +68,7 @@ from mcp.client.subscriptions import (
 
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.clock import Clock, SystemClock, fail_after
+from asyncai_watch.core.echo import quoted, redact, redact_url
 from asyncai_watch.core.eventlog import AFTER_META_KEY
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import (
@@ -75,8 +80,8 @@ from asyncai_watch.errors import (
     SubscriptionLostError,
 )
 from asyncai_watch.http_auth import refresh_first
-from asyncai_watch.mcp import _sdk_stdio
 from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.stdio import StdioTransport
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
@@ -100,7 +105,6 @@ _MAX_PAGES: Final = 1000
 
 _T = TypeVar("_T")
 
-_sdk_stdio.install()  # a linear stdout line reader for the SDK's stdio client (see the module)
 _log = logging.getLogger(__name__)
 
 
@@ -183,7 +187,8 @@ def _describe_error(exc: BaseException) -> str:
     for leaf in _leaf_errors(exc):
         text = str(leaf) or type(leaf).__name__
         parts.append(text if isinstance(leaf, MCPError) else f"{type(leaf).__name__}: {text}")
-    return "; ".join(dict.fromkeys(parts))
+    # The SDK's and httpx's messages may hold the request URL (and so its secret parameters).
+    return redact("; ".join(dict.fromkeys(parts)))
 
 
 def _is_connection_closed(exc: BaseException) -> bool:
@@ -227,6 +232,10 @@ class McpResourceSource:
         if request_timeout is not None and request_timeout <= 0:
             raise ValueError(
                 f"request_timeout must be > 0 seconds (or None for no bound), got {request_timeout!r}"
+            )
+        if isinstance(target, StdioServerParameters) and codecs.lookup(target.encoding).name != "utf-8":
+            raise ValueError(
+                f"MCP over stdio is UTF-8; got a server with encoding={target.encoding!r} (leave it unset)"
             )
         self._target = target
         self._description = description
@@ -273,11 +282,11 @@ class McpResourceSource:
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not argv or not argv[0]:
             raise ValueError(
-                f"McpResourceSource.stdio: command must name a program, e.g. 'asyncai-mcp-simple', got {command!r}"
+                f"McpResourceSource.stdio: command must name a program, e.g. 'asyncai-mcp-simple', got {quoted(command)}"
             )
         if not all(isinstance(arg, str) for arg in argv):
             raise TypeError(
-                f"McpResourceSource.stdio: command must be a str or a sequence of str, got {command!r}"
+                f"McpResourceSource.stdio: command must be a str or a sequence of str, got {quoted(command)}"
             )
         params = StdioServerParameters(
             command=_resolve(argv[0]), args=argv[1:], env=dict(env) if env is not None else None, cwd=cwd
@@ -332,15 +341,27 @@ class McpResourceSource:
         next call reconnect (a stdio server is restarted): a server that stopped
         answering must not stall its watches for good.
         """
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        try:
+            parsed = urllib.parse.urlsplit(url)
+            hostname = parsed.hostname
+        except ValueError:  # a bad port or bracket: not an http(s) URL either
+            hostname = None
+        if not hostname or parsed.scheme not in ("http", "https"):
             raise ValueError(
-                f"McpResourceSource.http: expected an http(s) URL such as http://127.0.0.1:8765/mcp, got {url!r}"
+                "McpResourceSource.http: expected an http(s) URL such as http://127.0.0.1:8765/mcp, "
+                f"got {quoted(redact_url(url)) if isinstance(url, str) else quoted(url)}"
             )
+        for key, value in (headers or {}).items():
+            # httpx would refuse it later with the value in its message: a token in an error.
+            if any(c in f"{key}{value}" for c in "\r\n\x00"):
+                raise ValueError(
+                    f"McpResourceSource.http: header {quoted(key)} holds a line break or NUL; "
+                    "a header name and value must each be one line"
+                )
         return cls(
             target=url,
-            description=f"URL {_redact(url)!r}",
-            fallback_name=parsed.hostname,
+            description=f"URL {redact_url(url)!r}",
+            fallback_name=hostname,
             name=name,
             headers=headers,
             auth=refresh_first(auth) if auth is not None else None,
@@ -445,7 +466,7 @@ class McpResourceSource:
 
     async def _open_client(self, stack: AsyncExitStack) -> Client:
         http_errors: list[str] = []
-        transport: Transport | StdioServerParameters
+        transport: Transport
         if isinstance(self._target, str):
             # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
             # listen stream is idle between events; modern servers ping it every 15 s).
@@ -461,10 +482,12 @@ class McpResourceSource:
 
             http_client.event_hooks["response"].append(note_status)
             transport = streamable_http_client(self._target, http_client=http_client)
-        elif self._errlog is not None:
-            transport = stdio_client(self._target, errlog=self._errlog)
         else:
-            transport = self._target
+            # Our own transport (a new one, so a new process, per connection): see mcp/stdio.py.
+            params = self._target
+            transport = StdioTransport(
+                params.command, params.args, env=params.env, cwd=params.cwd, errlog=self._errlog
+            )
         client = Client(
             transport,
             mode="auto",
@@ -559,6 +582,15 @@ class McpResourceSource:
                     f"server {self.name!r} ({self._description}): {what} failed: the connection is closed"
                 ) from exc
             raise ServerError(self.name, what, exc.code, exc.message) from exc
+        except pydantic.ValidationError as exc:
+            raise ServerError(
+                self.name, what, None, f"its result is not valid MCP {conn.protocol_version}: {_invalid(exc)}"
+            ) from exc
+        except RuntimeError as exc:
+            # The SDK refused a result it did get: structured content that misses the tool's
+            # output schema, an input_required exchange that never ends.
+            first_line = (str(exc) or type(exc).__name__).splitlines()[0]
+            raise ServerError(self.name, what, None, f"its result was refused: {first_line}") from exc
         except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             conn.dead = True
             raise ServerConnectionError(
@@ -576,7 +608,7 @@ class McpResourceSource:
             if cursor is None:
                 return pages
             if cursor in seen:
-                raise ServerError(self.name, what, None, f"pagination cursor {cursor!r} repeated")
+                raise ServerError(self.name, what, None, f"pagination cursor {quoted(cursor)} repeated")
             seen.add(cursor)
         raise ServerError(self.name, what, None, f"more than {_MAX_PAGES} pages")
 
@@ -624,7 +656,7 @@ class McpResourceSource:
         ``after`` (an event log's ``(log_id, seq)``) goes in the request's ``_meta``, so a server
         that knows positions answers with the newer events only.
         """
-        what = f"resources/read {uri!r}"
+        what = f"resources/read {quoted(uri)}"
         meta = {AFTER_META_KEY: {"log_id": after[0], "seq": after[1]}} if after is not None else None
         result = await self._request(
             what,
@@ -648,7 +680,7 @@ class McpResourceSource:
 
     def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``uri``; see :class:`~asyncai_watch.mcp.source.ResourceSource`."""
-        return self._listen(f"subscriptions/listen {uri!r}", uri=uri)
+        return self._listen(f"subscriptions/listen {quoted(uri)}", uri=uri)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``notifications/resources/list_changed``."""
@@ -729,9 +761,19 @@ class McpResourceSource:
 
     async def call_tool_result(self, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
         """:meth:`call_tool`'s result as the server sent it (``asyncai-watch call --json`` prints it)."""
-        return await self._request(
-            f"tools/call {name!r}", lambda client: client.call_tool(name, dict(arguments))
-        )
+        what = f"tools/call {quoted(name)}"
+        try:
+            result = await self._request(what, lambda client: client.call_tool(name, dict(arguments)))
+        except ServerError as exc:
+            # MCP 2026-07-28: a result without resultType is complete. The SDK's schema requires
+            # the field, so such a result comes back refused, with the body it refused.
+            found = _complete_without_result_type(exc.__cause__)
+            if found is None:
+                raise
+            result = found
+            if not result.is_error:  # what the SDK does for a result it accepts
+                await self._request(what, lambda client: client.session.validate_tool_result(name, found))
+        return result
 
     def __repr__(self) -> str:
         state = "open" if self._conn is not None else "closed"
@@ -751,6 +793,31 @@ def tool_result(result: types.CallToolResult) -> ToolResult:
         structured=result.structured_content,
         is_error=bool(result.is_error),
     )
+
+
+def _invalid(exc: pydantic.ValidationError) -> str:
+    """What made a result invalid, briefly: each field and why (the body itself is not shown)."""
+    found = [
+        f"{'.'.join(str(part) for part in err['loc']) or 'result'}: {err['msg']}" for err in exc.errors()
+    ]
+    shown = list(dict.fromkeys(found))
+    return "; ".join(shown[:4]) + (f"; +{len(shown) - 4} more" if len(shown) > 4 else "")
+
+
+def _complete_without_result_type(exc: BaseException | None) -> types.CallToolResult | None:
+    """The tool result the SDK refused in ``exc`` when a missing ``resultType`` was its only fault."""
+    if not isinstance(exc, pydantic.ValidationError):
+        return None
+    errors = exc.errors()
+    if not errors or any(err["type"] != "missing" or err["loc"][-1:] != ("resultType",) for err in errors):
+        return None
+    body = errors[0]["input"]
+    if not isinstance(body, dict):
+        return None
+    try:
+        return types.CallToolResult.model_validate({**body, "resultType": "complete"}, by_name=False)
+    except pydantic.ValidationError:
+        return None
 
 
 def _tool_info(tool: types.Tool) -> ToolInfo:
@@ -785,13 +852,3 @@ def _resolve(command: str) -> str:
         return command
     beside = Path(sys.executable).parent / command
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else command
-
-
-def _redact(url: str) -> str:
-    """``url`` without userinfo, so a password never lands in an error message."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

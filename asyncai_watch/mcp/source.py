@@ -68,7 +68,8 @@ class ResourceSource(Protocol):
 
     @property
     def protocol_version(self) -> str:
-        """The negotiated MCP version, e.g. ``"2026-07-28"`` or ``"2025-11-25"``."""
+        """The negotiated MCP version, e.g. ``"2026-07-28"`` or ``"2025-11-25"``; ``""`` while a
+        source that connects in the background has not connected yet."""
         ...
 
     @property

@@ -16,6 +16,7 @@ import attrs
 
 from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.backoff import Backoff
+from asyncai_watch.core.echo import quoted
 from asyncai_watch.core.routing import Route, ServerCatalog, route
 from asyncai_watch.errors import NotWatchableError, RoutingError, WatchError
 from asyncai_watch.mcp.source import ResourceSource
@@ -100,7 +101,7 @@ class Catalogs:
         ]
         if not catalogs:
             raise RoutingError(
-                f"{what}: no connected server can serve {uri!r}"
+                f"{what}: no connected server can serve {quoted(uri)}"
                 + (
                     f"; unreachable: {', '.join(unreachable)}"
                     if unreachable

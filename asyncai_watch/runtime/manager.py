@@ -116,7 +116,9 @@ class WatchManager:
         self._tg = tg
         try:
             for source in self.sources:
-                if source.protocol_version == MODERN_PROTOCOL_VERSION:
+                # "": not connected yet (serve's upstreams connect in the background); a legacy
+                # server ends its follower at once (NotWatchableError).
+                if source.protocol_version in (MODERN_PROTOCOL_VERSION, ""):
                     tg.start_soon(self._catalogs.follow_list_changes, source)
             if specs:
                 # Restored watches run at once, but their notices wait for the restore notice: a
@@ -153,6 +155,8 @@ class WatchManager:
                 if run.status in ("running", "starting"):
                     self._log("watch.stopped", run, reason="manager closed")
             self._send.close()
+            if self._state is not None:
+                self._state.close()  # the file's lock: the next owner may start now
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -215,6 +219,12 @@ class WatchManager:
         if len(result.text) > LARGE_BODY:
             return (await anyio.to_thread.run_sync(Body.parse, result.text)).value
         return Body.parse(result.text).value
+
+    async def state_saved(self) -> None:
+        """Return once no write of the ``watch_state`` file is in flight (each start and stop
+        has saved before it returned, so what was acknowledged is on disk then)."""
+        async with self._save_lock:
+            pass
 
     # -- starting --------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import anyio.abc
 import attrs
 
 from asyncai_watch.clock import Clock, move_on_at
+from asyncai_watch.core.echo import clip, redact
 from asyncai_watch.core.eventlog import Position, position
 from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.limits import Limits
@@ -39,9 +40,13 @@ LARGE_EVENT_LOG: Final = 8 * 1024 * 1024
 read (a positioned read of a fast log is a few thousand events); longer ones go to the worker."""
 
 
+_DESCRIBE_CAP: Final = 2000  # an error's text in a notice or log: several quotes of input, capped
+
+
 def describe(exc: BaseException) -> str:
-    """``Type: message`` (or just the type), the way errors are named in notices and logs."""
-    text = str(exc)
+    """``Type: message`` (or just the type), the way errors are named in notices and logs;
+    URLs in the message lose their secrets (:func:`~asyncai_watch.core.echo.redact`)."""
+    text = clip(redact(str(exc)), _DESCRIBE_CAP)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -256,7 +261,7 @@ class Feed:
             except Exception as exc:
                 if not self._started:
                     raise WatchError(
-                        f"watch_start: subscribing to {self.uri} on server {self.source.name!r} failed: "
+                        f"watch_start: subscribing to {clip(self.uri)} on server {self.source.name!r} failed: "
                         f"{describe(exc)}"
                     ) from exc
                 session.reason = f"resubscribe failed: {describe(exc)}"
@@ -280,7 +285,7 @@ class Feed:
             if self._started:
                 raise
             error = WatchError(
-                f"watch_start: reading {self.uri} from server {self.source.name!r} failed: {describe(exc)}"
+                f"watch_start: reading {clip(self.uri)} from server {self.source.name!r} failed: {describe(exc)}"
             )
             raise error from exc
 
@@ -309,7 +314,7 @@ class Feed:
                     sub.read_failed(error)
                 self._fail_joiners(
                     WatchError(
-                        f"watch_start: reading {self.uri} from server {self.source.name!r} failed: {error}"
+                        f"watch_start: reading {clip(self.uri)} from server {self.source.name!r} failed: {error}"
                     )
                 )
                 continue

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import anyio
 
+from asyncai_watch.core.echo import clip, quoted
 from asyncai_watch.errors import WatchError
 from asyncai_watch.mcp.source import ResourceSource, ToolInfo
 
@@ -119,7 +120,7 @@ async def call_tool(source: ResourceSource, tool: ToolInfo, arguments: Mapping[s
     """Call ``tool``: structured content, else the text parsed as JSON, else the text."""
     result = await source.call_tool(tool.name, arguments)
     if result.is_error:
-        raise ToolCallError(f"tool {tool.name!r} (server {source.name!r}) failed: {result.text}")
+        raise ToolCallError(f"tool {tool.name!r} (server {source.name!r}) failed: {clip(result.text, 1000)}")
     if result.structured is not None:
         return result.structured
     try:
@@ -194,7 +195,7 @@ class ReadOnlyCatalog:
             )
         found = self._tools.get(name)
         if found is None:
-            raise PermissionError(f"{name!r} is not in the filter's catalog")
+            raise PermissionError(f"{quoted(name)} is not in the filter's catalog")
         source, tool = found
         if not tool.read_only:
             raise PermissionError(

@@ -1,14 +1,19 @@
 """``asyncai-watch serve``: MCP resource watches for Claude Code and any Channels host.
 
 The host starts this as an MCP server (stdio, or Streamable HTTP with ``--http``). It
-connects upstream to the servers the user names (``--server``, or the ``mcpServers`` of a
-``.mcp.json`` with ``--config``), runs a :class:`~asyncai_watch.WatchManager` over them,
-offers the watch built-ins as tools, and pushes each notice as a
-``notifications/claude/channel``. Every notice is also kept in a bounded ring that the
-``watch_notices`` tool reads, because a host may drop a push without a word
-(docs/claude-code.md).
+answers the host at once and connects upstream in the background to the servers the user
+names (``--server``, or the ``mcpServers`` of a ``.mcp.json`` with ``--config``), each
+retried while it is down; runs a :class:`~asyncai_watch.WatchManager` over them, offers the
+watch built-ins as tools, and pushes each notice as a ``notifications/claude/channel``.
+Every notice is also kept in a bounded ring that the ``watch_notices`` tool reads, because a
+host may drop a push without a word (docs/claude-code.md).
 
-Modules: :mod:`.config` (upstreams), :mod:`.ring` (the pull side), :mod:`.channel` (the push's
+On stdio, SIGINT, SIGTERM or the end of stdin end the process at once (exit 0) once no write of
+the ``--watch-state`` file is in flight: Claude Code sends SIGINT, then SIGTERM 100 ms later,
+then SIGKILL. The stdio upstream servers get SIGTERM on the way out, not waited for.
+
+Modules: :mod:`.config` (upstreams), :mod:`.upstreams` (their connections), :mod:`.bridge`
+(the manager and the notices), :mod:`.ring` (the pull side), :mod:`.channel` (the push's
 shape, the instructions), :mod:`.hub` (fan-out), :mod:`.server` (the MCP server).
 """
 
@@ -16,27 +21,31 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import os
+import signal
 import sys
-from contextlib import AsyncExitStack
-from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
-from typing import Final
+from typing import Final, NoReturn, TextIO
 
 import anyio
 
 from asyncai_watch import log
+from asyncai_watch.clock import SystemClock, fail_after
+from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import LimitError, WatchError
 from asyncai_watch.mcp.client import McpResourceSource
-from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.state_file import StateFile
 
+from .bridge import Bridge
 from .channel import instructions
 from .config import ConfigError, Upstream, from_server_args, load_config, select
 from .hub import DEFAULT_BUFFER, Hub
 from .ring import NoticeRing
-from .server import ConnectionAttach, build_server
+from .server import ConnectionAttach, FirstAnswer, build_server
+from .upstreams import DEFAULT_WAIT, UpstreamLink
 
 __all__ = ["DEFAULT_RING", "SERVE_ENV", "add_arguments", "main"]
 
@@ -44,6 +53,8 @@ PROG: Final = "asyncai-watch serve"
 DEFAULT_RING: Final = 1000
 SERVE_ENV: Final = "ASYNCAI_WATCH_SERVE"
 """Set in the environment of every stdio upstream: a serve started by a serve refuses to run."""
+EXIT_SAVE_WAIT: Final = 0.08
+"""Seconds an exit waits for a ``--watch-state`` write in flight (one takes a few ms)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,11 +124,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"pushes queued per client before they are dropped (default {DEFAULT_BUFFER}; "
         "watch_notices still has them)",
     )
+    parser.add_argument(
+        "--upstream-wait",
+        type=float,
+        default=DEFAULT_WAIT,
+        metavar="SECONDS",
+        help=f"how long a tool call waits for an upstream server that is still connecting "
+        f"(default {DEFAULT_WAIT:g}); one that is down is reported at once",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every NDJSON event on stderr")
+    parser.add_argument(
+        "--log-file",
+        type=Path,
+        metavar="PATH",
+        help="append every NDJSON log event, and the stdio upstream servers' stderr, to PATH "
+        "(for troubleshooting: a host such as Claude Code hides serve's stderr)",
+    )
 
 
 def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {redact(message)}", file=sys.stderr, flush=True)
     return 2
 
 
@@ -152,87 +178,127 @@ def _upstreams(args: argparse.Namespace) -> list[Upstream]:
         raise ConfigError(
             "name the servers to watch: --server [NAME=]COMMAND|URL (repeatable) or --config .mcp.json"
         )
-    names = [u.name for u in found if u.name is not None]
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    given = [u.name for u in found if u.name is not None]
+    dupes = sorted({n for n in given if given.count(n) > 1})
     if dupes:
         raise ConfigError(
             f"server name(s) {', '.join(map(repr, dupes))} given more than once; names must be unique"
         )
+    names = [u.link_name for u in found]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(
+            f"two upstream servers are both named {', '.join(map(repr, dupes))}; names must be unique: "
+            "give them names with --server NAME=..."
+        )
     return found
 
 
-def _source(upstream: Upstream) -> McpResourceSource:
+def _source(upstream: Upstream, errlog: TextIO | None = None) -> McpResourceSource:
     try:
         if upstream.url is not None:
-            return McpResourceSource.http(upstream.url, name=upstream.name, headers=upstream.headers or None)
+            return McpResourceSource.http(
+                upstream.url, name=upstream.link_name, headers=upstream.headers or None
+            )
         return McpResourceSource.stdio(
-            list(upstream.argv), name=upstream.name, env={**upstream.env, SERVE_ENV: "1"}
+            list(upstream.argv),
+            name=upstream.link_name,
+            env={**upstream.env, SERVE_ENV: "1"},
+            errlog=errlog,  # a file: the child writes to its descriptor
         )
     except ValueError as exc:
         raise ConfigError(f"{upstream.origin}: {exc}") from None
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-async def _pump(manager: WatchManager, ring: NoticeRing, hub: Hub) -> None:
-    """Every notice into the ring (pull), then out to whoever can hear a push."""
-    async for notice in manager.notices:
-        entry = ring.add(notice, _now())
-        hub.publish(entry)
-        log.emit(
-            "serve.notice",
-            notice_id=entry.id,
-            source=notice.source,
-            watch=notice.meta.get("name"),
-            outlets=len(hub.outlets),
-            push_dropped=hub.dropped,
+def _links(
+    upstreams: list[Upstream], errlog: TextIO | None, wait: float, clock: SystemClock
+) -> list[UpstreamLink]:
+    return [
+        UpstreamLink(
+            u.link_name,
+            functools.partial(_source, u, errlog),
+            target=_source(u).description,  # also checks the command or URL before anything runs
+            clock=clock,
+            wait=wait,
         )
+        for u in upstreams
+    ]
 
 
-async def _serve(args: argparse.Namespace, upstreams: list[Upstream], limits: Limits) -> None:
-    sources = [_source(u) for u in upstreams]
+async def _serve(
+    args: argparse.Namespace, upstreams: list[Upstream], limits: Limits, errlog: TextIO | None
+) -> None:
+    # Imported before serving starts: nothing is left to load between the host's initialize and the answer.
+    from asyncai_watch.server.http import serve_http
+    from asyncai_watch.server.stdio import stdio_server
+
+    clock = SystemClock()
+    links = _links(upstreams, errlog, args.upstream_wait, clock)
     http = _address(args.http) if args.http is not None else None
-    async with AsyncExitStack() as stack:
-        # Connected one by one: a server that cannot start fails serve before the host is answered.
-        for source in sources:
-            await stack.enter_async_context(source)
-        names = [s.name for s in sources]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ConfigError(
-                f"two upstream servers are both named {', '.join(map(repr, dupes))}; "
-                "give them names with --server NAME=..."
-            )
-        manager = await stack.enter_async_context(
-            WatchManager(sources, limits=limits, watch_state=args.watch_state, verbose=args.verbose)
-        )
-        ring = NoticeRing(args.ring)
-        hub = Hub(exclusive=http is None, buffer=args.push_buffer)
-        text = instructions(names, {"max_watches": limits.max_watches})
-        server = build_server(manager, ring, hub, instructions=text, version=version("asyncai-watch"))
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump, manager, ring, hub)
-            if http is not None:
-                from asyncai_servers._http import serve_http
+    hub = Hub(exclusive=http is None, buffer=args.push_buffer)
+    bridge = Bridge(
+        links,
+        NoticeRing(args.ring),
+        hub,
+        limits=limits,
+        watch_state=args.watch_state,
+        verbose=args.verbose,
+        wait=args.upstream_wait,
+        clock=clock,
+    )
+    text = instructions([link.name for link in links], {"max_watches": limits.max_watches})
+    server = build_server(bridge, instructions=text, version=version("asyncai-watch"))
+    log.emit("serve.start", upstreams=[link.name for link in links], http=args.http, pid=os.getpid())
+    async with anyio.create_task_group() as tg:
+        if http is not None:
+            await tg.start(bridge.run)
+            server.middleware.append(ConnectionAttach(hub, tg, None, clock=clock))
+            host, port = http
+            await serve_http(server.streamable_http_app(host=host), host, port, on_shutdown=hub.close)
+        else:
+            initialized = anyio.Event()
+            await tg.start(bridge.run, initialized)  # the upstreams connect once initialize is answered
+            server.middleware.append(FirstAnswer(initialized))
+            with hub.attach("connection") as outlet:
+                server.middleware.append(ConnectionAttach(hub, tg, outlet, clock=clock))
+                async with stdio_server() as (read, write):
+                    # Opened inside the transport, so this handler, not the transport's, gets SIGTERM.
+                    tg.start_soon(_exit_on_signal, bridge)
+                    await server.run(read, write, server.create_initialization_options())
+                await _exit(bridge, "the client closed stdin")
+        hub.close()
+        tg.cancel_scope.cancel()  # the client left: the pump and the writers go too
 
-                server.middleware.append(ConnectionAttach(hub, tg, None))
-                host, port = http
-                await serve_http(server.streamable_http_app(host=host), host, port, on_shutdown=hub.close)
-            else:
-                from asyncai_servers._stdio import stdio_server
 
-                with hub.attach("connection") as outlet:
-                    server.middleware.append(ConnectionAttach(hub, tg, outlet))
-                    async with stdio_server() as (read, write):
-                        await server.run(read, write, server.create_initialization_options())
-            hub.close()
-            tg.cancel_scope.cancel()  # the client left: the pump and the writers go too
+async def _exit_on_signal(bridge: Bridge) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            await _exit(bridge, signal.Signals(signum).name)
+
+
+async def _exit(bridge: Bridge, reason: str) -> NoReturn:
+    """End the process now: Claude Code follows SIGINT with SIGTERM 100 ms later (see the module).
+
+    What was acknowledged is on disk already (every start and stop saves before it answers);
+    a write still in flight is waited for, so no temp file is left behind. The upstream
+    connections are not closed one by one: each stdio server (and the filter engine's worker) gets
+    SIGTERM, without waiting for it, and sees its stdin close."""
+    log.emit("serve.exit", reason=reason)
+    try:
+        async with fail_after(bridge.clock, EXIT_SAVE_WAIT):
+            await bridge.state_saved()
+    except TimeoutError:
+        pass  # the write goes on in its thread; the file is replaced whole or not at all
+    stopped = _stop_children()
+    log.emit("serve.children_stopped", pids=stopped)
+    for handler in log.logger.handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _address(value: str) -> tuple[str, int]:
-    from asyncai_servers._http import parse_host_port
+    from asyncai_watch.server.http import parse_host_port
 
     try:
         return parse_host_port(value)
@@ -246,34 +312,96 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def _stop_children() -> list[int]:
+    """SIGTERM each child process's process group; returns the pids signalled.
+
+    The SDK starts every stdio server in a session of its own, so an exit of ours reaches none
+    of them: a server that does not read its stdin (a hung one) would outlive us. The children
+    are found in ``/proc`` (Linux); elsewhere they are left to see their stdin close."""
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    stopped = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        pid, ppid, pgrp = int(entry), int(fields[1]), int(fields[2])
+        if ppid != me:
+            continue
+        try:
+            if pgrp == pid:
+                os.killpg(pgrp, signal.SIGTERM)  # the server and whatever it started
+            else:
+                os.kill(pid, signal.SIGTERM)
+        except OSError:
+            continue
+        stopped.append(pid)
+    return stopped
+
+
+def _configure_log(args: argparse.Namespace) -> TextIO | None:
+    """NDJSON on stderr (every event with ``--verbose``), and every event in ``--log-file``."""
+    stderr = log.configure_ndjson(sys.stderr, verbose=args.verbose or args.log_file is not None)
+    if args.log_file is None:
+        return None
+    if not args.verbose:
+        stderr.setLevel(logging.INFO)
+    try:
+        stream = open(args.log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115  # lives as long as serve
+    except OSError as exc:
+        raise ConfigError(
+            f"--log-file {str(args.log_file)!r}: cannot open it: {exc.strerror or exc}"
+        ) from None
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(log.NdjsonFormatter())
+    log.logger.addHandler(handler)
+    return stream
+
+
 def main(args: argparse.Namespace) -> int:
     if os.environ.get(SERVE_ENV):
         return _fail(
             "started by another asyncai-watch serve (an upstream server entry runs serve itself); "
             "list the servers to watch, not serve"
         )
-    with log.ndjson_logging(sys.stderr, verbose=args.verbose):
+    # Called in process (a test, a program), the handlers it attaches to stderr must not outlive it.
+    with log.restored():
         return _main(args)
 
 
 def _main(args: argparse.Namespace) -> int:
     try:
+        errlog = _configure_log(args)
         if args.ring < 1:
             raise ConfigError(f"--ring must be >= 1, got {args.ring}")
         if args.push_buffer < 1:
             raise ConfigError(f"--push-buffer must be >= 1, got {args.push_buffer}")
+        if not args.upstream_wait >= 0:
+            raise ConfigError(f"--upstream-wait must be a number of seconds >= 0, got {args.upstream_wait}")
         limits = _limits(args)
         upstreams = _upstreams(args)
+        for upstream in upstreams:
+            _source(upstream)  # a malformed command or URL fails here, before anything starts
         if args.http is not None:
             _address(args.http)
-    except ConfigError as exc:
+        if args.watch_state is not None:
+            with StateFile(args.watch_state) as state:  # released: the manager takes it for good
+                state.load()  # a corrupt or owned one stops serve before anything runs
+    except (ConfigError, WatchError) as exc:
         return _fail(str(exc))
     try:
-        anyio.run(functools.partial(_serve, args, upstreams, limits))
+        anyio.run(functools.partial(_serve, args, upstreams, limits, errlog))
     except KeyboardInterrupt:
         return 0
     except BaseException as exc:
-        from asyncai_servers._http import bind_error
+        from asyncai_watch.server.http import bind_error
 
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise

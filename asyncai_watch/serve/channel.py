@@ -34,6 +34,7 @@ __all__ = [
     "catchup_dict",
     "channel_params",
     "instructions",
+    "restore_report",
 ]
 
 CHANNEL_METHOD: Final = "notifications/claude/channel"
@@ -116,6 +117,12 @@ def catchup_dict(catchup: Catchup, ring_size: int) -> dict[str, Any]:
     return out
 
 
+def restore_report(entry: Entry) -> str:
+    """A restore notice as a tool result reports it (its push may have been dropped unheard)."""
+    text = neutralize(entry.notice.text.strip("\n"), multiline=True)
+    return f"Notice {entry.id} (kind=restore, also pushed as a <channel> tag):\n{text}"
+
+
 def instructions(servers: Sequence[str], limits: Mapping[str, object]) -> str:
     """The server's ``instructions``: what the ``<channel>`` tag means and which tools to use."""
     names = ", ".join(servers) or "none"
@@ -137,5 +144,8 @@ instruction. Attribute values and the body are XML-escaped (&amp; is &, &lt; is 
 Pushed notices can be dropped silently by the host. Call watch_notices(after_id=N), with N the \
 highest notice_id you have seen (0 at first), to catch up, for example before you rely on what a \
 watch reported; it also says if older notices were lost.
+The upstream servers connect in the background and are retried while they are down: \
+watch_list() shows each one's state (connected, connecting, or failed with the reason and when it is \
+retried), and a tool that needs one that is down says so.
 on_event is Python source run once per event with `event` (a dict: type, key, new, old, changed, \
 object, ...); its last expression is the notice line, None drops the event."""

@@ -22,12 +22,14 @@ import json
 import os
 import re
 import shlex
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
+from asyncai_watch.core.echo import clip, quoted, redact_url
 from asyncai_watch.errors import WatchError
 from asyncai_watch.mcp.server_spec import parse_server
 
@@ -56,7 +58,7 @@ class Upstream:
     """One upstream MCP server: a command spoken to over stdio, or a Streamable HTTP URL."""
 
     name: str | None
-    """The name the user gave (``NAME=`` or the config key); ``None``: the server's own name."""
+    """The name the user gave (``NAME=`` or the config key); ``None``: see :attr:`link_name`."""
     argv: tuple[str, ...] = ()
     env: Mapping[str, str] = attrs.field(factory=dict, hash=False)
     url: str | None = None
@@ -67,6 +69,21 @@ class Upstream:
     @property
     def is_http(self) -> bool:
         return self.url is not None
+
+    @property
+    def link_name(self) -> str:
+        """The name serve uses: the one given, else the URL's host, the module of ``python -m
+        MODULE``, or the program's file name. Fixed before connecting: tools, routing and the
+        state file refer to an upstream by it while the server is still away."""
+        if self.name is not None:
+            return self.name
+        if self.url is not None:
+            return urllib.parse.urlsplit(self.url).hostname or self.url
+        program = os.path.basename(self.argv[0]) if self.argv else ""
+        rest = list(self.argv[1:])
+        if program.startswith("python") and "-m" in rest and rest.index("-m") + 1 < len(rest):
+            return rest[rest.index("-m") + 1]
+        return program or "server"
 
 
 def expand_vars(text: str, env: Mapping[str, str], where: str) -> str:
@@ -109,16 +126,16 @@ def from_server_args(values: Sequence[str]) -> list[Upstream]:
     for value in values:
         try:
             spec = parse_server(value)
-            origin = f"--server {value}"
+            origin = f"--server {clip(value)}"
             if spec.is_http:
                 out.append(Upstream(name=spec.name, url=spec.target, origin=origin))
                 continue
             argv = tuple(shlex.split(spec.target))
         except ValueError as exc:
-            raise ConfigError(f"--server {value!r}: {exc}") from None
+            raise ConfigError(f"--server {quoted(value)}: {exc}") from None
         if is_serve_itself(argv):
             raise ConfigError(
-                f"--server {value!r} runs asyncai-watch serve itself; name the servers to watch"
+                f"--server {quoted(value)} runs asyncai-watch serve itself; name the servers to watch"
             )
         out.append(Upstream(name=spec.name, argv=argv, origin=origin))
     return out
@@ -181,7 +198,7 @@ def _entry(name: str, entry: Any, where: str, env: Mapping[str, str]) -> Upstrea
     kind = entry.get("type")
     if kind is not None and kind not in _TYPES:
         raise ConfigError(
-            f'{where}: type {kind!r} is not supported; use "stdio" (command) or "http" (Streamable HTTP url)'
+            f'{where}: type {quoted(kind)} is not supported; use "stdio" (command) or "http" (Streamable HTTP url)'
         )
     has_command, has_url = "command" in entry, "url" in entry
     if has_command == has_url:
@@ -189,11 +206,11 @@ def _entry(name: str, entry: Any, where: str, env: Mapping[str, str]) -> Upstrea
             f'{where}: give either "command" (stdio) or "url" (http), not {"both" if has_url else "neither"}'
         )
     if (kind == "stdio" and has_url) or (kind in ("http", "streamable-http") and has_command):
-        raise ConfigError(f"{where}: type {kind!r} does not go with {'url' if has_url else 'command'}")
+        raise ConfigError(f"{where}: type {quoted(kind)} does not go with {'url' if has_url else 'command'}")
 
     def text(key: str, value: Any) -> str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}.{key} must be a string, got {json.dumps(value)[:60]}")
+            raise ConfigError(f"{where}.{key} must be a string, got {quoted(value)}")
         return expand_vars(value, env, f"{where}.{key}")
 
     def strings(key: str, kind_: Callable[[], Any]) -> Any:
@@ -210,7 +227,7 @@ def _entry(name: str, entry: Any, where: str, env: Mapping[str, str]) -> Upstrea
         url = text("url", entry["url"])
         if not url.startswith(("http://", "https://")):
             raise ConfigError(
-                f"{where}.url must be an http(s) URL such as http://127.0.0.1:8765/mcp, got {url!r}"
+                f"{where}.url must be an http(s) URL such as http://127.0.0.1:8765/mcp, got {quoted(redact_url(url))}"
             )
         return Upstream(name=name, url=url, headers=strings("headers", dict), origin=where)
     command = text("command", entry["command"])

@@ -1,12 +1,13 @@
 """Fan-out of pushed notices to the places a host can receive them.
 
 An :class:`Outlet` is one such place: an open ``subscriptions/listen`` stream (2026-07-28,
-any transport: sent request-scoped on the listen's stream), or a connection (stdio, and a
-legacy ``initialize`` session: sent connection-scoped, which is how a legacy host such as
-Claude Code receives channel notifications). Each outlet has a bounded buffer and one
-writer task; publishing never waits, so a stalled host cannot hold up the watches. A full
-buffer drops the push and counts it: the notice is still in the ring, for
-``watch_notices``.
+any transport: sent request-scoped on the listen's stream, which the
+:class:`~asyncai_watch.server.SubscriptionRegistry` writes: the outlet *forwards* each push
+to it), or a connection (stdio, and a legacy ``initialize`` session: sent connection-scoped,
+which is how a legacy host such as Claude Code receives channel notifications). Each outlet
+has a bounded buffer and one writer task; publishing never waits, so a stalled host cannot
+hold up the watches. A full buffer drops the push and counts it: the notice is still in the
+ring, for ``watch_notices``.
 
 Who gets a notice:
 
@@ -19,7 +20,7 @@ Who gets a notice:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -39,6 +40,10 @@ OutletKind = Literal["listen", "connection"]
 class Outlet:
     kind: OutletKind
     capacity: int
+    forward: Callable[[Entry], bool] | None = None
+    """Hand each push to this instead of the queue (a listen stream, whose own buffer bounds it);
+    it answers False when it has no room."""
+    on_close: Callable[[], None] | None = None
     queue: deque[Entry] = attrs.field(factory=deque)
     pushed: int = 0
     dropped: int = 0
@@ -46,7 +51,13 @@ class Outlet:
     _wake: anyio.Event = attrs.field(factory=anyio.Event)
 
     def offer(self, entry: Entry) -> bool:
-        if self.closed or len(self.queue) >= self.capacity:
+        if self.closed:
+            return False
+        if self.forward is not None:
+            taken = self.forward(entry)
+            self.pushed += taken
+            return taken
+        if len(self.queue) >= self.capacity:
             return False
         self.queue.append(entry)
         self._wake.set()
@@ -55,6 +66,8 @@ class Outlet:
     def close(self) -> None:
         self.closed = True
         self._wake.set()
+        if self.on_close is not None:
+            self.on_close()
 
     async def next_batch(self) -> list[Entry] | None:
         """Wait for something to send; ``None`` once closed and drained."""
@@ -81,8 +94,14 @@ class Hub:
     """Notices published while no outlet was open (pull only)."""
 
     @contextmanager
-    def attach(self, kind: OutletKind) -> Iterator[Outlet]:
-        outlet = Outlet(kind, self.buffer)
+    def attach(
+        self,
+        kind: OutletKind,
+        *,
+        forward: Callable[[Entry], bool] | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> Iterator[Outlet]:
+        outlet = Outlet(kind, self.buffer, forward, on_close)
         self.outlets.append(outlet)
         try:
             yield outlet

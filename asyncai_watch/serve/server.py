@@ -1,31 +1,37 @@
 """The MCP server ``asyncai-watch serve`` runs: the watch tools, the listen stream, the pushes.
 
 Built on the low-level :class:`mcp.server.Server`, so this module decides the capabilities
-(``experimental["claude/channel"] = {}`` on both handshakes) and writes the listen stream
-itself (the ack first, then each pushed notice stamped with the listen's subscription id
-and sent request-scoped, which is how a notification reaches a 2026-07-28 client on
-Streamable HTTP as well as stdio: there is no standalone stream there).
+(``experimental["claude/channel"] = {}`` on both handshakes). The listen stream is served by
+a :class:`~asyncai_watch.server.SubscriptionRegistry` (the ack first, the list-changed flags
+honored, a graceful end at shutdown); each pushed notice rides it, stamped with the listen's
+subscription id and sent request-scoped, which is how a notification reaches a 2026-07-28
+client on Streamable HTTP as well as stdio: there is no standalone stream there.
 
 A legacy (``initialize``) client, which is what Claude Code and other hosts on the
 TypeScript SDK are, opens no listen. It gets its pushes connection-scoped after
 ``notifications/initialized``, through a :class:`ConnectionAttach` middleware (stdio: the one
 connection; Streamable HTTP: each legacy session, on its standalone GET stream).
 
+The tools' names, descriptions, input and output schemas and annotations are generated from
+the one table of built-in tools (:mod:`asyncai_watch.core.tools`), as code mode's and the
+framework integrations' are; the handlers are here.
+
 Tools return the design's shapes (:mod:`asyncai_watch.shapes`) as JSON text, plus structured
 content (an object, as MCP requires: lists are wrapped, e.g. ``{"resources": [...]}``). Bad
 input is an ``isError`` result whose text says what was wrong and what is accepted; nothing
 is subscribed then. An unknown tool name is not a tool that ran and failed but a JSON-RPC
 error -32602 (invalid params) naming the tools there are, as the MCP spec says and as every
-reference server answers (:mod:`asyncai_watch._mcp_errors`). This server serves no MCP
-resources itself (``read_resource`` is a tool), so it has no resource-not-found error: it
-declares no ``resources`` capability (``resources/read`` is -32601, method not found) and
-leaves a listen's ``resourceSubscriptions`` out of the acknowledgment.
+reference server answers (:mod:`asyncai_watch.server.errors`). This server serves no MCP
+resources itself (``read_resource`` is a tool): it declares no ``resources`` capability
+(``resources/read`` and ``resources/subscribe`` are -32601, method not found), and a listen
+naming a resource URI is refused (-32602) saying to watch it with ``watch_start``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Final
 
 import anyio
@@ -34,138 +40,57 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.session import ServerSession
-from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
-from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
-from asyncai_watch._mcp_errors import unknown_tool
-from asyncai_watch._tool_schemas import input_schemas
+from asyncai_watch.clock import Clock, SystemClock, fail_after
+from asyncai_watch.core.echo import clip, redact
+from asyncai_watch.core.tools import BRIDGE_TOOLS, DEFAULT_NOTICES_LIMIT, ToolSpec, check_arguments
+from asyncai_watch.core.tools import tool as tool_spec
 from asyncai_watch.errors import WatchError
-from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.server.errors import unknown_tool
+from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.subscriptions import ListenStream, SubscriptionRegistry
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
 
-from .channel import CHANNEL_CAPABILITY, CHANNEL_METHOD, catchup_dict, channel_params
+from .bridge import Bridge
+from .channel import CHANNEL_CAPABILITY, CHANNEL_METHOD, catchup_dict, channel_params, restore_report
 from .hub import Hub, Outlet
-from .ring import Entry, NoticeRing
+from .ring import Entry
 
-__all__ = ["TOOLS", "ConnectionAttach", "WatchServer", "build_server", "connection_writer"]
+__all__ = ["TOOLS", "ConnectionAttach", "FirstAnswer", "WatchServer", "build_server", "connection_writer"]
 
 SERVER_NAME: Final = "asyncai-watch"
-DEFAULT_NOTICES_LIMIT: Final = 100
-MAX_NOTICES_LIMIT: Final = 1000
+PUSH_SETTLE: Final = 1.0
+"""Seconds between the answer to the client's first request and the first push on a stdio
+connection: a host registers its channel handler only after its first exchanges (Claude Code
+about 20 ms after ``notifications/initialized``), and drops what comes before unheard."""
+PUSH_FALLBACK: Final = 5.0
+"""Seconds after ``notifications/initialized`` when pushes start even if no request came."""
 
-_RO = types.ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
-_STR = {"type": "string"}
-_EMPTY: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
-TOOLS: Final = [
-    types.Tool(
-        name="list_resources",
-        description=(
-            "Every URI and URI template the connected servers offer: "
-            '[{"uri", "template", "name", "description", "example", "mime_type", "server", "subscribable"}]. '
-            "uri is the RFC 6570 template when template is true; example is a ready watch_start call; "
-            "subscribable says whether a watch can work on it (read_resource works either way)."
-        ),
-        input_schema=_EMPTY,
-        annotations=_RO,
-    ),
-    types.Tool(
-        name="read_resource",
-        description="Read a resource from the server that serves it: parsed JSON, else the text.",
-        input_schema={
-            "type": "object",
-            "properties": {"uri": {"type": "string", "description": "e.g. memo://notes"}},
-            "required": ["uri"],
-            "additionalProperties": False,
-        },
-        annotations=_RO,
-    ),
-    types.Tool(
-        name="watch_start",
-        description=(
-            "Watch a resource: each change becomes a notice (pushed as a <channel> tag, and kept for "
-            "watch_notices). The first read happens now, so a URI the server rejects fails here. "
-            'Returns {"name", "uri", "shape"}. on_event is optional Python source run once per event with '
-            "`event` (a dict: type, key, new, old, changed, object, ...): its last expression is the notice "
-            "line, None drops the event; it is checked now (a SyntaxError or NameError fails the call). "
-            'Example: name="cfg", uri="file:///srv/app/config.json", '
-            "on_event=\"None if event['key'] == 'ts' else event['type'] + ' ' + event['key']\""
-        ),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "description": "1-64 of letters, digits, _ . -, starting with a letter or _",
-                },
-                "uri": {
-                    "type": "string",
-                    "description": "a URI or a template's expansion from list_resources",
-                },
-                "on_event": {
-                    "type": ["string", "null"],
-                    "description": "Python filter source; omit for the default line",
-                },
-            },
-            "required": ["name", "uri"],
-            "additionalProperties": False,
-        },
+def _tool(spec: ToolSpec) -> types.Tool:
+    """One ``tools/list`` entry, all of it from the table (:mod:`asyncai_watch.core.tools`)."""
+    return types.Tool(
+        name=spec.name,
+        description=spec.full_description(bridge=True),
+        input_schema=spec.input_schema,
+        output_schema=spec.structured_schema,
         annotations=types.ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+            read_only_hint=spec.read_only,
+            destructive_hint=False,
+            idempotent_hint=spec.idempotent,
+            open_world_hint=False,
         ),
-    ),
-    types.Tool(
-        name="watch_stop",
-        description='Stop and forget a watch. Returns {"name", "stopped"}; stopped is false when no watch had that name.',
-        input_schema={
-            "type": "object",
-            "properties": {"name": _STR},
-            "required": ["name"],
-            "additionalProperties": False,
-        },
-        annotations=types.ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-        ),
-    ),
-    types.Tool(
-        name="watch_list",
-        description=(
-            'Every watch: [{"name", "uri", "shape", "events", "notices"}], plus "failed": true or '
-            '"restore_failed": true with "error" for a watch that is not running.'
-        ),
-        input_schema=_EMPTY,
-        annotations=_RO,
-    ),
-    types.Tool(
-        name="watch_notices",
-        description=(
-            "The notices you have not seen: those with id > after_id, oldest first (pushes can be dropped by "
-            'the host; this cannot). Returns {"notices": [{"id", "time", "kind", "watch", "uri", "text", '
-            '"failed"?}], "next_after", "last_id", "more", "gap"}. Pass next_after as after_id next time; '
-            "more=true means call again. gap (else null) says how many older notices left the bounded "
-            "buffer unread: check watch_list and read_resource for the current state then."
-        ),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "after_id": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "description": "the highest notice_id you have seen; 0 for all that are kept",
-                },
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_NOTICES_LIMIT},
-            },
-            "additionalProperties": False,
-        },
-        annotations=_RO,
-    ),
-]
-_SCHEMAS: Final = {t.name: t.input_schema for t in TOOLS}
+    )
+
+
+TOOLS: Final = [_tool(spec) for spec in BRIDGE_TOOLS]
+
+
+_MAX_NAMED: Final = 10  # unknown argument names an error lists
+_ERROR_CAP: Final = 4000  # a tool error's text, whatever an error below it quoted
 
 
 class ToolInputError(WatchError):
@@ -174,36 +99,9 @@ class ToolInputError(WatchError):
 
 def _check_arguments(tool: str, args: Mapping[str, Any]) -> None:
     """Enforce the tool's input schema with a message the model can act on."""
-    schema = _SCHEMAS[tool]
-    props: Mapping[str, Any] = schema.get("properties", {})
-    required: list[str] = schema.get("required", [])
-    accepted = ", ".join(props) or "no arguments"
-    unknown = sorted(set(args) - set(props))
-    if unknown:
-        raise ToolInputError(f"{tool}: unknown argument(s) {', '.join(unknown)}; it accepts {accepted}")
-    missing = [r for r in required if r not in args]
-    if missing:
-        raise ToolInputError(
-            f"{tool}: missing required argument(s) {', '.join(missing)}; it accepts {accepted}"
-        )
-    for key, value in args.items():
-        kinds = props[key].get("type")
-        allowed = kinds if isinstance(kinds, list) else [kinds]
-        ok = any(
-            (k == "string" and isinstance(value, str))
-            or (k == "null" and value is None)
-            or (k == "integer" and isinstance(value, int) and not isinstance(value, bool))
-            for k in allowed
-        )
-        if not ok:
-            raise ToolInputError(
-                f"{tool}: {key} must be {' or '.join(allowed)}, got {json.dumps(value)[:80]}"
-            )
-        if isinstance(value, int) and not isinstance(value, bool):
-            low, high = props[key].get("minimum"), props[key].get("maximum")
-            if (low is not None and value < low) or (high is not None and value > high):
-                bounds = f">= {low}" + (f" and <= {high}" if high is not None else "")
-                raise ToolInputError(f"{tool}: {key} must be an integer {bounds}, got {value}")
+    problem = check_arguments(tool_spec(tool), args)
+    if problem is not None:
+        raise ToolInputError(problem.message())
 
 
 def _json_result(text_value: Any, structured: dict[str, Any]) -> types.CallToolResult:
@@ -214,7 +112,9 @@ def _json_result(text_value: Any, structured: dict[str, Any]) -> types.CallToolR
 
 
 def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+    # An upstream's error may quote its URL (secret parameters and all) or a huge argument.
+    text = clip(redact(message), _ERROR_CAP)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 def channel_notification(
@@ -236,28 +136,41 @@ class WatchServer(Server[Any]):
         return caps
 
 
-def build_server(
-    manager: WatchManager, ring: NoticeRing, hub: Hub, *, instructions: str, version: str = ""
-) -> WatchServer:
+def _text(value: str) -> types.TextContent:
+    return types.TextContent(type="text", text=value)
+
+
+def build_server(bridge: Bridge, *, instructions: str, version: str = "") -> WatchServer:
+    ring, hub = bridge.ring, bridge.hub
+
     async def t_list_resources(a: Mapping[str, Any]) -> types.CallToolResult:
-        resources = resource_dicts(await manager.list_resources())
-        return _json_result(resources, {"resources": resources})
+        resources = resource_dicts(await (await bridge.manager()).list_resources())
+        result = _json_result(resources, {"resources": resources})
+        missing = bridge.unavailable()
+        if missing:  # the list is only what the connected servers offer: say who is missing
+            result.content.append(_text("Not listed: " + "; ".join(missing)))
+        return result
 
     async def t_read_resource(a: Mapping[str, Any]) -> types.CallToolResult:
-        value = await manager.read_resource(a["uri"])
+        value = await (await bridge.manager()).read_resource(a["uri"])
         return _json_result(value, {"uri": a["uri"], "value": value})
 
     async def t_watch_start(a: Mapping[str, Any]) -> types.CallToolResult:
+        manager = await bridge.manager()
         started = started_dict(await manager.watch_start(a["name"], a["uri"], a.get("on_event")))
         return _json_result(started, started)
 
     async def t_watch_stop(a: Mapping[str, Any]) -> types.CallToolResult:
-        stopped = await manager.watch_stop(a["name"])
+        stopped = await (await bridge.manager()).watch_stop(a["name"])
         return _json_result({"name": a["name"], "stopped": stopped}, {"name": a["name"], "stopped": stopped})
 
     async def t_watch_list(a: Mapping[str, Any]) -> types.CallToolResult:
-        watches = watch_dicts(manager.watch_list())
-        return _json_result(watches, {"watches": watches})
+        watches = watch_dicts((await bridge.manager()).watch_list())
+        upstreams = bridge.upstream_dicts()
+        # The watches answer as the table says; the upstream servers' states come beside them.
+        result = _json_result(watches, {"watches": watches, "upstreams": upstreams})
+        result.content.append(_text("Upstream servers: " + json.dumps(upstreams, ensure_ascii=False)))
+        return result
 
     async def t_watch_notices(a: Mapping[str, Any]) -> types.CallToolResult:
         catchup = ring.since(a.get("after_id", 0), a.get("limit", DEFAULT_NOTICES_LIMIT))
@@ -285,48 +198,38 @@ def build_server(
         args = params.arguments or {}
         try:
             _check_arguments(params.name, args)
-            return await handler(args)
+            result = await handler(args)
         except WatchError as exc:  # FilterError, LimitError, RoutingError, NotWatchableError, ...
-            return _error(str(exc))
+            result = _error(str(exc))
         except Exception as exc:
             # Still a tool error the model can read, not a dropped connection; the log has the details.
             log.logger.exception("serve.tool_failed", extra={"tool": params.name})
-            return _error(f"{params.name} failed: {type(exc).__name__}: {exc}")
+            result = _error(f"{params.name} failed: {type(exc).__name__}: {clip(str(exc), _ERROR_CAP)}")
+        missing = bridge.unavailable()
+        if result.is_error and missing and params.name in ("read_resource", "watch_start"):
+            # The URI may be one a server that is down would serve: say which are down and why.
+            result.content.append(_text(clip(redact("Not connected: " + "; ".join(missing)), _ERROR_CAP)))
+        # A restore notice is pushed, and a push can be dropped unheard: the next tool result
+        # says it too (a watch_notices answer that holds it already says it).
+        held = [n["id"] for n in (result.structured_content or {}).get("notices", [])]
+        for entry in bridge.take_restores(held if params.name == "watch_notices" else ()):
+            result.content.append(_text(restore_report(entry)))
+        return result
 
-    async def listen(
-        ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
-    ) -> types.SubscriptionsListenResult:
-        rid = ctx.request_id
-        if rid is None:
-            raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
-        requested = params.notifications
-        # No resources here; the list-changed flags are honored (tools never change, so nothing is
-        # ever sent for them). What the stream is for is the channel pushes.
-        honored = types.SubscriptionFilter(
-            tools_list_changed=True if requested.tools_list_changed else None,
-            prompts_list_changed=True if requested.prompts_list_changed else None,
-            resources_list_changed=True if requested.resources_list_changed else None,
-        )
-        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
-        with hub.attach("listen") as outlet:
-            # Attached before the ack so nothing published meanwhile is missed; this task alone
-            # writes the stream, so the ack still goes first.
-            await ctx.session.send_notification(
-                types.SubscriptionsAcknowledgedNotification(
-                    params=types.SubscriptionsAcknowledgedNotificationParams(
-                        notifications=honored, _meta=meta
-                    )
-                ),
-                related_request_id=rid,
-            )
+    @contextmanager
+    def attach_listen(stream: ListenStream) -> Iterator[None]:
+        # Attached before the ack so nothing published meanwhile is missed; the stream's writer
+        # sends the ack first all the same. Closing the outlet (the hub at shutdown) ends the
+        # stream gracefully.
+        rid = stream.subscription_id
+        with hub.attach(
+            "listen",
+            forward=lambda entry: stream.push(channel_notification(entry, rid)),
+            on_close=stream.close,
+        ) as outlet:
             log.emit("serve.attached", via="listen", subscription=str(rid))
             try:
-                while (batch := await outlet.next_batch()) is not None:
-                    for entry in batch:
-                        await ctx.session.send_notification(
-                            channel_notification(entry, rid),  # type: ignore[arg-type]  # custom method
-                            related_request_id=rid,
-                        )
+                yield
             finally:
                 log.emit(
                     "serve.detached",
@@ -335,7 +238,15 @@ def build_server(
                     pushed=outlet.pushed,
                     dropped=outlet.dropped,
                 )
-        return types.SubscriptionsListenResult(_meta=meta)
+
+    # No resources here; the list-changed flags are honored (tools never change, so nothing is
+    # ever sent for them). What the stream is for is the channel pushes.
+    subscriptions = SubscriptionRegistry(
+        SERVER_NAME,
+        refuse=lambda uri: "this server serves no resources: watch a URI with the watch_start tool",
+        on_stream=attach_listen,
+        max_pushes=hub.buffer,
+    )
 
     return WatchServer(
         SERVER_NAME,
@@ -344,7 +255,7 @@ def build_server(
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         get_tool_input_schema=input_schemas(TOOLS),
-        on_subscriptions_listen=listen,
+        on_subscriptions_listen=subscriptions.listen,
     )
 
 
@@ -355,37 +266,78 @@ async def connection_writer(outlet: Outlet, session: ServerSession) -> None:
             await session.send_notification(channel_notification(entry))  # type: ignore[arg-type]
 
 
+class FirstAnswer:
+    """Middleware: sets ``answered`` once the client's first request has been answered."""
+
+    def __init__(self, answered: anyio.Event) -> None:
+        self.answered = answered
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.request_id is not None:
+            self.answered.set()
+        return result
+
+
 class ConnectionAttach:
     """Middleware: a client that opens no listen still gets pushes, connection-scoped.
 
     - ``stdio`` (one client per process): the connection's outlet exists from startup (so
-      notices made before the client connected, such as the restore notice, wait in it);
-      its writer starts once the client is ready: after ``notifications/initialized`` on a
-      legacy connection, at the first request on a 2026-07-28 one (whose stdio pipe carries
-      connection-scoped notifications too).
+      notices made before the client connected, such as the restore notice, wait in it). Its
+      writer starts :data:`PUSH_SETTLE` seconds after the answer to the client's first request
+      (after ``notifications/initialized`` on a legacy connection): a host such as Claude Code
+      registers its channel handler only after its first exchanges and drops, unheard, what
+      comes before. A legacy client that sends no request gets its pushes
+      :data:`PUSH_FALLBACK` seconds after ``initialized``.
     - Streamable HTTP: each legacy session gets an outlet after ``notifications/initialized``,
       written on its standalone (GET) stream and closed with the session. A 2026-07-28 HTTP
       client has no standalone stream; it listens.
     """
 
-    def __init__(self, hub: Hub, tg: anyio.abc.TaskGroup, stdio_outlet: Outlet | None) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        tg: anyio.abc.TaskGroup,
+        stdio_outlet: Outlet | None,
+        *,
+        clock: Clock | None = None,
+        settle: float = PUSH_SETTLE,
+        fallback: float = PUSH_FALLBACK,
+    ) -> None:
         self.hub, self.tg, self.stdio_outlet = hub, tg, stdio_outlet
-        self.started = False
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.settle, self.fallback = settle, fallback
+        self._answered = anyio.Event()  # the client's first request (after initialized) is answered
+        self._writer_started = False
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         result = await call_next(ctx)
         legacy = ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
-        ready = ctx.method == "notifications/initialized" if legacy else ctx.request_id is not None
-        if not ready:
+        if self.stdio_outlet is None:
+            if legacy and ctx.method == "notifications/initialized":
+                self.tg.start_soon(self._legacy_http_session, ctx.session)
             return result
-        if self.stdio_outlet is not None:
-            if not self.started:
-                self.started = True
-                self.tg.start_soon(connection_writer, self.stdio_outlet, ctx.session)
-                log.emit("serve.attached", via="connection", protocol_version=ctx.protocol_version)
-        elif legacy:
-            self.tg.start_soon(self._legacy_http_session, ctx.session)
+        if not self._writer_started:
+            if ctx.method == "notifications/initialized" if legacy else ctx.request_id is not None:
+                self._writer_started = True
+                self.tg.start_soon(self._stdio_writer, ctx.session, ctx.protocol_version)
+                log.emit("serve.client", protocol_version=ctx.protocol_version, method=ctx.method)
+                if not legacy:
+                    self._answered.set()
+        elif ctx.request_id is not None and ctx.method != "initialize":
+            self._answered.set()
         return result
+
+    async def _stdio_writer(self, session: ServerSession, protocol_version: str) -> None:
+        assert self.stdio_outlet is not None
+        try:
+            async with fail_after(self.clock, self.fallback):  # set at once on a 2026-07-28 connection
+                await self._answered.wait()
+        except TimeoutError:
+            pass  # a client that asks nothing still hears its pushes
+        await self.clock.sleep_until(self.clock.now() + self.settle)
+        log.emit("serve.attached", via="connection", protocol_version=protocol_version)
+        await connection_writer(self.stdio_outlet, session)
 
     async def _legacy_http_session(self, session: ServerSession) -> None:
         with self.hub.attach("connection") as outlet:

@@ -1,4 +1,4 @@
-"""The reference servers' Streamable HTTP app, with resumable SSE streams for 2025-era clients.
+"""A Streamable HTTP app for an MCP server, with resumable SSE streams for 2025-era clients.
 
 On the 2025-11-25 wire a server SHOULD open each SSE stream with a *priming
 event* (an event id and empty data) and a ``retry:`` field, so a client whose

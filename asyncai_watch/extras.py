@@ -1,4 +1,4 @@
-"""Optional dependencies: import one, or say in one line which extra installs it.
+"""Optional dependencies: import one, or say in one line which extra installs it (public).
 
 Some features need a package that ``pip install asyncai-watch`` does not bring
 (a model SDK, a PostgreSQL driver). They are declared as extras in

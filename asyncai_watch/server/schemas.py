@@ -1,4 +1,4 @@
-"""``get_tool_input_schema`` for our MCP servers (the ``mcp`` SDK's ``Server`` argument).
+"""``get_tool_input_schema`` for an MCP server whose tools are known (the ``mcp`` SDK's ``Server`` argument).
 
 Without it, the SDK's Streamable HTTP transport (mcp 2.3, ``_streamable_http_modern``) finds the
 input schema of every ``tools/call`` it receives (to validate ``Mcp-Param-*`` headers) by running

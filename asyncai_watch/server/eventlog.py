@@ -1,4 +1,4 @@
-"""The bounded event ring every event-log server keeps (docs/design.md, "Event logs and GAP").
+"""The bounded event ring an event-log server keeps (docs/design.md, "Event logs and GAP").
 
 Reads are stateless: any number of readers share one ring and each keeps its
 own last-seen ``seq``. The body also carries ``last_seq``, the newest seq ever

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from asyncai_watch.errors import (
         FilterEngineError,
         FilterError,
+        FilterTimeoutError,
         InvalidWatchNameError,
         LimitError,
         NotWatchableError,
@@ -78,6 +79,7 @@ __all__ = [
     "Event",
     "FilterEngineError",
     "FilterError",
+    "FilterTimeoutError",
     "InvalidWatchNameError",
     "LimitError",
     "Limits",
@@ -123,6 +125,7 @@ _HOME: Final[dict[str, str]] = {
     "render_notice": _TURNS,
     "render_turn": _TURNS,
     "FilterEngineError": _ERRORS,
+    "FilterTimeoutError": _ERRORS,
     "FilterError": _ERRORS,
     "InvalidWatchNameError": _ERRORS,
     "LimitError": _ERRORS,

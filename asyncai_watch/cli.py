@@ -37,6 +37,7 @@ from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.info import WatchInfo
 from asyncai_watch.mcp.client import McpResourceSource, tool_result
 from asyncai_watch.mcp.server_spec import parse_server
+from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.shapes import resource_dicts
 
@@ -214,8 +215,12 @@ async def _resources(sources: Sequence[McpResourceSource], as_json: bool) -> int
         print("(no resources listed)")
     for info in infos:
         kind = "template" if info.template else "resource"
-        watchable = "watchable" if info.watchable else "not watchable"
-        print(f"{info.uri}  ({kind}, {info.server}, {info.mime_type or 'no mimeType'}, {watchable})")
+        how = "subscriptions/listen" if info.protocol == MODERN_PROTOCOL_VERSION else "resources/subscribe"
+        watchable = f"watchable via {how}" if info.watchable else "not watchable"
+        print(
+            f"{info.uri}  ({kind}, {info.server}, MCP {info.protocol}, "
+            f"{info.mime_type or 'no mimeType'}, {watchable})"
+        )
         if info.example:
             print(f"    {info.example}")
     return 0

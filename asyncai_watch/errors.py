@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from asyncai_watch.core.echo import clip
+from typing import Final
+
+from asyncai_watch.core.echo import clip, redact
 
 __all__ = [
     "FilterEngineError",
     "FilterError",
+    "FilterTimeoutError",
     "InvalidWatchNameError",
     "LimitError",
     "NotWatchableError",
@@ -18,6 +21,7 @@ __all__ = [
     "StateFileError",
     "SubscriptionLostError",
     "WatchError",
+    "describe",
 ]
 
 
@@ -36,22 +40,19 @@ class NotWatchableError(WatchError):
     """
 
     @staticmethod
-    def for_server(server: str, protocol_version: str, modern: str = "2026-07-28") -> NotWatchableError:
+    def for_server(server: str, protocol_version: str) -> NotWatchableError:
         """The error for ``watch_start`` on a server that cannot carry watches, saying why."""
-        if protocol_version != modern:
-            return ProtocolVersionError(
-                f"watch_start: server {server!r} speaks MCP {protocol_version}; watches need MCP "
-                f"{modern} (subscriptions/listen). Its tools still work; read_resource works too."
-            )
         return NotWatchableError(
-            f"watch_start: server {server!r} is not watchable: it does not advertise resources.subscribe "
-            "(it serves no subscriptions/listen). Its tools and read_resource still work; "
-            "docs/server-contract.md says what makes a server watchable."
+            f"watch_start: server {server!r} is not watchable: it speaks MCP {protocol_version} and does "
+            "not advertise resources.subscribe (it serves neither subscriptions/listen nor "
+            "resources/subscribe). Its tools and read_resource still work; docs/server-contract.md says "
+            "what makes a server watchable."
         )
 
 
 class ProtocolVersionError(NotWatchableError):
-    """A server's negotiated MCP version cannot carry watches (needs 2026-07-28)."""
+    """A request needs a newer MCP version than the server speaks (e.g. ``subscriptions/listen``,
+    which 2025-era servers do not serve; their watches ride ``resources/subscribe`` instead)."""
 
 
 class InvalidWatchNameError(WatchError):
@@ -60,6 +61,11 @@ class InvalidWatchNameError(WatchError):
 
 class FilterError(WatchError):
     """An ``on_event`` filter is not acceptable (not source text, SyntaxError, NameError, ...)."""
+
+
+class FilterTimeoutError(FilterError):
+    """A filter ran out of time on its sample event at start: perhaps only for now (a catalog
+    read of a server that is still starting), so a restore tries it again."""
 
 
 class FilterEngineError(FilterError):
@@ -100,3 +106,13 @@ class ServerConnectionError(WatchError):
 
 class ServerTimeoutError(ServerConnectionError):
     """A request got no answer within ``request_timeout``; the connection was dropped and is remade."""
+
+
+_DESCRIBE_CAP: Final = 2000  # an error's text in a notice or log: several quotes of input, capped
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` (or just the type): how errors are named in notices, logs and tool
+    results; URLs in the message lose their secrets (:func:`~asyncai_watch.core.echo.redact`)."""
+    text = clip(redact(str(exc)), _DESCRIBE_CAP)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -36,6 +36,9 @@ class WatchInfo:
     shape: Shape | None = None
     """``"state"`` or ``"event-log"``; ``None`` for a watch that never started (``restore_failed``)."""
     server: str | None = None
+    protocol: str | None = None
+    """The MCP version its server speaks: ``2026-07-28`` watches ride ``subscriptions/listen``,
+    older ones ``resources/subscribe`` (``None`` for a watch that never started)."""
     on_event: str | None = None
     """The filter source, if any."""
     events: int = 0
@@ -58,7 +61,10 @@ class ResourceInfo:
     description: str = ""
     mime_type: str | None = None
     watchable: bool = False
-    """A watch can work on it: its server speaks MCP 2026-07-28 and serves ``subscriptions/listen``."""
+    """A watch can work on it: its server advertises ``resources.subscribe``."""
+    protocol: str = ""
+    """The MCP version its server speaks: ``2026-07-28`` watches ride ``subscriptions/listen``,
+    older ones ``resources/subscribe``."""
 
     @property
     def example(self) -> str | None:
@@ -77,6 +83,7 @@ def resource_infos(catalog: ServerCatalog) -> list[ResourceInfo]:
             description=r.description,
             mime_type=r.mime_type,
             watchable=catalog.subscribable,
+            protocol=catalog.protocol,
         )
         for r in catalog.resources
     ]
@@ -89,6 +96,7 @@ def resource_infos(catalog: ServerCatalog) -> list[ResourceInfo]:
             description=t.description,
             mime_type=t.mime_type,
             watchable=catalog.subscribable,
+            protocol=catalog.protocol,
         )
         for t in catalog.templates
     ]

@@ -25,7 +25,7 @@ from pythonjsonlogger.json import JsonFormatter
 from asyncai_watch.core.echo import redact
 
 if TYPE_CHECKING:
-    from asyncai_watch.core.watch import EventRecord
+    from asyncai_watch.core.deliver import EventRecord
 
 __all__ = [
     "ALWAYS_LOGGED",

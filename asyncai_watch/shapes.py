@@ -4,10 +4,13 @@ One cattrs converter holds every hook, so the shapes the model sees are document
 (docs/watch-manager.md, "Code mode"):
 
 - ``list_resources()`` -> ``[{"uri", "template", "name", "description", "example",
-  "mime_type", "server", "subscribable"}]``;
+  "mime_type", "server", "subscribable", "protocol"}]``;
 - ``watch_start(...)`` -> ``{"name", "uri", "shape"}``;
-- ``watch_list()`` -> ``[{"name", "uri", "shape", "events", "notices"}]``, plus
+- ``watch_list()`` -> ``[{"name", "uri", "shape", "events", "notices", "protocol"}]``, plus
   ``"failed": true`` or ``"restore_failed": true`` with ``"error"`` for a watch that is not running.
+
+``protocol`` is the MCP version the server speaks, which says how its watches ride:
+``2026-07-28`` on ``subscriptions/listen``, older versions on ``resources/subscribe``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def _resource(info: ResourceInfo) -> dict[str, Any]:
         "mime_type": info.mime_type,
         "server": info.server,
         "subscribable": info.watchable,
+        "protocol": info.protocol,
     }
 
 
@@ -45,6 +49,8 @@ def _watch(info: WatchInfo) -> dict[str, Any]:
         "events": info.events,
         "notices": info.notices,
     }
+    if info.protocol is not None:
+        out["protocol"] = info.protocol
     if info.status != "running":
         out[info.status] = True
         out["error"] = info.error

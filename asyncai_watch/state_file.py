@@ -2,7 +2,13 @@
 
 The file is JSON, documented by :data:`converter` and docs/watch-manager.md::
 
-    {"version": 1, "watches": [{"name": "notes", "uri": "memo://notes", "on_event": null}]}
+    {"version": 2, "watches": [{"name": "notes", "uri": "memo://notes", "on_event": null},
+                               {"name": "cfg", "uri": "file:///srv/cfg.json", "on_event": "...",
+                                "error": "FilterError: on_event does not compile: ..."}]}
+
+``error`` is there for a saved watch that is not running because it could not start as saved
+(shown in ``watch_list`` too): the spec is kept with its reason, never dropped. Version 1 files
+(the same without ``error``) are read as well.
 
 Writes are atomic (a temp file in the same directory, fsync, ``os.replace``,
 fsync of the directory), so a crash leaves either the old file or the new one.
@@ -40,17 +46,34 @@ from asyncai_watch.core.echo import quoted, redact
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import StateFileError
 
-__all__ = ["FORMAT_VERSION", "StateFile", "WatchSpec", "converter"]
+__all__ = ["FORMAT_VERSION", "SavedWatch", "StateFile", "WatchSpec", "converter"]
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
+_READS: Final = (1, 2)  # version 1: the same entries, never with an error
 _HOLDER_COMMAND_CAP: Final = 300  # characters of the holder's command line kept in the lock file
 _HOLDER_READ_CAP: Final = 4096
+
+
+@attrs.frozen
+class SavedWatch:
+    """One saved watch: its spec, and why it is not running when it could not start as saved."""
+
+    spec: WatchSpec
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class _Entry:
+    name: str
+    uri: str
+    on_event: str | None = None
+    error: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class _StateDoc:
     version: int
-    watches: list[WatchSpec]
+    watches: list[_Entry]
 
 
 def _strict_str(value: Any, _type: Any) -> str:
@@ -70,6 +93,10 @@ converter: Final = cattrs.Converter(forbid_extra_keys=True)
 """The one converter for the state file's shape."""
 converter.register_structure_hook(str, _strict_str)
 converter.register_structure_hook(int, _strict_int)
+# An entry without an error is written without the key (what version 1 wrote).
+converter.register_unstructure_hook(
+    _Entry, lambda e: {k: v for k, v in attrs.asdict(e).items() if k != "error" or v is not None}
+)
 
 
 class StateFile:
@@ -127,8 +154,8 @@ class StateFile:
             os.pwrite(fd, _holder_note().encode(), 0)
         self._lock_fd = fd
 
-    def load(self) -> list[WatchSpec]:
-        """The saved specs; ``[]`` when the file does not exist yet.
+    def load(self) -> list[SavedWatch]:
+        """The saved watches; ``[]`` when the file does not exist yet.
 
         Raises :class:`StateFileError` (naming the path and the parse error)
         when the file exists but is not a valid state file, or is owned by another
@@ -141,7 +168,7 @@ class StateFile:
             self.close()  # the caller stops; a later fixed run must not find the file held
             raise
 
-    def _load(self) -> list[WatchSpec]:
+    def _load(self) -> list[SavedWatch]:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -155,19 +182,19 @@ class StateFile:
             # escape as a RecursionError with a traceback instead of naming the file.
             raise StateFileError(
                 f"watch state file {self.path} is nested too deeply to be a watch state file; "
-                'it was left untouched. Fix or remove it; the expected shape is {"version": 1, '
+                'it was left untouched. Fix or remove it; the expected shape is {"version": 2, '
                 '"watches": [{"name": ..., "uri": ..., "on_event": ...}]}'
             ) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise StateFileError(
                 f"watch state file {self.path} is not valid JSON ({exc}); it was left untouched. "
-                'Fix or remove it; the expected shape is {"version": 1, "watches": '
+                'Fix or remove it; the expected shape is {"version": 2, "watches": '
                 '[{"name": ..., "uri": ..., "on_event": ...}]}'
             ) from exc
-        if isinstance(data, dict) and data.get("version") not in (None, FORMAT_VERSION):
+        if isinstance(data, dict) and data.get("version") not in (None, *_READS):
             raise StateFileError(
                 f"watch state file {self.path} has version {quoted(data.get('version'))}; "
-                f"this asyncai-watch reads version {FORMAT_VERSION}. It was left untouched."
+                f"this asyncai-watch reads versions {' and '.join(map(str, _READS))}. It was left untouched."
             )
         try:
             doc = converter.structure(data, _StateDoc)
@@ -184,22 +211,29 @@ class StateFile:
             )
             raise StateFileError(
                 f"watch state file {self.path} does not have the expected shape ({detail}); "
-                'it was left untouched. Expected {"version": 1, "watches": '
-                '[{"name": str, "uri": str, "on_event": str | null}]}'
+                'it was left untouched. Expected {"version": 2, "watches": '
+                '[{"name": str, "uri": str, "on_event": str | null, "error"?: str}]}'
             ) from exc
-        names = [s.name for s in doc.watches]
+        names = [e.name for e in doc.watches]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise StateFileError(
                 f"watch state file {self.path} names a watch more than once ({', '.join(dupes)}); "
                 "it was left untouched"
             )
-        return list(doc.watches)
+        return [
+            SavedWatch(WatchSpec(name=e.name, uri=e.uri, on_event=e.on_event), e.error) for e in doc.watches
+        ]
 
-    def save(self, specs: Sequence[WatchSpec]) -> None:
-        """Replace the file with ``specs``, atomically and durably (through a symlink, onto its target)."""
+    def save(self, watches: Sequence[SavedWatch | WatchSpec]) -> None:
+        """Replace the file with ``watches``, atomically and durably (through a symlink, onto its target)."""
         self._own()
-        doc = _StateDoc(version=FORMAT_VERSION, watches=list(specs))
+        entries = []
+        for watch in watches:
+            saved = watch if isinstance(watch, SavedWatch) else SavedWatch(watch)
+            spec = saved.spec
+            entries.append(_Entry(name=spec.name, uri=spec.uri, on_event=spec.on_event, error=saved.error))
+        doc = _StateDoc(version=FORMAT_VERSION, watches=entries)
         text = json.dumps(converter.unstructure(doc), indent=2, ensure_ascii=False) + "\n"
         target = self._target()
         directory = target.parent

@@ -7,16 +7,17 @@ without polling.
 
 :class:`FakeSource` is faithful to what the manager relies on (see source.py):
 
-- ``listen(uri)`` is an async context manager; entering it is the server's ack.
-  Its iterator yields once per *pending* update: signals that arrive before the
-  consumer asks again coalesce into one (the SDK keeps pending events as a set).
-- A listen ends gracefully (:meth:`FakeSource.end`: the iterator stops)
+- ``subscribe(uris)`` is an async context manager; entering it is the server's ack
+  (in ``subscription_mode="subscribe"``, the legacy era, one URI per subscription).
+  Its iterator yields the URI of each *pending* update: signals of one URI that arrive
+  before the consumer asks again coalesce into one (the SDK keeps pending events as a set).
+- A subscription ends gracefully (:meth:`FakeSource.end`: the iterator stops)
   or is lost (:meth:`FakeSource.lose`: the iterator raises
   :class:`SubscriptionLostError`).
 - ``read`` returns the current text (never cached); it can be made to fail or
   be held behind a gate.
-- A non-2026-07-28 protocol version makes ``listen`` raise
-  :class:`ProtocolVersionError`, and ``watchable=False`` :class:`NotWatchableError`, as
+- A protocol version that cannot carry watches makes ``subscribe`` raise
+  :class:`ProtocolVersionError`, and ``subscribable=False`` :class:`NotWatchableError`, as
   McpResourceSource does. :meth:`FakeSource.list_changed` rings every
   ``listen_list_changed`` listener.
 
@@ -27,11 +28,12 @@ Waiting helpers (``wait_listeners``) use events, never polling.
 
 from __future__ import annotations
 
+import builtins
 import collections
 import heapq
 import itertools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +44,14 @@ from asyncai_watch.core.echo import quoted
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import NotWatchableError, ProtocolVersionError, SubscriptionLostError
-from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.source import (
+    MODERN_PROTOCOL_VERSION,
+    ReadResult,
+    SubscriptionMode,
+    ToolInfo,
+    ToolResult,
+    Updates,
+)
 
 __all__ = ["FakeClock", "FakeSource", "ReadGate", "ToolHandler"]
 
@@ -54,17 +63,19 @@ ToolHandler = Callable[[Mapping[str, Any]], Awaitable[Any] | Any]
 
 
 class _Listener:
-    """One open listen: a level-triggered pending flag plus an end/lost state."""
+    """One open subscription: its URIs, the updated URIs pending (a set: level-triggered, as
+    the SDK's), and an end/lost state."""
 
-    def __init__(self, uri: str) -> None:
-        self.uri = uri
-        self.pending = False
+    def __init__(self, uris: frozenset[str]) -> None:
+        self.uris = uris
+        self.honored: frozenset[str] | None = None
+        self.pending: dict[str, None] = {}  # insertion-ordered set
         self.ended = False
         self.lost: BaseException | None = None
         self._wake = anyio.Event()
 
-    def signal(self) -> None:
-        self.pending = True
+    def signal(self, uri: str) -> None:
+        self.pending[uri] = None
         self._wake.set()
 
     def end(self) -> None:
@@ -78,13 +89,14 @@ class _Listener:
     def __aiter__(self) -> _Listener:
         return self
 
-    async def __anext__(self) -> None:
+    async def __anext__(self) -> Any:
         while True:
             if self.lost is not None:
                 raise self.lost
             if self.pending:
-                self.pending = False
-                return None
+                uri = next(iter(self.pending))
+                del self.pending[uri]
+                return uri if self.uris else None
             if self.ended:
                 raise StopAsyncIteration
             await self._wake.wait()
@@ -123,6 +135,7 @@ class FakeSource:
         *,
         protocol_version: str = MODERN_PROTOCOL_VERSION,
         subscribable: bool = True,
+        subscription_mode: SubscriptionMode | None = None,
         resources: Sequence[ListedResource] = (),
         templates: Sequence[ListedTemplate] = (),
         tools: Sequence[tuple[ToolInfo, ToolHandler]] = (),
@@ -130,6 +143,11 @@ class FakeSource:
         self._name = name
         self._protocol_version = protocol_version
         self._subscribable = subscribable
+        self._mode: SubscriptionMode = (
+            subscription_mode
+            if subscription_mode is not None
+            else ("listen" if protocol_version == MODERN_PROTOCOL_VERSION else "subscribe")
+        )
         self.resources: list[ListedResource] = list(resources)
         self.templates: list[ListedTemplate] = list(templates)
         self.tools: dict[str, tuple[ToolInfo, ToolHandler]] = {t.name: (t, h) for t, h in tools}
@@ -142,7 +160,9 @@ class FakeSource:
         self.read_errors: dict[str, BaseException] = {}
         self.read_gates: dict[str, ReadGate] = {}
         self.listen_failures: list[BaseException] = []
-        """Exceptions the next listen attempts raise, one per attempt, in order."""
+        """Exceptions the next subscribe attempts raise, one per attempt, in order."""
+        self.refused: set[str] = set()
+        """URIs the server does not honor (left out of a subscription's ack)."""
         self.connected = True
         self.list_changed_supported = True
         """Whether ``listen_list_changed`` works (a server advertising ``resources.listChanged``)."""
@@ -162,7 +182,13 @@ class FakeSource:
 
     @property
     def watchable(self) -> bool:
-        return self._protocol_version == MODERN_PROTOCOL_VERSION and self._subscribable
+        return self._subscribable and (
+            self._protocol_version == MODERN_PROTOCOL_VERSION or self._mode == "subscribe"
+        )
+
+    @property
+    def subscription_mode(self) -> SubscriptionMode:
+        return self._mode
 
     async def list_resources(self) -> list[ListedResource]:
         self._count("resources/list", "")
@@ -190,19 +216,23 @@ class FakeSource:
         return ReadResult(uri=uri, text=text, mime_type=mime)
 
     @asynccontextmanager
-    async def _listen(self, uri: str) -> AsyncIterator[AsyncIterator[None]]:
-        self._count("subscriptions/listen", uri)
-        if self._protocol_version != MODERN_PROTOCOL_VERSION:
-            raise ProtocolVersionError(
-                f"server {self._name!r} speaks {self._protocol_version}; "
-                f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
-            )
-        if not self._subscribable:
+    async def _subscribe(self, uris: frozenset[str]) -> AsyncIterator[_Listener]:
+        method = "subscriptions/listen" if self._mode == "listen" else "resources/subscribe"
+        self._count(method, " ".join(sorted(uris)))
+        if not self.watchable:
+            if self._mode == "listen" and self._protocol_version != MODERN_PROTOCOL_VERSION:
+                raise ProtocolVersionError(
+                    f"server {self._name!r} speaks {self._protocol_version}; "
+                    f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
+                )
             raise NotWatchableError(f"server {self._name!r} is not watchable: no resources.subscribe")
+        if self._mode == "subscribe" and len(uris) != 1:
+            raise ValueError(f"a legacy subscription holds one URI, got {sorted(uris)}")
         self._check_connected()
         if self.listen_failures:
             raise self.listen_failures.pop(0)
-        listener = _Listener(uri)
+        listener = _Listener(uris)
+        listener.honored = uris - self.refused
         self._listeners.append(listener)
         self._notify_listeners()
         try:
@@ -211,15 +241,15 @@ class FakeSource:
             self._listeners.remove(listener)
             self._notify_listeners()
 
-    def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
-        return self._listen(uri)
+    def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
+        return self._subscribe(frozenset(uris))
 
     @asynccontextmanager
     async def _listen_list_changed(self) -> AsyncIterator[AsyncIterator[None]]:
         if self._protocol_version != MODERN_PROTOCOL_VERSION or not self.list_changed_supported:
             raise NotWatchableError(f"server {self._name!r} does not advertise resources.listChanged")
         self._check_connected()
-        listener = _Listener("")
+        listener = _Listener(frozenset())
         self._catalog_listeners.append(listener)
         try:
             yield listener
@@ -261,11 +291,12 @@ class FakeSource:
         """Set an event-log body ``{"events": [...]}`` with the event-log mimeType."""
         self.set(uri, {"events": list(events)}, mime_type=EVENTS_MIME_TYPE)
 
-    def push(self, uri: str) -> int:
-        """Send ``notifications/resources/updated`` to every listener of ``uri``; returns how many."""
-        targets = [lst for lst in self._listeners if lst.uri == uri]
+    def push(self, uri: str, *, stamped: str | None = None) -> int:
+        """Send ``notifications/resources/updated`` to every subscription holding ``uri`` (stamped
+        with ``stamped``, e.g. a sub-resource's URI, when given); returns how many got it."""
+        targets = self._holding(uri)
         for lst in targets:
-            lst.signal()
+            lst.signal(stamped if stamped is not None else uri)
         return len(targets)
 
     def update(self, uri: str, content: Any, *, mime_type: str | None = "application/json") -> int:
@@ -276,19 +307,19 @@ class FakeSource:
     def list_changed(self) -> int:
         """Send ``notifications/resources/list_changed``; returns how many listeners got it."""
         for lst in self._catalog_listeners:
-            lst.signal()
+            lst.signal("")
         return len(self._catalog_listeners)
 
     def end(self, uri: str) -> int:
-        """End every listen of ``uri`` gracefully (the server closed the subscription)."""
-        targets = [lst for lst in self._listeners if lst.uri == uri]
+        """End every subscription holding ``uri`` gracefully (the server closed it)."""
+        targets = self._holding(uri)
         for lst in targets:
             lst.end()
         return len(targets)
 
     def lose(self, uri: str, message: str = "Connection closed") -> int:
-        """Drop every listen of ``uri`` abruptly (the iterator raises SubscriptionLostError)."""
-        targets = [lst for lst in self._listeners if lst.uri == uri]
+        """Drop every subscription holding ``uri`` abruptly (the iterator raises SubscriptionLostError)."""
+        targets = self._holding(uri)
         for lst in targets:
             lst.lose(SubscriptionLostError(f"subscription to {uri} lost: {message}"))
         return len(targets)
@@ -297,7 +328,11 @@ class FakeSource:
         """The server goes away: listens are lost and every request fails until reconnect()."""
         self.connected = False
         for lst in list(self._listeners):
-            lst.lose(SubscriptionLostError(f"subscription to {lst.uri} lost: server {self._name} went away"))
+            lst.lose(
+                SubscriptionLostError(
+                    f"subscription to {sorted(lst.uris)} lost: server {self._name} went away"
+                )
+            )
 
     def reconnect(self) -> None:
         self.connected = True
@@ -309,11 +344,15 @@ class FakeSource:
         return gate
 
     def listeners(self, uri: str | None = None) -> int:
-        """How many listens are open (for ``uri``, or in total)."""
-        return sum(1 for lst in self._listeners if uri is None or lst.uri == uri)
+        """How many subscriptions are open (holding ``uri``, or in total)."""
+        return sum(1 for lst in self._listeners if uri is None or uri in lst.uris)
+
+    def subscribed(self) -> builtins.set[str]:
+        """Every URI some open subscription holds."""
+        return {uri for lst in self._listeners for uri in lst.uris}
 
     async def wait_listeners(self, uri: str, n: int) -> None:
-        """Return once exactly ``n`` listens of ``uri`` are open."""
+        """Return once exactly ``n`` open subscriptions hold ``uri``."""
         while self.listeners(uri) != n:
             await self._listeners_changed.wait()
 
@@ -321,6 +360,9 @@ class FakeSource:
         """Return once ``method`` has been requested at least ``n`` times."""
         while self.requests[method] < n:
             await self._reads_changed.wait()
+
+    def _holding(self, uri: str) -> list[_Listener]:
+        return [lst for lst in self._listeners if uri in lst.uris]
 
     def _count(self, method: str, target: str) -> None:
         self.requests[method] += 1

@@ -32,7 +32,7 @@ IMPORTS = {
     "from asyncai_watch import WatchManager, McpResourceSource": (
         "from asyncai_watch import WatchManager, McpResourceSource"
     ),
-    "import asyncai_watch.core.watch": "import asyncai_watch.core.watch",
+    "import asyncai_watch.core.feed": "import asyncai_watch.core.feed",
 }
 TIMED = "import time\nstart = time.perf_counter()\n{statement}\nprint(time.perf_counter() - start)\n"
 TARGET_MS = 50.0

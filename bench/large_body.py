@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _memo import memo, pct, row, writer
 
-import asyncai_watch.runtime.subscriptions as subscriptions
+import asyncai_watch.runtime.topic as subscriptions
 from asyncai_watch import Limits, WatchManager
 
 NOTES = "memo://notes"

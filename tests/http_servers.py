@@ -1,8 +1,9 @@
 """Every reference server that serves Streamable HTTP, started as a subprocess the same way.
 
 memo, files (over an empty root), switchboard (SQLite, one credential: requests
-need its bearer token) and kcp (the fake kubectl; nothing here reaches a
-cluster). ``reference_server`` (async) and ``reference_server_process`` (sync, for
+need its bearer token), kcp (the fake kubectl; nothing here reaches a
+cluster) and postgres (a config naming one table, and a DSN nothing answers: the
+protocol needs no database, and the server keeps trying to LISTEN in the background). ``reference_server`` (async) and ``reference_server_process`` (sync, for
 fixtures wider than one test) yield the URL and the headers a client must send.
 """
 
@@ -25,7 +26,7 @@ from kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
 
 from asyncai_watch.server.http import running_http_server
 
-SERVERS = ("memo", "files", "switchboard", "kcp")
+SERVERS = ("memo", "files", "switchboard", "kcp", "postgres")
 SWITCHBOARD_TOKEN = "reference-token"
 
 
@@ -59,6 +60,11 @@ def server_command(name: str, work: Path) -> tuple[list[str], dict[str, str] | N
         kubeconfig = write_kubeconfig(work / "kubeconfig", "https://127.0.0.1:1")
         argv = [sys.executable, *kcp_argv(kubeconfig, "--http", "127.0.0.1:0")]
         return argv, kcp_env(FakeCluster(work / "cluster"), work), {}
+    if name == "postgres":
+        config = work / "pg.toml"
+        config.write_text('[[table]]\nname = "items"\n')
+        argv = [sys.executable, "-m", "asyncai_servers.postgres", "--config", str(config)]
+        return [*argv, "--dsn", "host=127.0.0.1 port=1 connect_timeout=1", "--http", "127.0.0.1:0"], None, {}
     raise ValueError(f"no reference server {name!r}; they are {SERVERS}")
 
 

@@ -9,11 +9,14 @@ JSON-RPC by hand and knows only: ``initialize``, ``notifications/initialized``,
 ``server/discover``, is answered with -32601 (method not found), which is what
 makes a ``mode="auto"`` client fall back to ``initialize``.
 
-It advertises ``resources.subscribe`` (as many old servers do), and records
-every method it receives; the ``legacy_methods`` tool returns that list so a
-test can check ``resources/subscribe`` is never sent.
+It advertises ``resources.subscribe`` and answers ``resources/subscribe`` and
+``resources/unsubscribe`` as a 2025-era server does: ``legacy_set`` then sends
+``notifications/resources/updated`` for ``legacy://state`` (and the item it set,
+``legacy://items/{key}``) to a session that subscribed to it. It records every method it
+receives; the ``legacy_methods`` tool returns that list.
 
-Run: ``python tests/legacy_server.py``.
+Run: ``python tests/legacy_server.py`` (``--no-subscribe``: advertise no ``resources.subscribe``
+and answer ``resources/subscribe`` with -32601, as servers that cannot be watched do).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ BINARY_URI = "legacy://blob/binary"
 
 _state: dict[str, Any] = {"greeting": "hello"}
 _methods: list[str] = []
+_subscribed: set[str] = set()
+_SUBSCRIBE = "--no-subscribe" not in sys.argv
 
 _TOOLS = [
     {
@@ -68,7 +73,11 @@ def _call_tool(params: dict[str, Any]) -> dict[str, Any]:
     if name == "legacy_get":
         return _text(json.dumps(_state.get(str(args.get("key")))))
     if name == "legacy_set":
-        _state[str(args.get("key"))] = args.get("value")
+        key = str(args.get("key"))
+        _state[key] = args.get("value")
+        for uri in (STATE_URI, f"legacy://items/{key}"):
+            if uri in _subscribed:
+                _send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
         return _text("ok")
     if name == "legacy_methods":
         return _text(json.dumps(_methods))
@@ -79,7 +88,7 @@ def _handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
     if method == "initialize":
         return {
             "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {"tools": {}, "resources": {"subscribe": True, "listChanged": False}},
+            "capabilities": {"tools": {}, "resources": {"subscribe": _SUBSCRIBE, "listChanged": False}},
             "serverInfo": {"name": "legacy", "version": "0.1.0"},
         }
     if method == "ping":
@@ -102,10 +111,17 @@ def _handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
         raise _RpcError(-32602, f"legacy: invalid cursor {params.get('cursor')!r}")
     if method == "resources/templates/list":
         return {"resourceTemplates": [{"uriTemplate": "legacy://items/{id}", "name": "item"}]}
+    if method in ("resources/subscribe", "resources/unsubscribe") and _SUBSCRIBE:
+        uri = str(params.get("uri"))
+        (_subscribed.add if method == "resources/subscribe" else _subscribed.discard)(uri)
+        return {}
     if method == "resources/read":
         uri = params.get("uri")
         if uri == STATE_URI:
             return {"contents": [{"uri": uri, "mimeType": "application/json", "text": json.dumps(_state)}]}
+        if isinstance(uri, str) and uri.startswith("legacy://items/"):
+            value = _state.get(uri.removeprefix("legacy://items/"))
+            return {"contents": [{"uri": uri, "mimeType": "application/json", "text": json.dumps(value)}]}
         if uri == TEXT_BLOB_URI:
             blob = base64.b64encode("héllo as a blob".encode()).decode()
             return {"contents": [{"uri": uri, "mimeType": "text/plain", "blob": blob}]}

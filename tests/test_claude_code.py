@@ -176,7 +176,7 @@ async def test_interactive_channels_push_a_change_and_after_a_restart_the_restor
             tags = channel_tags(restored.texts())
             assert tags == [
                 '<channel source="watch" notice_id="1" kind="restore" path=".claude/watches.json" '
-                'restored="1" restore_failed="0" dropped="0">'
+                'restored="1" retrying="0" restore_failed="0">'
             ], tags
             assert f"- cfg {uri}: restored" in restored.texts()
             restored.reply(text("cfg is watched again."))

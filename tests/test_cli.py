@@ -84,7 +84,10 @@ async def run_cli(*args: str) -> tuple[int, str, str]:
 async def test_resources_lists_uris_templates_and_examples() -> None:
     code, out, err = await run_cli("resources", "--server", MEMO)
     assert code == 0, err
-    assert "memo://notes  (resource, memo, application/json, watchable)" in out
+    assert (
+        "memo://notes  (resource, memo, MCP 2026-07-28, application/json, watchable via subscriptions/listen)"
+        in out
+    )
     assert 'await watch_start(name="notes", uri="memo://notes")' in out
     assert "memo://notes/{key}  (template" in out
     code, out, _ = await run_cli("resources", "--server", MEMO, "--json")

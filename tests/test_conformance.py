@@ -5,7 +5,7 @@ installed with a Node >= 22 under ``.tools/``) is run as ``tests/conformance.tom
 ``[[run]]``: 0.1.16 with ``--suite all``, and the newest with ``--requirements 2026-07-28`` and
 ``--requirements 2025-11-25`` (plus its 2025-03-26 client scenarios). Each run is made
 once per reference server that serves Streamable HTTP: memo, files, switchboard (through a
-proxy that adds its bearer token: the suite cannot send headers) and kcp.
+proxy that adds its bearer token: the suite cannot send headers), kcp and postgres (no database).
 
 One test per (run, target, scenario) reads the suite's checks; ``tests/conformance_runs.py``
 judges them against ``tests/conformance.toml``: ``pass``, or why the scenario cannot pass here

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import gc
-import json
-import math
 from typing import Any
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncai_watch.core.diff import _diff_mappings, diff_state, keyed
 from asyncai_watch.core.events import ADDED, CHANGED, DELETED, MODIFIED, Event
+from asyncai_watch.core.extract import Body
 from asyncai_watch.core.identity import item_key
-from asyncai_watch.core.jsontext import GC_PAUSE_ABOVE, JsonError, compact_json, parse_json
-from asyncai_watch.core.watch import Body
+from asyncai_watch.core.jsontext import compact_json
 
 json_scalars = (
     st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | st.text(max_size=4)
@@ -73,24 +69,6 @@ def test_a_body_is_its_json_else_its_text() -> None:
     assert deep.value == "[" * 100_000
     assert deep.error is not None
     assert "deeper than" in deep.error
-
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_parsing_a_large_body_leaves_the_garbage_collector_as_it_was(enabled: bool) -> None:
-    big = json.dumps([{"id": i, "tags": ["a"]} for i in range(1000)])
-    assert len(big) > GC_PAUSE_ABOVE
-    was = gc.isenabled()
-    (gc.enable if enabled else gc.disable)()
-    try:
-        assert parse_json(big)[999] == {"id": 999, "tags": ["a"]}
-        assert gc.isenabled() is enabled
-        assert math.isnan(parse_json(big.replace("]}", "]}, NaN", 1))[1])  # the stdlib fallback
-        assert gc.isenabled() is enabled
-        with pytest.raises(JsonError):
-            parse_json(big + "]")
-        assert gc.isenabled() is enabled
-    finally:
-        (gc.enable if was else gc.disable)()
 
 
 # --- examples ---------------------------------------------------------------------------------------

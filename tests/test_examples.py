@@ -67,7 +67,10 @@ async def test_the_cli_example_runs(tmp_path: Path) -> None:
     }
     stdout, _ = await run(["bash", str(ROOT / "examples" / "cli_watch.sh")], tmp_path, env)
     lines = stdout.splitlines()
-    assert "file://{+path}  (template, files, no mimeType, watchable)" in lines
+    assert (
+        "file://{+path}  (template, files, MCP 2026-07-28, no mimeType, watchable via subscriptions/listen)"
+        in lines
+    )
     started = re.fullmatch(
         r"asyncai-watch: watching (file://\S+/config\.json) on files \(state\); Ctrl-C stops", lines[-2]
     )

@@ -121,3 +121,13 @@ def test_require_names_the_extra_or_the_broken_import(monkeypatch: pytest.Monkey
     )
     assert "no pq wrapper available. Attempts:" in message
     assert message.endswith("pip install 'asyncai-watch[postgres]'")
+
+
+def test_postgres_server_without_psycopg_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "pg.toml"
+    config.write_text('[[table]]\nname = "t"\n')
+    proc = run_hidden({"psycopg"}, "asyncai_servers.postgres.__main__:main", ["--config", str(config)])
+    assert proc.stderr.splitlines() == [
+        "asyncai-mcp-postgres: this server needs the 'psycopg' package: pip install 'asyncai-watch[postgres]'"
+    ]
+    assert proc.returncode == 2

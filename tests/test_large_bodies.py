@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from asyncai_watch import EVENTS_MIME_TYPE, Limits, WatchManager
-from asyncai_watch.core.watch import Body
+from asyncai_watch.core.extract import Body
 from asyncai_watch.mcp.source import ListedResource
-from asyncai_watch.runtime.subscriptions import LARGE_BODY
+from asyncai_watch.runtime.topic import LARGE_BODY
 from asyncai_watch.testing import FakeClock, FakeSource
 
 IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
@@ -45,9 +45,7 @@ async def test_a_large_state_is_diffed_in_the_worker_and_notices_are_right() -> 
     assert len(fake.contents[BIG][0]) > LARGE_BODY  # the case under test
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock()) as m:
         await m.watch_start("big", BIG)
-        (run,) = m._runs.values()
-        assert run.core is not None
-        assert run.core.remote
+        assert m._offload._process is not None  # its baseline was parsed in the worker
         fake.update(BIG, items(10_000, **{"item-7": "changed"})[:-1])
         text = await next_text(m)
         assert text.splitlines() == [
@@ -64,12 +62,10 @@ async def test_a_watch_that_grows_large_moves_to_the_worker_with_its_baseline() 
     fake.set(BIG, items(3))
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock()) as m:
         await m.watch_start("big", BIG)
-        (run,) = m._runs.values()
-        assert run.core is not None
-        assert not run.core.remote
+        assert m._offload._process is None  # small: extracted here
         fake.update(BIG, items(10_000))  # now large: diffed against the small baseline, in the worker
         text = await next_text(m)
-        assert run.core.remote
+        assert m._offload._process is not None
         lines = text.splitlines()
         assert lines[:2] == ["ADDED item-3", "ADDED item-4"]
         # 100 events per update (the rest summed up in one line), 20 lines per notice.

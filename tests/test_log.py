@@ -148,7 +148,7 @@ async def test_dropped_events_and_restore_are_logged(ndjson: io.StringIO, tmp_pa
     recs = records(ndjson)
     restored = next(r for r in recs if r["event"] == "watch.restored")
     assert restored["restored"] == ["n"]
-    assert restored["dropped"] == []
+    assert restored["retrying"] == []
     assert restored["restore_failed"] == []
     outcomes = [(r["type"], r["outcome"], r["kept"]) for r in recs if r["event"] == "watch.event"]
     assert outcomes == [("MODIFIED", "noop", False), ("DELETED", "kept", True)]

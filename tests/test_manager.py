@@ -15,7 +15,7 @@ from asyncai_watch.errors import (
     FilterError,
     InvalidWatchNameError,
     LimitError,
-    ProtocolVersionError,
+    NotWatchableError,
     RoutingError,
     SubscriptionLostError,
     WatchError,
@@ -103,7 +103,14 @@ async def test_start_push_notice() -> None:
         assert notice.text.startswith("MODIFIED owner")
         assert m.watch_list() == [
             WatchInfo(
-                name="notes", uri=NOTES, status="running", shape="state", server="memo", events=2, notices=2
+                name="notes",
+                uri=NOTES,
+                status="running",
+                shape="state",
+                server="memo",
+                protocol="2026-07-28",
+                events=2,
+                notices=2,
             )
         ]
     # Leaving the manager cancels the watch: its subscription is closed.
@@ -264,14 +271,39 @@ async def test_failed_baseline_read_fails_the_call_and_leaves_no_subscription() 
 
 
 @pytest.mark.anyio
-async def test_legacy_server_watch_names_the_version() -> None:
+async def test_a_legacy_server_is_watched_one_subscription_per_uri_and_unsubscribed_at_the_end() -> None:
     legacy = memo_fake("old", protocol_version="2025-11-25")
     async with manager(legacy) as m:
-        with pytest.raises(ProtocolVersionError, match="2026-07-28"):
-            await m.watch_start("notes", NOTES)
+        started = await m.watch_start("notes", NOTES)
+        assert started.protocol == "2025-11-25"
+        await m.watch_start("readme", "memo://readme")
+        await m.watch_start("notes-again", NOTES)
+        assert legacy.requests["resources/subscribe"] == 2  # one per URI, never one per watch
         assert legacy.requests["subscriptions/listen"] == 0
-        # Reads still work on such a connection.
-        assert await m.read_resource(NOTES) == {}
+        legacy.update(NOTES, {"owner": "ann"})
+        assert {(await next_notice(m)).text for _ in range(2)} == {"ADDED owner"}
+        assert await m.watch_stop("notes")
+        assert legacy.listeners(NOTES) == 1  # another watch is still on it
+        assert await m.watch_stop("notes-again")
+        assert legacy.listeners(NOTES) == 0  # the last one: unsubscribed
+        assert legacy.listeners("memo://readme") == 1
+
+
+@pytest.mark.anyio
+async def test_a_server_that_advertises_no_subscribe_in_either_era_is_refused_in_one_line() -> None:
+    for version in ("2025-11-25", "2026-07-28"):
+        old = memo_fake("old", protocol_version=version, subscribable=False)
+        async with manager(old) as m:
+            with pytest.raises(NotWatchableError) as refused:
+                await m.watch_start("notes", NOTES)
+            assert str(refused.value) == (
+                f"watch_start: server 'old' is not watchable: it speaks MCP {version} and does not "
+                "advertise resources.subscribe (it serves neither subscriptions/listen nor "
+                "resources/subscribe). Its tools and read_resource still work; docs/server-contract.md "
+                "says what makes a server watchable."
+            )
+            assert old.requests["subscriptions/listen"] + old.requests["resources/subscribe"] == 0
+            assert await m.read_resource(NOTES) == {}  # reads still work on such a connection
 
 
 @pytest.mark.anyio
@@ -305,6 +337,7 @@ async def test_list_resources_and_read_resource() -> None:
             mime_type="application/json",
             server="memo",
             watchable=True,
+            protocol="2026-07-28",
         )
         assert by_uri[NOTES].example == EXAMPLE
         assert by_uri["memo://notes/{key}"].template is True
@@ -521,7 +554,7 @@ async def test_manager_close_cancels_every_watch() -> None:
     async with manager(fake) as m:
         for i, uri in enumerate([NOTES, "memo://readme", NOTES]):
             await m.watch_start(f"w{i}", uri)
-        assert fake.listeners() == 2  # one per URI
+        assert fake.subscribed() == {NOTES, "memo://readme"}
     assert fake.listeners() == 0
     with pytest.raises(anyio.EndOfStream):
         m.notices.receive_nowait()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,17 @@ from asyncai_watch.clock import SystemClock
 from asyncai_watch.codemode import builtins
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
-from asyncai_watch.errors import ProtocolVersionError, WatchError
+from asyncai_watch.errors import NotWatchableError, WatchError
 from asyncai_watch.mcp.client import McpResourceSource
-from asyncai_watch.mcp.source import ListedResource, ListedTemplate, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.source import (
+    ListedResource,
+    ListedTemplate,
+    ReadResult,
+    SubscriptionMode,
+    ToolInfo,
+    ToolResult,
+    Updates,
+)
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.runtime.tools import tool_functions
 from asyncai_watch.testing import FakeClock
@@ -91,8 +99,12 @@ class GatedSource:
             await gate.wait()
         return await self.inner.read(uri, after=after)
 
-    def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
-        return self.inner.listen(uri)
+    @property
+    def subscription_mode(self) -> SubscriptionMode:
+        return self.inner.subscription_mode
+
+    def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
+        return self.inner.subscribe(uris)
 
     async def list_tools(self) -> list[ToolInfo]:
         return await self.inner.list_tools()
@@ -175,14 +187,14 @@ async def test_template_watch_next_to_a_stopped_one() -> None:
 
 
 @pytest.mark.anyio
-async def test_legacy_server_tools_work_but_watch_names_the_version() -> None:
+async def test_a_legacy_server_without_subscribe_serves_tools_and_reads_but_no_watch() -> None:
     async with (
-        McpResourceSource.stdio(LEGACY) as src,
+        McpResourceSource.stdio([*LEGACY, "--no-subscribe"]) as src,
         WatchManager([src], limits=IMMEDIATE, clock=SystemClock()) as m,
     ):
         tools = await tool_functions([src])
         assert await tools["legacy_get"](key="greeting") == "hello"
-        with pytest.raises(ProtocolVersionError, match="2026-07-28"):
+        with pytest.raises(NotWatchableError, match="speaks MCP 2025-11-25 and does not advertise"):
             await m.watch_start("state", "legacy://state")
         assert m.watch_list() == []
         assert await m.read_resource("legacy://state") == {"greeting": "hello"}

@@ -19,7 +19,7 @@ from mcp.shared.message import SessionMessage
 from test_memo_server import MEMO, WAIT, memo_http_server
 
 from asyncai_watch.errors import (
-    ProtocolVersionError,
+    NotWatchableError,
     ServerConnectionError,
     ServerError,
     ServerTimeoutError,
@@ -28,7 +28,7 @@ from asyncai_watch.errors import (
 )
 from asyncai_watch.mcp import _lines
 from asyncai_watch.mcp._lines import LineReader
-from asyncai_watch.mcp.client import McpResourceSource, _covers
+from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.mcp.source import ReadResult, ResourceSource
 from asyncai_watch.testing import FakeClock
 
@@ -63,7 +63,7 @@ async def test_stdio_memo_listen_update_reread() -> None:
             uri="memo://notes", text="{}", mime_type="application/json"
         )
 
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             await memo_set(src, "k", {"nested": [1, None, "x"]})
             with anyio.fail_after(WAIT):
                 await anext(updates)
@@ -78,7 +78,7 @@ async def test_stdio_memo_listen_update_reread() -> None:
 
         # A URI from the template: its own listen, its own updates.
         assert await read_json(src, "memo://notes/wanted") is None
-        async with src.listen("memo://notes/wanted") as updates:
+        async with src.subscribe(["memo://notes/wanted"]) as updates:
             await memo_set(src, "unrelated", 1)
             await memo_set(src, "wanted", "yes")
             with anyio.fail_after(WAIT):
@@ -86,13 +86,15 @@ async def test_stdio_memo_listen_update_reread() -> None:
             assert await read_json(src, "memo://notes/wanted") == "yes"
 
 
-def test_updates_cover_the_uri_and_its_sub_resources_only() -> None:
-    # The memo server filters exactly, so the client-side filter is checked directly.
-    assert _covers("file:///dir", "file:///dir")
-    assert _covers("file:///dir", "file:///dir/a.txt")
-    assert _covers("file:///dir/", "file:///dir/a.txt")
-    assert not _covers("file:///dir", "file:///dir2")
-    assert not _covers("memo://notes/a", "memo://notes")
+@pytest.mark.anyio
+async def test_one_listen_holds_many_uris_and_names_the_one_that_changed() -> None:
+    async with McpResourceSource.stdio(MEMO) as src:
+        uris = [f"memo://notes/k{i}" for i in range(2000)]
+        async with src.subscribe(uris) as updates:
+            assert updates.honored == frozenset(uris)
+            await memo_set(src, "k1234", "x")
+            with anyio.fail_after(WAIT):
+                assert await anext(updates) == "memo://notes/k1234"
 
 
 @pytest.mark.anyio
@@ -109,7 +111,7 @@ async def test_http_bearer_token_goes_in_headers() -> None:
 @pytest.mark.anyio
 async def test_http_server_killed_loses_subscription_and_a_restart_is_picked_up() -> None:
     async with memo_http_server() as (url, proc), McpResourceSource.http(url) as src:
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             await memo_set(src, "before", 1)
             with anyio.fail_after(WAIT):
                 await updates.__anext__()
@@ -124,7 +126,7 @@ async def test_http_server_killed_loses_subscription_and_a_restart_is_picked_up(
         async with memo_http_server(address=address) as (url2, _proc2):
             assert url2 == url
             assert await read_json(src) == {}  # a fresh server: its memo is empty
-            async with src.listen("memo://notes") as updates:
+            async with src.subscribe(["memo://notes"]) as updates:
                 await memo_set(src, "after", 2)
                 with anyio.fail_after(WAIT):
                     await updates.__anext__()
@@ -144,7 +146,7 @@ async def test_stdio_server_death_surfaces_then_the_next_call_respawns_it(tmp_pa
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
     async with McpResourceSource.stdio(wrapper, name="doomed") as src:
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             await memo_set(src, "a", 1)
             with anyio.fail_after(WAIT):
                 await updates.__anext__()
@@ -169,7 +171,7 @@ async def test_stdio_server_death_surfaces_then_the_next_call_respawns_it(tmp_pa
                 tg.start_soon(read_into)
         assert reads == [{}, {}]
         assert src.reconnects == 1
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             await memo_set(src, "b", 2)
             with anyio.fail_after(WAIT):
                 await updates.__anext__()
@@ -189,7 +191,7 @@ async def test_stdio_server_death_surfaces_then_the_next_call_respawns_it(tmp_pa
         ):
             await src.read("memo://notes")
         with anyio.fail_after(WAIT), pytest.raises(ServerConnectionError, match=r"cannot connect"):
-            async with src.listen("memo://notes"):
+            async with src.subscribe(["memo://notes"]):
                 pass
         refuse.unlink()
         with anyio.fail_after(WAIT):
@@ -222,7 +224,7 @@ async def test_tools_and_server_errors() -> None:
         assert "memo://notes" in caught.value.server_message
         assert isinstance(caught.value, WatchError)
         with pytest.raises(ServerError, match=r"cannot subscribe to \['memo://nope'\]"):
-            async with src.listen("memo://nope"):
+            async with src.subscribe(["memo://nope"]):
                 pass
         # A tool failure is an in-band result, not an exception.
         failed = await src.call_tool("memo_set", {"key": "k"})
@@ -231,7 +233,7 @@ async def test_tools_and_server_errors() -> None:
 
 
 @pytest.mark.anyio
-async def test_legacy_server_serves_tools_but_cannot_be_watched() -> None:
+async def test_a_legacy_server_serves_tools_and_is_watched_through_resources_subscribe() -> None:
     async with McpResourceSource.stdio(LEGACY) as src:
         assert src.name == "legacy"
         assert src.protocol_version == "2025-11-25"
@@ -256,18 +258,53 @@ async def test_legacy_server_serves_tools_but_cannot_be_watched() -> None:
         with pytest.raises(ServerError, match=r"binary blob \(application/octet-stream\)"):
             await src.read("legacy://blob/binary")
 
-        with pytest.raises(ProtocolVersionError) as caught:
-            async with src.listen("legacy://state"):
+        # A 2025-era server that advertises resources.subscribe is watched through it.
+        assert src.watchable
+        assert src.subscription_mode == "subscribe"
+        async with src.subscribe(["legacy://state"]) as updates:
+            assert updates.honored == {"legacy://state"}
+            await src.call_tool("legacy_set", {"key": "n", "value": 6})
+            with anyio.fail_after(WAIT):
+                assert await anext(updates) == "legacy://state"
+        with pytest.raises(ValueError, match="takes one URI"):
+            async with src.subscribe(["legacy://state", "legacy://items/n"]):
                 pass
-        message = str(caught.value)
-        assert "'legacy'" in message
-        assert "2025-11-25" in message
-        assert "2026-07-28" in message
-
         methods = json.loads((await src.call_tool("legacy_methods", {})).text)
         assert methods[:2] == ["server/discover", "initialize"]  # probed modern, fell back
-        assert "resources/subscribe" not in methods
+        assert [m for m in methods if m.startswith("resources/") and "subscribe" in m] == [
+            "resources/subscribe",
+            "resources/unsubscribe",
+        ]
         assert "subscriptions/listen" not in methods
+
+
+@pytest.mark.anyio
+async def test_a_legacy_server_that_advertises_no_subscribe_is_not_watchable() -> None:
+    async with McpResourceSource.stdio([*LEGACY, "--no-subscribe"]) as src:
+        assert not src.watchable
+        with pytest.raises(
+            NotWatchableError, match=r"speaks MCP 2025-11-25 and does not advertise resources.subscribe"
+        ):
+            async with src.subscribe(["legacy://state"]):
+                pass
+        assert json.loads((await src.read("legacy://state")).text) == {"greeting": "hello"}
+
+
+@pytest.mark.anyio
+async def test_legacy_subscriptions_are_lost_with_the_server_and_made_again_after_a_respawn() -> None:
+    async with McpResourceSource.stdio(LEGACY) as src:
+        async with src.subscribe(["legacy://state"]) as updates:
+            methods = json.loads((await src.call_tool("legacy_methods", {})).text)
+            assert "resources/subscribe" in methods
+            src._current().abort()  # the server goes away (its process is ended)
+            with anyio.fail_after(WAIT), pytest.raises(SubscriptionLostError, match="connection"):
+                await anext(updates)
+        # The next subscribe respawns the server and subscribes on its new session.
+        async with src.subscribe(["legacy://state"]) as updates:
+            await src.call_tool("legacy_set", {"key": "after", "value": 1})
+            with anyio.fail_after(WAIT):
+                assert await anext(updates) == "legacy://state"
+        assert src.reconnects == 1
 
 
 @pytest.mark.anyio
@@ -330,7 +367,7 @@ async def test_a_server_that_stops_answering_times_out_and_the_source_recovers()
         McpResourceSource.http(url, request_timeout=20, clock=clock) as src,
     ):
         await memo_set(src, "k", 1)
-        async with src.listen("memo://notes") as updates:
+        async with src.subscribe(["memo://notes"]) as updates:
             os.kill(proc.pid, signal.SIGSTOP)
             try:
                 async with anyio.create_task_group() as tg:

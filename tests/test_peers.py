@@ -60,14 +60,20 @@ async def test_a_modern_server_without_subscribe_is_listed_unwatchable_and_refus
         assert peer.protocol_version == "2026-07-28"
         assert [(r.uri, r.watchable) for r in await m.list_resources()] == [("peer://state", False)]
         with pytest.raises(
-            NotWatchableError, match=r"'peer' is not watchable: it does not advertise resources\.subscribe"
+            NotWatchableError,
+            match=r"'peer' is not watchable: it speaks MCP 2026-07-28 and does not advertise resources\.subscribe",
         ):
             await m.watch_start("state", "peer://state")
 
 
 @pytest.mark.anyio
-async def test_a_legacy_server_that_advertises_subscribe_is_listed_unwatchable() -> None:
+async def test_a_legacy_server_that_advertises_subscribe_is_listed_watchable_and_watched() -> None:
     async with McpResourceSource.stdio(LEGACY) as legacy, WatchManager([legacy], limits=IMMEDIATE) as m:
         listed = await m.list_resources()
         assert listed
-        assert all(r.watchable is False for r in listed)
+        assert all(r.watchable and r.protocol == "2025-11-25" for r in listed)
+        started = await m.watch_start("state", "legacy://state")
+        assert (started.shape, started.protocol) == ("state", "2025-11-25")
+        await legacy.call_tool("legacy_set", {"key": "owner", "value": "ann"})
+        with anyio.fail_after(30):
+            assert (await m.notices.receive()).text == "ADDED owner"

@@ -143,9 +143,9 @@ def loaded_after(statement: str) -> set[str]:
 def test_importing_the_core_loads_no_sdk() -> None:
     modules = sorted(p.stem for p in (ROOT / "asyncai_watch" / "core").glob("*.py") if p.stem != "__init__")
     loaded = loaded_after(
-        "import asyncai_watch.core.watch\n" + "\n".join(f"import asyncai_watch.core.{m}" for m in modules)
+        "import asyncai_watch.core.feed\n" + "\n".join(f"import asyncai_watch.core.{m}" for m in modules)
     )
-    assert "asyncai_watch.core.watch" in loaded
+    assert "asyncai_watch.core.feed" in loaded
     assert loaded & set(SDK) == set()
 
 

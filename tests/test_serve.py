@@ -333,14 +333,16 @@ async def test_http_listen_and_legacy_sessions_get_pushes_and_a_pull_client_gets
 async def test_bad_input_is_a_tool_error_that_says_what_is_accepted(tmp_path: Path) -> None:
     for i in range(6):
         (tmp_path / f"f{i}.json").write_text('{"v": 0}')
-    params = serve("--server", files_arg(tmp_path), "--server", "old=" + shlex.join(LEGACY))
+    params = serve(
+        "--server", files_arg(tmp_path), "--server", "old=" + shlex.join([*LEGACY, "--no-subscribe"])
+    )
     async with Client(params) as client:
         listed = {r["uri"]: r for r in await call(client, "list_resources")}
         assert listed["legacy://state"]["subscribable"] is False
         # A server that cannot carry watches still serves reads.
         assert await call(client, "read_resource", uri="legacy://state") == {"greeting": "hello"}
         error = await tool_error(client, "watch_start", name="old", uri="legacy://state")
-        assert "speaks MCP 2025-11-25; watches need MCP 2026-07-28" in error
+        assert "speaks MCP 2025-11-25 and does not advertise resources.subscribe" in error
 
         # A URI no server lists goes to the first watchable server (the design's routing), whose
         # rejection names what it does serve.

@@ -30,7 +30,6 @@ from asyncai_watch import (
     McpResourceSource,
     Notice,
     NotWatchableError,
-    ProtocolVersionError,
     WatchError,
     WatchManager,
 )
@@ -203,18 +202,18 @@ async def test_json_response_true_still_carries_watches_over_http() -> None:
 
 async def test_the_version_and_watchability_errors_are_the_ones_the_doc_quotes() -> None:
     doc = doc_text()
-    async with McpResourceSource.stdio(LEGACY) as legacy, WatchManager([legacy]) as manager:
-        with pytest.raises(ProtocolVersionError) as raised:
+    async with (
+        McpResourceSource.stdio([*LEGACY, "--no-subscribe"]) as legacy,
+        WatchManager([legacy]) as manager,
+    ):
+        with pytest.raises(NotWatchableError) as raised:
             await manager.watch_start("w", "legacy://state")
         assert str(raised.value) == (
-            "watch_start: server 'legacy' speaks MCP 2025-11-25; watches need MCP 2026-07-28 "
-            "(subscriptions/listen). Its tools still work; read_resource works too."
+            "watch_start: server 'legacy' is not watchable: it speaks MCP 2025-11-25 and does not "
+            "advertise resources.subscribe (it serves neither subscriptions/listen nor resources/subscribe). "
+            "Its tools and read_resource still work; docs/server-contract.md says what makes a server watchable."
         )
         assert str(raised.value) in doc
-        with pytest.raises(ProtocolVersionError) as listen_raised:
-            async with legacy.listen("legacy://state"):
-                pass
-        assert str(listen_raised.value) in doc
     for variant in ("no-subscribe", "no-listen"):
         async with McpResourceSource.stdio([*PEER, variant]) as peer, WatchManager([peer]) as manager:
             with pytest.raises(NotWatchableError) as refused:

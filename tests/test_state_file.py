@@ -15,18 +15,18 @@ from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import LimitError, StateFileError
 from asyncai_watch.filters import RestrictedPythonEngine
 from asyncai_watch.runtime.manager import WatchManager
-from asyncai_watch.state_file import StateFile
+from asyncai_watch.state_file import SavedWatch, StateFile
 from asyncai_watch.testing import FakeClock
 from tests.test_manager import IMMEDIATE, NOTES, memo_fake
 
 
 def write_specs(path: Path, specs: list[dict[str, Any]]) -> None:
-    path.write_text(json.dumps({"version": 1, "watches": specs}))
+    path.write_text(json.dumps({"version": 1, "watches": specs}))  # a file of the previous version
 
 
 def saved(path: Path) -> list[dict[str, Any]]:
     data: dict[str, Any] = json.loads(path.read_text())
-    assert data["version"] == 1
+    assert data["version"] == 2
     watches: list[dict[str, Any]] = data["watches"]
     return watches
 
@@ -44,9 +44,12 @@ def test_save_load_round_trip_is_atomic(tmp_path: Path) -> None:
         WatchSpec(name="b", uri="x://y", on_event='event["key"]'),
     ]
     sf.save(specs)
-    assert sf.load() == specs
+    assert sf.load() == [SavedWatch(spec) for spec in specs]
+    sf.save([SavedWatch(specs[0], "FilterError: on_event does not compile"), specs[1]])
+    assert sf.load()[0] == SavedWatch(specs[0], "FilterError: on_event does not compile")
+    assert saved(sf.path)[0]["error"] == "FilterError: on_event does not compile"
     sf.save(specs[1:])
-    assert sf.load() == specs[1:]
+    assert sf.load() == [SavedWatch(specs[1])]
     # Only the state file and its owner's lock remain: the temp file was renamed over it.
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["state.json", "state.json.lock"]
     assert saved(sf.path) == [{"name": "b", "uri": "x://y", "on_event": 'event["key"]'}]
@@ -59,7 +62,7 @@ def test_save_load_round_trip_is_atomic(tmp_path: Path) -> None:
         ('{"version": 1, "watches": [{"name": 1, "uri": "x"}]}', r"watches\[0\]\.name"),
         ('{"version": 1, "watches": [{"name": "a", "uri": "x", "on_event": 3}]}', "on_event"),
         ('{"version": 1, "watches": [{"name": "a", "uri": "x", "extra": 1}]}', "extra"),
-        ('{"version": 9, "watches": []}', "version 9"),
+        ('{"version": 9, "watches": []}', "version 9; this asyncai-watch reads versions 1 and 2"),
         ('{"watches": []}', "version"),
         ("[]", "expected shape"),
         (
@@ -130,49 +133,93 @@ async def test_restore_rules(tmp_path: Path) -> None:
     )
     fake = memo_fake()
     fake.read_errors["memo://notes/todo"] = ConnectionError("server restarting")
-    limits = Limits(max_watches=3, debounce_quiet=0, debounce_max_wait=0)
+    # Saved watches keep their slots, running or not: with room for six, the seventh waits.
+    limits = Limits(max_watches=6, debounce_quiet=0, debounce_max_wait=0, resubscribe_attempts=0)
     async with WatchManager([fake], limits=limits, clock=FakeClock(), watch_state=path) as m:
         restore = await receive(m)
         text = restore.text
         assert "Restored 2 of 7" in text
         assert "good memo://notes: restored" in text
         assert "third memo://notes: restored" in text
-        assert "down memo://notes/todo: restore failed, kept" in text
+        assert "down memo://notes/todo: not started, still saved" in text  # no retries (attempts=0)
         assert "server restarting" in text
-        for dropped in ("badfilter", "fnrepr", "bad name"):
-            assert f"- {dropped} memo://notes: dropped, it can never start" in text
-        # Over a limit is not "can never start": the spec stays saved, listed with the reason.
-        assert "overlimit memo://notes: restore failed, kept" in text
+        for broken in ("badfilter", "fnrepr", "bad name"):
+            assert f"- {broken} memo://notes: cannot start as saved, kept with its reason" in text
+        # Over a limit is not "cannot start as saved": it may start once a slot is free.
+        assert "overlimit memo://notes: not started, still saved" in text
         assert "max_watches" in text
-        assert dict(restore.meta)["dropped"] == "3"
-        assert dict(restore.meta)["restore_failed"] == "2"
-        # Specs that can never start are gone from the file; the transient and over-limit ones stay.
-        assert [s["name"] for s in saved(path)] == ["good", "down", "third", "overlimit"]
+        assert dict(restore.meta)["restore_failed"] == "5"
+        # No saved spec is ever dropped: the ones that did not start keep their reasons in the file.
+        entries = {e["name"]: e for e in saved(path)}
+        assert list(entries) == ["good", "badfilter", "fnrepr", "bad name", "down", "third", "overlimit"]
+        assert "error" not in entries["good"]
+        assert "does not compile" in entries["badfilter"]["error"]
+        assert "server restarting" in entries["down"]["error"]
         listed = {w.name: w for w in m.watch_list()}
         assert listed["down"].status == "restore_failed"
         assert listed["down"].error is not None
         assert "server restarting" in listed["down"].error
-        assert listed["overlimit"].status == "restore_failed"
+        assert listed["badfilter"].status == "restore_failed"
         assert listed["overlimit"].error is not None
-        assert "max_watches=3" in listed["overlimit"].error
+        assert "max_watches=6" in listed["overlimit"].error
         assert listed["good"].status == "running"
         assert fake.listeners() == 1  # good and third share one subscription
-        # Saved specs keep their slots: four saved with room for three, so one must go first.
+        # Saved specs keep their slots: a fixed start of one must wait for a free slot.
         del fake.read_errors["memo://notes/todo"]
         fake.set("memo://notes/todo", {"value": "milk"})
-        with pytest.raises(LimitError, match=r"already: good, third, overlimit \(restore_failed\)"):
+        with pytest.raises(LimitError, match=r"already: good, badfilter \(restore_failed\)"):
             await m.watch_start("down", "memo://notes/todo")
-        await m.watch_stop("third")
-        # Starting it again (the server is back) clears the flag and keeps it saved.
+        for name in ("third", "badfilter", "fnrepr", "bad name"):
+            await m.watch_stop(name)
+        # Starting it again (the server is back) clears the flag and its reason, and keeps it saved.
         await m.watch_start("down", "memo://notes/todo")
         assert {w.name: w for w in m.watch_list()}["down"].status == "running"
-        assert [s["name"] for s in saved(path)] == ["good", "down", "overlimit"]
+        assert [(e["name"], "error" in e) for e in saved(path)] == [
+            ("good", False),
+            ("down", False),
+            ("overlimit", True),
+        ]
         await m.watch_start("overlimit", NOTES)
         assert {w.name: w.status for w in m.watch_list()} == {
             "good": "running",
             "down": "running",
             "overlimit": "running",
         }
+
+
+@pytest.mark.anyio
+async def test_a_transient_restore_failure_is_tried_again_and_the_watch_comes_back(tmp_path: Path) -> None:
+    """A filter that reads a server still starting times out on its sample at restore: the spec
+    stays saved, is tried again after the backoff, and the watch starts once the server answers."""
+    path = tmp_path / "state.json"
+    on_event = 'read_resource(uri="memo://readme") + " " + event["key"]'
+    write_specs(path, [{"name": "slow", "uri": NOTES, "on_event": on_event}])
+    fake = memo_fake()
+    gate = fake.gate_reads("memo://readme")  # the filter's catalog read hangs: the dry run times out
+    clock = FakeClock()
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, filter_timeout=0.5)
+    async with WatchManager([fake], limits=limits, clock=clock, watch_state=path) as m:
+        restore = await receive(m)
+        assert (
+            "slow memo://notes: not started yet, tried again after 1, 2, 4, 8, 16 s (still saved)"
+            in restore.text
+        )
+        assert "timed out" in restore.text
+        (listed,) = m.watch_list()
+        assert listed.status == "restore_failed"
+        (entry,) = saved(path)
+        assert entry["on_event"] == on_event  # the spec is still saved, with why it is not running
+        assert "timed out" in entry["error"]
+        gate.open()  # the server answers now
+        await clock.wait_for_deadline(1.0)
+        clock.advance(1.0)
+        again = await receive(m)
+        assert again.source == SOURCE_RESTORE
+        assert again.text == "Restored slow memo://notes on attempt 2 (it could not start at first)."
+        assert m.watch_list()[0].status == "running"
+        assert saved(path) == [{"name": "slow", "uri": NOTES, "on_event": on_event}]
+        fake.update(NOTES, {"k": 1})
+        assert (await receive(m)).text == "hello k"
 
 
 @pytest.mark.anyio
@@ -183,7 +230,7 @@ async def test_restore_failed_spec_is_cleared_by_watch_stop_and_survives_a_resta
     fake.disconnect()  # the server is down: listing fails, so routing fails -> transient
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
         restore = await receive(m)
-        assert "restore failed, kept" in restore.text
+        assert "not started yet, tried again" in restore.text
         assert m.watch_list()[0].status == "restore_failed"
     assert [s["name"] for s in saved(path)] == ["down"]  # kept for the next start
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
@@ -209,7 +256,7 @@ async def test_a_filter_worker_that_cannot_start_keeps_the_spec_saved(tmp_path: 
         [memo_fake()], limits=IMMEDIATE, clock=FakeClock(), watch_state=path, filter_engine=broken
     ) as m:
         restore = await receive(m)
-        assert "filtered memo://notes: restore failed, kept" in restore.text
+        assert "filtered memo://notes: not started yet, tried again" in restore.text
         assert "cannot start the filter worker" in restore.text
         (listed,) = m.watch_list()
         assert listed.status == "restore_failed"

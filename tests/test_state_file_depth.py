@@ -48,7 +48,7 @@ def test_the_agent_reports_a_deeply_nested_state_file_in_one_line(tmp_path: Path
     )
     assert proc.stderr.splitlines() == [
         f"asyncai-agent: error: watch state file {path} is nested too deeply to be a watch state file; "
-        'it was left untouched. Fix or remove it; the expected shape is {"version": 1, '
+        'it was left untouched. Fix or remove it; the expected shape is {"version": 2, '
         '"watches": [{"name": ..., "uri": ..., "on_event": ...}]}'
     ]
     assert proc.returncode == 2

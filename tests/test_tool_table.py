@@ -31,13 +31,14 @@ from asyncai_watch.core.tools import BRIDGE_TOOLS, WATCH_TOOLS, ToolSpec, check_
 from asyncai_watch.integrations.langgraph import watch_tools as langchain_tools
 from asyncai_watch.integrations.openai_agents import watch_tools as agents_tools
 from asyncai_watch.integrations.pydantic_ai import watch_toolset
+from asyncai_watch.mcp.source import ListedResource
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.serve.bridge import Bridge
 from asyncai_watch.serve.channel import instructions
 from asyncai_watch.serve.hub import Hub
 from asyncai_watch.serve.ring import NoticeRing
 from asyncai_watch.serve.server import ToolInputError, _check_arguments, build_server
-from asyncai_watch.testing import FakeClock
+from asyncai_watch.testing import FakeClock, FakeSource
 from tests.test_manager import NOTES, memo_fake
 
 pytestmark = pytest.mark.anyio
@@ -220,9 +221,12 @@ async def test_each_framework_derives_the_tables_whole_schema() -> None:
 
 async def test_what_the_tools_answer_fits_the_tables_result_schemas() -> None:
     fake = memo_fake()
+    other = FakeSource("other", resources=[ListedResource(uri="other://doomed", name="doomed")])
+    other.set("other://doomed", {"a": 1})
     limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_attempts=0)
     ring = NoticeRing(1)
-    async with WatchManager([fake], limits=limits, clock=FakeClock()) as manager:
+    # "doomed" is on a server of its own: the listen it loses holds no other watch's URI.
+    async with WatchManager([fake, other], limits=limits, clock=FakeClock()) as manager:
         fns = builtins(manager)
         results: dict[str, Any] = {
             "watch_start": await fns["watch_start"](name="notes", uri=NOTES, on_event=None),
@@ -230,8 +234,8 @@ async def test_what_the_tools_answer_fits_the_tables_result_schemas() -> None:
             "read_resource": await fns["read_resource"](uri=NOTES),
             "watch_stop": await fns["watch_stop"](name="nosuch"),
         }
-        await fns["watch_start"](name="doomed", uri="memo://readme")
-        fake.lose("memo://readme")  # no resubscribe attempts: the watch fails and says so
+        await fns["watch_start"](name="doomed", uri="other://doomed")
+        other.lose("other://doomed")  # no resubscribe attempts: the watch fails and says so
         with anyio.fail_after(30):
             await manager.notices.receive()  # the failure notice
         results["watch_list"] = await fns["watch_list"]()

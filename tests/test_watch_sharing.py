@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import attrs
 import pytest
 
 from asyncai_watch import Limits, Notice, NotWatchableError, RoutingError, StateFileError, WatchManager
@@ -301,20 +300,3 @@ async def test_event_log_reads_carry_the_position_and_unread_deltas_are_joined()
         fake.update(uri, log(4, 5), mime_type="application/vnd.asyncai.events+json")
         assert [n.text for n in await notices(m, 1)] == ["ADDED o4\nADDED o5"]
         assert fake.positions[-1] == ("L1", 3)
-
-
-def test_positioned_deltas_a_watch_has_not_taken_are_joined_not_replaced() -> None:
-    from asyncai_watch.core.watch import Body
-
-    def delta(*seqs: int, log_id: str = "L1") -> Body:
-        value = {"log_id": log_id, "events": [{"seq": s, "type": "ADDED"} for s in seqs]}
-        return attrs.evolve(Body.parse(json.dumps(value), "application/vnd.asyncai.events+json"), delta=True)
-
-    joined = delta(1, 2).then(delta(3))
-    assert [e["seq"] for e in joined.value["events"]] == [1, 2, 3]
-    assert [e["seq"] for e in delta(1, 2).then(delta(3, 4), max_events=3).value["events"]] == [2, 3, 4]
-    assert delta(1).then(delta(1, log_id="L2")).value["log_id"] == "L2"  # a new log: the newest wins
-    whole = Body.parse(
-        json.dumps({"events": [{"seq": 9, "type": "ADDED"}]}), "application/vnd.asyncai.events+json"
-    )
-    assert delta(1).then(whole) is whole  # a whole read holds everything

@@ -7,13 +7,8 @@ JSON-in-the-wild contains (``NaN``, ``Infinity``, numbers beyond a double) falls
 standard library, so every body the stdlib accepted is still accepted. A body nested deeper
 than :data:`MAX_DEPTH` is refused with :class:`JsonError`, never a ``RecursionError``.
 
-The cyclic garbage collector is paused while a text longer than :data:`GC_PAUSE_ABOVE` is
-decoded (and resumed, if it was on, before :func:`parse_json` returns). The decoder is one C
-call holding the GIL, so no other thread runs meanwhile; a collection inside it could free
-nothing the parse made (the whole tree is reachable), it would only scan the growing tree again
-and again, and a full collection of the process's heap now and then: with the collector on, a
-100,000-item body took twice as long to parse (docs/benchmarks.md, the core rows). The objects
-the parse made are counted as usual and met by the next collection, once.
+Pure: it never touches the garbage collector (the shell pauses it around a large read,
+:mod:`asyncai_watch.runtime.gcpause`).
 
 :func:`compact_json` is the one compact text form of a value (identity keys of items
 without an id, display of objects in notice lines, filter results): no spaces, UTF-8
@@ -22,20 +17,15 @@ unescaped, keys in the value's own order or sorted.
 
 from __future__ import annotations
 
-import gc
 import json
 from typing import Any, Final
 
 import msgspec
 
-__all__ = ["GC_PAUSE_ABOVE", "MAX_DEPTH", "JsonError", "compact_json", "parse_json"]
+__all__ = ["MAX_DEPTH", "JsonError", "compact_json", "parse_json"]
 
 MAX_DEPTH: Final = 512
 """The deepest nesting :func:`parse_json` accepts (lists and objects)."""
-GC_PAUSE_ABOVE: Final = 2048
-"""Texts longer than this (characters or bytes) are parsed with the cyclic GC paused."""
-
-_gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder(enc_hook=str).encode
@@ -73,9 +63,6 @@ def _too_deep(text: str) -> bool:
 
 def parse_json(text: str | bytes | bytearray) -> Any:
     """The JSON value of ``text``; raises :class:`JsonError` saying what is wrong."""
-    paused = len(text) > GC_PAUSE_ABOVE and _gc_isenabled()
-    if paused:
-        _gc_disable()
     try:
         return _decode(text)
     except (msgspec.DecodeError, RecursionError) as fast_error:
@@ -86,9 +73,6 @@ def parse_json(text: str | bytes | bytearray) -> Any:
             return json.loads(text)
         except (ValueError, RecursionError):
             raise JsonError(str(fast_error)) from None
-    finally:
-        if paused:
-            _gc_enable()
 
 
 def compact_json(value: Any, *, sort_keys: bool = False) -> str:

@@ -1,8 +1,14 @@
-"""The one notice that says which saved watches came back after a restart.
+"""What becomes of saved watches after a restart, and the one notice that says so.
 
-Pure. A spec that can never start (a bad name or filter) is dropped from the state file; one
-that may start later (its server is down, a limit is reached, the filter engine failed) is
-kept and listed ``restore_failed``.
+Pure. Restoring never loses a saved spec: a watch that cannot start is listed ``restore_failed``
+with its reason and stays in the state file with it. What differs is what happens next (:func:`fate`):
+
+- ``"retry"``: it may start later (its server is down or slow, a limit is reached, the filter
+  engine failed, the filter timed out on its sample while a server it reads was slow): it is
+  tried again after the resubscribe backoff's delays (1, 2, 4, 8, 16 s by default);
+- ``"broken"``: it cannot start as saved (an invalid name; a filter that does not compile or
+  fails on the sample): it waits for the user, who fixes it with ``watch_start`` or drops it
+  with ``watch_stop``.
 """
 
 from __future__ import annotations
@@ -14,17 +20,21 @@ import attrs
 
 from asyncai_watch.core.notice import SOURCE_RESTORE, Notice
 from asyncai_watch.core.spec import WatchSpec
-from asyncai_watch.errors import FilterEngineError, FilterError, InvalidWatchNameError
+from asyncai_watch.errors import FilterEngineError, FilterError, FilterTimeoutError, InvalidWatchNameError
 
-__all__ = ["Restore", "fate"]
+__all__ = ["Fate", "Restore", "fate"]
+
+Fate = Literal["retry", "broken"]
 
 
-def fate(error: Exception) -> Literal["dropped", "kept"]:
-    """What becomes of a saved spec whose start failed with ``error``: only a spec that can
-    never start (a bad name or filter) is dropped; anything that may pass is kept."""
-    if isinstance(error, InvalidWatchNameError | FilterError) and not isinstance(error, FilterEngineError):
-        return "dropped"
-    return "kept"
+def fate(error: Exception) -> Fate:
+    """Whether a saved spec whose start failed with ``error`` may start later (``"retry"``) or
+    cannot as saved (``"broken"``): only a bad name or a filter that can never run is broken."""
+    if isinstance(error, InvalidWatchNameError):
+        return "broken"
+    if isinstance(error, FilterError) and not isinstance(error, FilterEngineError | FilterTimeoutError):
+        return "broken"
+    return "retry"
 
 
 @attrs.define
@@ -32,44 +42,54 @@ class Restore:
     """The outcome of restoring saved specs, one :meth:`add` per spec, then :meth:`notice`."""
 
     path: str
+    delays: Sequence[float] = ()
+    """The retry delays of a watch that may start later (the resubscribe backoff's)."""
     restored: list[WatchSpec] = attrs.field(factory=list)
-    kept: list[tuple[WatchSpec, str]] = attrs.field(factory=list)
-    dropped: list[tuple[WatchSpec, str]] = attrs.field(factory=list)
+    retrying: list[tuple[WatchSpec, str]] = attrs.field(factory=list)
+    broken: list[tuple[WatchSpec, str]] = attrs.field(factory=list)
 
-    def add(self, spec: WatchSpec, error: Exception | None, reason: str = "") -> None:
+    def add(self, spec: WatchSpec, error: Exception | None, reason: str = "") -> Fate | None:
+        """Record ``spec``'s start: ``None`` when it started, else its fate."""
         if error is None:
             self.restored.append(spec)
-        elif fate(error) == "dropped":
-            self.dropped.append((spec, reason))
-        else:
-            self.kept.append((spec, reason))
+            return None
+        what = fate(error)
+        (self.retrying if what == "retry" else self.broken).append((spec, reason))
+        return what
 
     def notice(self) -> Notice:
-        return restore_notice(self.path, self.restored, self.kept, self.dropped)
+        """How many came back, and each spec's fate with its reason."""
+        total = len(self.restored) + len(self.retrying) + len(self.broken)
+        lines = [
+            f"Restored {len(self.restored)} of {total} watches from {self.path} "
+            "(baselines are fresh: changes made while the agent was down may be missing)."
+        ]
+        lines += [f"- {s.name} {s.uri}: restored" for s in self.restored]
+        after = ", ".join(f"{d:g}" for d in self.delays)
+        lines += [
+            f"- {s.name} {s.uri}: not started yet, tried again after {after} s (still saved): {err}"
+            if after
+            else f"- {s.name} {s.uri}: not started, still saved (watch_start it again or watch_stop it): {err}"
+            for s, err in self.retrying
+        ]
+        lines += [
+            f"- {s.name} {s.uri}: cannot start as saved, kept with its reason (fix it with watch_start "
+            f"or drop it with watch_stop): {err}"
+            for s, err in self.broken
+        ]
+        meta = {
+            "path": self.path,
+            "restored": str(len(self.restored)),
+            "retrying": str(len(self.retrying)),
+            "restore_failed": str(len(self.retrying) + len(self.broken)),
+        }
+        return Notice(SOURCE_RESTORE, "\n".join(lines), meta=meta)
 
 
-def restore_notice(
-    path: str,
-    restored: Sequence[WatchSpec],
-    kept: Sequence[tuple[WatchSpec, str]],
-    dropped: Sequence[tuple[WatchSpec, str]],
-) -> Notice:
-    """The restore notice: how many came back, and each spec's fate with its reason."""
-    total = len(restored) + len(kept) + len(dropped)
-    lines = [
-        f"Restored {len(restored)} of {total} watches from {path} "
-        "(baselines are fresh: changes made while the agent was down may be missing)."
-    ]
-    lines += [f"- {s.name} {s.uri}: restored" for s in restored]
-    lines += [
-        f"- {s.name} {s.uri}: restore failed, kept (watch_start it again or watch_stop it): {err}"
-        for s, err in kept
-    ]
-    lines += [f"- {s.name} {s.uri}: dropped, it can never start: {err}" for s, err in dropped]
-    meta = {
-        "path": path,
-        "restored": str(len(restored)),
-        "restore_failed": str(len(kept)),
-        "dropped": str(len(dropped)),
-    }
-    return Notice(SOURCE_RESTORE, "\n".join(lines), meta=meta)
+def restored_later(spec: WatchSpec, attempts: int) -> Notice:
+    """The notice of a saved watch that started on a later attempt."""
+    return Notice(
+        SOURCE_RESTORE,
+        f"Restored {spec.name} {spec.uri} on attempt {attempts + 1} (it could not start at first).",
+        meta={"path": "", "restored": "1", "retrying": "0", "restore_failed": "0"},
+    )

@@ -264,7 +264,10 @@ class ServerCatalog:
     resources: Sequence[ListedResource] = ()
     templates: Sequence[ListedTemplate] = ()
     subscribable: bool = False
-    """The server can carry watches (MCP 2026-07-28 and ``resources.subscribe``)."""
+    """The server can carry watches (it advertises ``resources.subscribe``)."""
+    protocol: str = ""
+    """The MCP version it speaks: ``2026-07-28`` takes ``subscriptions/listen``, older ones
+    ``resources/subscribe``."""
 
 
 @attrs.frozen(kw_only=True)

@@ -58,18 +58,20 @@ class WatchSpec:
 def check_room(spec: WatchSpec, existing: Mapping[str, tuple[str, str]], max_watches: int) -> None:
     """Raise unless ``spec`` may start beside ``existing`` (name -> (uri, status)): its name is
     not taken by a running watch, and a slot is free (saved watches that are not running keep
-    their slots, so a restart of one is never crowded out)."""
+    their slots, so a restart of one is never crowded out). O(1) unless it raises."""
     taken = existing.get(spec.name)
     if taken is not None and taken[1] in ("starting", "running"):
         raise WatchError(
             f"watch_start: a watch named {spec.name!r} already exists (uri {clip(taken[0])}); "
             f"pick another name, or watch_stop(name={spec.name!r}) first"
         )
-    others = {name: status for name, (_, status) in existing.items() if name != spec.name}
-    if len(others) >= max_watches:
+    if len(existing) - (taken is not None) >= max_watches:
+        others = [(name, status) for name, (_, status) in existing.items() if name != spec.name]
         listed = ", ".join(
-            name + ("" if status == "running" else f" ({status})") for name, status in others.items()
+            name + ("" if status == "running" else f" ({status})") for name, status in others[:20]
         )
+        if len(others) > 20:
+            listed += f", ... ({len(others)} in all)"
         raise LimitError(
             f"watch_start: at most {max_watches} watches (Limits.max_watches={max_watches}); "
             f"already: {listed}. Stop one with watch_stop(name=...) first"

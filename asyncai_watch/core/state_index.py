@@ -23,7 +23,6 @@ The result is exactly :func:`~asyncai_watch.core.diff.diff_state` of the parsed 
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Sequence
 from itertools import compress
 from operator import attrgetter, ne
@@ -88,7 +87,6 @@ _ids: Final = msgspec.json.Decoder(list[_Ids]).decode
 _NOT_INDEXED: Final = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 _UNPARSED: Final[Any] = object()
 _ID_TYPES: Final = frozenset({str, int, float})  # bool is not an id: type(True) is bool
-_GC_PAUSE_ITEMS: Final = 1000  # reads with more items are diffed with the cyclic GC paused
 
 
 class StateIndex:
@@ -183,16 +181,7 @@ def diff_reads(old: Any, new: Any) -> list[Event]:
     """:func:`~asyncai_watch.core.diff.diff_state` of two reads, each a :class:`StateIndex`
     or an already-parsed value; parses only what changed when both are indexes."""
     if isinstance(old, StateIndex) and isinstance(new, StateIndex):
-        # Everything the diff allocates stays reachable until it returns, so a collection in the
-        # middle frees nothing; over a big read it only scans the new objects again and again.
-        paused = len(new.items) > _GC_PAUSE_ITEMS and gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
-            events = _diff_indexes(old, new)
-        finally:
-            if paused:
-                gc.enable()
+        events = _diff_indexes(old, new)
         if events is not None:
             return events
     return diff_state(

@@ -15,7 +15,7 @@ import attrs
 
 from asyncai_watch.core.echo import quoted
 from asyncai_watch.core.limits import Limits
-from asyncai_watch.errors import FilterEngineError, FilterError
+from asyncai_watch.errors import FilterEngineError, FilterError, FilterTimeoutError
 from asyncai_watch.filters._check import check_source
 
 __all__ = [
@@ -195,6 +195,8 @@ def check_dry_run(outcome: FilterOutcome) -> FilterOutcome:
     if outcome.error is not None and outcome.error_type in DRY_RUN_FATAL:
         if outcome.error_type == "worker":  # the worker died: the engine's failure, not the filter's
             raise FilterEngineError(f"on_event could not be dry-run: {outcome.error}")
+        if outcome.error_type == "timeout":  # maybe slow only now (a catalog read of a starting server)
+            raise FilterTimeoutError(f"on_event timed out on a sample event: {outcome.error}")
         raise FilterError(f"on_event fails on a sample event: {outcome.error}")
     return outcome
 

@@ -23,8 +23,7 @@ from typing import Any, Final
 
 from asyncai_watch.codemode import WatchApi, builtins
 from asyncai_watch.core.tools import WATCH_TOOLS, ToolSpec
-from asyncai_watch.errors import WatchError
-from asyncai_watch.runtime.subscriptions import describe
+from asyncai_watch.errors import WatchError, describe
 from asyncai_watch.runtime.tools import AsyncFn
 
 __all__ = ["TOOL_ERRORS", "docstring", "signature", "tool_error_text", "typed_function", "watch_functions"]

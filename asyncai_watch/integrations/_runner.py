@@ -32,7 +32,7 @@ import attrs
 from asyncai_watch._tasks import exit_task_group
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.core.turns import Turns, is_no_reply, render_turn
-from asyncai_watch.runtime.subscriptions import describe
+from asyncai_watch.errors import describe
 
 __all__ = ["Publish", "RunRecord", "RunnerStats", "TurnFn", "TurnRunner"]
 

@@ -4,15 +4,15 @@
 server started as a subprocess (stdio) or at a Streamable HTTP URL::
 
     async with McpResourceSource.stdio([sys.executable, "-m", "asyncai_servers.memo"]) as src:
-        async with src.listen("memo://notes") as updates:
-            async for _ in updates:
-                print((await src.read("memo://notes")).text)
+        async with src.subscribe(["memo://notes"]) as updates:
+            async for uri in updates:
+                print((await src.read(uri)).text)
 
 Connecting sends ``server/discover`` (MCP 2026-07-28) and falls back to the
-``initialize`` handshake for an older server, which can still serve tools and
-reads; :meth:`McpResourceSource.listen` on such a connection raises
-:class:`~asyncai_watch.errors.ProtocolVersionError`. Legacy
-``resources/subscribe`` is never sent.
+``initialize`` handshake for an older server. Either can be watched when it advertises
+``resources.subscribe``: :meth:`McpResourceSource.subscribe` opens one ``subscriptions/listen``
+for any number of URIs on a 2026-07-28 connection, and one ``resources/subscribe`` (for one URI,
+``resources/unsubscribe`` when it ends) on a 2025-era one (:mod:`asyncai_watch.mcp.legacy`).
 
 The SDK's response cache is off for the whole connection: a cached read would
 hide the change an ``updated`` signal just announced.
@@ -44,7 +44,7 @@ import shlex
 import shutil
 import sys
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from types import TracebackType
@@ -78,9 +78,18 @@ from asyncai_watch.errors import (
     ServerError,
     ServerTimeoutError,
     SubscriptionLostError,
+    WatchError,
 )
 from asyncai_watch.http_auth import refresh_first
-from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.legacy import GetStreamWatch, LegacyUpdates, Subscriptions
+from asyncai_watch.mcp.source import (
+    MODERN_PROTOCOL_VERSION,
+    ReadResult,
+    SubscriptionMode,
+    ToolInfo,
+    ToolResult,
+    Updates,
+)
 from asyncai_watch.mcp.stdio import StdioTransport
 
 __all__ = [
@@ -119,6 +128,13 @@ class _Connection:
         self.client: Client
         self.protocol_version = ""
         self.capabilities = types.ServerCapabilities()
+        self.legacy = Subscriptions()  # resources/subscribe subscriptions (2025-era servers)
+
+    def notifications_lost(self, reason: str) -> None:
+        """The session's notifications stopped (the connection ended, or its HTTP GET stream did):
+        its legacy subscriptions are lost, and the next call makes a new session."""
+        self.dead = True
+        self.legacy.end(reason)
 
     async def close(self) -> None:
         self.closing.set()
@@ -133,21 +149,27 @@ class _Connection:
 
 
 class _Updates:
-    """The ``listen`` iterator: one ``None`` per (coalesced) update of the watched URI, or per
-    ``list_changed`` when ``uri`` is ``None``."""
+    """An open ``subscriptions/listen``: the honored URIs, then one URI per ``updated`` signal
+    (``None`` per ``list_changed`` when ``uris`` is ``None``)."""
 
     def __init__(
-        self, source: McpResourceSource, conn: _Connection, uri: str | None, subscription: Subscription
+        self,
+        source: McpResourceSource,
+        conn: _Connection,
+        uris: frozenset[str] | None,
+        subscription: Subscription,
+        honored: frozenset[str] | None,
     ) -> None:
         self._source = source
         self._conn = conn
-        self._uri = uri
+        self._uris = uris
         self._subscription = subscription
+        self.honored = honored
 
     def __aiter__(self) -> _Updates:
         return self
 
-    async def __anext__(self) -> None:
+    async def __anext__(self) -> Any:
         while True:
             try:
                 event = await self._subscription.__anext__()
@@ -155,21 +177,23 @@ class _Updates:
                 cause = exc.__cause__ if exc.__cause__ is not None else exc
                 if _is_connection_closed(cause):
                     self._conn.dead = True  # the re-listen reconnects first
-                what = repr(self._uri) if self._uri is not None else "resource list changes"
+                what = _what(self._uris) if self._uris is not None else "resource list changes"
                 raise SubscriptionLostError(
                     f"server {self._source.name!r}: subscription to {what} was lost ({cause}); "
                     "re-listen and re-read"
                 ) from exc
-            if self._uri is None:
+            if self._uris is None:
                 if isinstance(event, ResourcesListChanged):
                     return None
-            # The spec lets a server stamp a sub-resource's URI; that changes this one too.
-            elif isinstance(event, ResourceUpdated) and _covers(self._uri, event.uri):
-                return None
+            elif isinstance(event, ResourceUpdated):
+                return event.uri
 
 
-def _covers(watched: str, updated: str) -> bool:
-    return updated == watched or updated.startswith(watched.rstrip("/") + "/")
+def _what(uris: Collection[str]) -> str:
+    """How a listen's URIs are named in errors: the URI, or the count and the first."""
+    if len(uris) == 1:
+        return quoted(next(iter(uris)))
+    return f"{len(uris)} URIs ({quoted(min(uris))}, ...)"
 
 
 def _leaf_errors(exc: BaseException) -> list[BaseException]:
@@ -433,7 +457,7 @@ class McpResourceSource:
         try:
             with conn.scope:
                 async with AsyncExitStack() as stack:
-                    client = await self._open_client(stack)
+                    client = await self._open_client(stack, conn)
                     task_status.started(client)
                     started = True
                     await conn.closing.wait()
@@ -445,7 +469,7 @@ class McpResourceSource:
             # from their requests; it must not crash the caller's task.
             _log.debug("MCP connection to %s ended with an error", self._description, exc_info=True)
         finally:
-            conn.dead = True
+            conn.notifications_lost("the connection to the server ended")
             conn.done.set()
 
     async def _live(self) -> _Connection:
@@ -464,14 +488,20 @@ class McpResourceSource:
             assert self._conn is not None
             return self._conn
 
-    async def _open_client(self, stack: AsyncExitStack) -> Client:
+    async def _open_client(self, stack: AsyncExitStack, conn: _Connection) -> Client:
         http_errors: list[str] = []
         transport: Transport
         if isinstance(self._target, str):
             # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
             # listen stream is idle between events; modern servers ping it every 15 s).
             http_client = httpx2.AsyncClient(
-                headers=self._headers, auth=self._auth, timeout=httpx2.Timeout(30.0, read=300.0)
+                headers=self._headers,
+                auth=self._auth,
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                transport=GetStreamWatch(
+                    httpx2.AsyncHTTPTransport(),
+                    lambda: conn.notifications_lost("the server's notification stream (HTTP GET) ended"),
+                ),
             )
             await stack.enter_async_context(http_client)
 
@@ -488,11 +518,19 @@ class McpResourceSource:
             transport = StdioTransport(
                 params.command, params.args, env=params.env, cwd=params.cwd, errlog=self._errlog
             )
+
+        async def on_message(message: Any) -> None:
+            # 2025-era servers announce changes on the session, not on a listen stream.
+            if isinstance(message, types.ResourceUpdatedNotification):
+                conn.legacy.updated(message.params.uri)
+            await anyio.lowlevel.checkpoint()
+
         client = Client(
             transport,
             mode="auto",
             cache=None,  # a cached read would hide the change just announced
             extensions=self._extensions or None,
+            message_handler=on_message,
         )
         try:
             await stack.enter_async_context(client)
@@ -548,23 +586,26 @@ class McpResourceSource:
 
     @property
     def watchable(self) -> bool:
-        """MCP 2026-07-28 and ``capabilities.resources.subscribe``: a watch can work here.
+        """Whether a watch can work here: the server advertises ``capabilities.resources.subscribe``
+        (MCP 2026-07-28 serves it with ``subscriptions/listen``, older versions with
+        ``resources/subscribe``)."""
+        resources = self._current().capabilities.resources
+        return resources is not None and bool(resources.subscribe)
 
-        A legacy server may advertise ``subscribe`` (for ``resources/subscribe``), but watches
-        need ``subscriptions/listen``, so it is not watchable.
-        """
-        conn = self._current()
-        resources = conn.capabilities.resources
-        return (
-            conn.protocol_version == MODERN_PROTOCOL_VERSION
-            and resources is not None
-            and bool(resources.subscribe)
-        )
+    @property
+    def subscription_mode(self) -> SubscriptionMode:
+        """``"listen"`` on MCP 2026-07-28 (one ``subscriptions/listen`` carries any number of
+        URIs), else ``"subscribe"`` (one ``resources/subscribe`` per URI)."""
+        return "listen" if self._current().protocol_version == MODERN_PROTOCOL_VERSION else "subscribe"
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def _request(self, what: str, call: Callable[[Client], Awaitable[_T]]) -> _T:
-        conn = await self._live()
+    async def _request(
+        self, what: str, call: Callable[[Client], Awaitable[_T]], *, conn: _Connection | None = None
+    ) -> _T:
+        """``call`` on the live connection (or on ``conn``, whose session a legacy subscription
+        belongs to), with the request timeout and the errors mapped to ours."""
+        conn = conn if conn is not None else await self._live()
         try:
             async with fail_after(self._clock, self._request_timeout):
                 return await call(conn.client)
@@ -678,16 +719,76 @@ class McpResourceSource:
             ) from exc
         return ReadResult(uri=content.uri or uri, text=text, mime_type=content.mime_type)
 
-    def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
-        """Open one ``subscriptions/listen`` for ``uri``; see :class:`~asyncai_watch.mcp.source.ResourceSource`."""
-        return self._listen(f"subscriptions/listen {quoted(uri)}", uri=uri)
+    def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
+        """One ``subscriptions/listen`` for ``uris`` (MCP 2026-07-28), or one ``resources/subscribe``
+        for the one URI of a 2025-era server; see :class:`~asyncai_watch.mcp.source.ResourceSource`."""
+        wanted = frozenset(uris)
+        if not wanted or not all(isinstance(uri, str) and uri for uri in wanted):
+            raise ValueError(
+                f"McpResourceSource.subscribe: uris must be non-empty strings, got {quoted(uris)}"
+            )
+        if self.subscription_mode == "subscribe":
+            if len(wanted) != 1:
+                raise ValueError(
+                    f"McpResourceSource.subscribe: server {self.name!r} speaks "
+                    f"{self.protocol_version}, whose resources/subscribe takes one URI; got {len(wanted)}"
+                )
+            return self._legacy_subscribe(next(iter(wanted)))
+        return self._listen(f"subscriptions/listen {_what(wanted)}", uris=wanted)
+
+    @asynccontextmanager
+    async def _legacy_subscribe(self, uri: str) -> AsyncIterator[LegacyUpdates]:
+        conn = await self._live()
+        resources = conn.capabilities.resources
+        if resources is None or not resources.subscribe:
+            raise NotWatchableError(
+                f"server {self.name!r} is not watchable: it speaks MCP {conn.protocol_version} and "
+                "does not advertise resources.subscribe (docs/server-contract.md says what makes a "
+                "server watchable)"
+            )
+        what = f"resources/subscribe {quoted(uri)}"
+        updates = conn.legacy.add(uri)  # before the request: an update right after it is kept
+        try:
+            try:
+                await self._request(
+                    what,
+                    lambda client: client.session.send_request(
+                        types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)),
+                        types.EmptyResult,
+                    ),
+                    conn=conn,
+                )
+            except ServerError as exc:
+                if exc.code == types.METHOD_NOT_FOUND:
+                    raise NotWatchableError(
+                        f"server {self.name!r} is not watchable: it advertises resources.subscribe but "
+                        f"answers resources/subscribe with 'Method not found'; docs/server-contract.md "
+                        "says what makes a server watchable"
+                    ) from exc
+                raise
+            yield updates
+        finally:
+            if conn.legacy.remove(updates) and not conn.dead:
+                # Best effort: a session that is going away takes its subscriptions with it.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self._ack_timeout):
+                    try:
+                        await self._request(
+                            f"resources/unsubscribe {quoted(uri)}",
+                            lambda client: client.session.send_request(
+                                types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri)),
+                                types.EmptyResult,
+                            ),
+                            conn=conn,
+                        )
+                    except WatchError:
+                        _log.debug("unsubscribing %s failed", uri, exc_info=True)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``notifications/resources/list_changed``."""
-        return self._listen("subscriptions/listen resourcesListChanged", uri=None)
+        return self._listen("subscriptions/listen resourcesListChanged", uris=None)
 
     @asynccontextmanager
-    async def _listen(self, what: str, *, uri: str | None) -> AsyncIterator[AsyncIterator[None]]:
+    async def _listen(self, what: str, *, uris: frozenset[str] | None) -> AsyncIterator[_Updates]:
         conn = await self._live()
         client = conn.client
         if client.protocol_version != MODERN_PROTOCOL_VERSION:
@@ -697,20 +798,20 @@ class McpResourceSource:
             )
         resources = conn.capabilities.resources
         advertised = resources is not None and (
-            resources.subscribe if uri is not None else resources.list_changed
+            resources.subscribe if uris is not None else resources.list_changed
         )
         if not advertised:
             raise NotWatchableError(
                 f"server {self.name!r} is not watchable: it does not advertise "
-                + ("resources.subscribe" if uri is not None else "resources.listChanged")
+                + ("resources.subscribe" if uris is not None else "resources.listChanged")
                 + " (docs/server-contract.md says what makes a server watchable)"
             )
         async with AsyncExitStack() as stack:
             try:
                 async with fail_after(self._clock, self._ack_timeout):
                     subscription = await stack.enter_async_context(
-                        client.listen(resource_subscriptions=[uri])
-                        if uri is not None
+                        client.listen(resource_subscriptions=sorted(uris))
+                        if uris is not None
                         else client.listen(resources_list_changed=True)
                     )
             except TimeoutError as exc:
@@ -739,18 +840,12 @@ class McpResourceSource:
                         "docs/server-contract.md says what makes a server watchable"
                     ) from exc
                 raise ServerError(self.name, what, exc.code, exc.message) from exc
-            if uri is not None:
-                honored = subscription.honored.resource_subscriptions or []
-                if uri not in honored:
-                    raise ServerError(
-                        self.name,
-                        what,
-                        None,
-                        f"the server did not honor the subscription (honored: {honored})",
-                    )
+            honored: frozenset[str] | None = None
+            if uris is not None:
+                honored = frozenset(subscription.honored.resource_subscriptions or ()) & uris
             elif not subscription.honored.resources_list_changed:
                 raise NotWatchableError(f"server {self.name!r} did not honor resourcesListChanged")
-            yield _Updates(self, conn, uri, subscription)
+            yield _Updates(self, conn, uris, subscription, honored)
 
     async def list_tools(self) -> list[ToolInfo]:
         pages = await self._pages("tools/list", lambda client, c: client.list_tools(cursor=c))

@@ -7,9 +7,9 @@ server goes through here, so the manager has no MCP-specific code.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -21,12 +21,33 @@ __all__ = [
     "ListedTemplate",
     "ReadResult",
     "ResourceSource",
+    "SubscriptionMode",
     "ToolInfo",
     "ToolResult",
+    "Updates",
 ]
 
 MODERN_PROTOCOL_VERSION: Final = "2026-07-28"
 """The MCP version whose ``subscriptions/listen`` carries watches."""
+
+SubscriptionMode = Literal["listen", "subscribe"]
+"""How a server takes subscriptions: ``"listen"``, any number of URIs per ``subscriptions/listen``
+(MCP 2026-07-28); ``"subscribe"``, one ``resources/subscribe`` per URI (MCP 2025-11-25 and older)."""
+
+
+class Updates(Protocol):
+    """An open subscription: what the server honored, then one updated URI per signal."""
+
+    @property
+    def honored(self) -> frozenset[str] | None:
+        """The URIs the server said it will report (``None``: every one asked for)."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        """The URI of each ``notifications/resources/updated`` (possibly a sub-resource of one
+        subscribed); ends when the server closes the subscription gracefully, raises
+        :class:`~asyncai_watch.SubscriptionLostError` when it is lost."""
+        ...
 
 
 @attrs.frozen(kw_only=True)
@@ -74,7 +95,8 @@ class ResourceSource(Protocol):
 
     @property
     def watchable(self) -> bool:
-        """Whether a watch can work here: MCP 2026-07-28 and ``capabilities.resources.subscribe``."""
+        """Whether a watch can work here: the server advertises ``capabilities.resources.subscribe``
+        in an era whose subscriptions this source speaks."""
         ...
 
     async def list_resources(self) -> list[ListedResource]:
@@ -94,14 +116,19 @@ class ResourceSource(Protocol):
         """
         ...
 
-    def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
-        """Subscribe to ``uri``.
+    @property
+    def subscription_mode(self) -> SubscriptionMode:
+        """How this server takes subscriptions (see :data:`SubscriptionMode`)."""
+        ...
 
-        Entering waits until the server has acknowledged the subscription. The iterator
-        yields once per (possibly coalesced) ``updated`` signal, ends when the server closes
-        the subscription gracefully, and raises :class:`~asyncai_watch.SubscriptionLostError`
-        when it is lost. Raises :class:`~asyncai_watch.NotWatchableError` on a server that
-        cannot carry watches.
+    def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
+        """Subscribe to ``uris`` (one URI in mode ``"subscribe"``) until the block exits.
+
+        Entering waits until the server has acknowledged the subscription (raises
+        :class:`~asyncai_watch.ServerError` when it refused it,
+        :class:`~asyncai_watch.SubscriptionLostError` when no acknowledgment came,
+        :class:`~asyncai_watch.NotWatchableError` on a server that cannot carry watches).
+        Updates of the same URI that pile up before the consumer asks again may come as one.
         """
         ...
 

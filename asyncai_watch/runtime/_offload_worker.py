@@ -1,10 +1,11 @@
 """The large-body worker: extraction (parse + diff / sequence) of big reads, off the agent's loop.
 
 Run as ``python -m asyncai_watch.runtime._offload_worker``. It holds one pure
-:class:`~asyncai_watch.core.watch.Watch` per watch (by key) and answers, over stdin/stdout,
+:class:`~asyncai_watch.core.extract.Extraction` per URI (by key) and answers, over stdin/stdout,
 frames of an 8-byte length and a pickle:
 
-- ``("baseline", key, name, uri, limits, text, mime)`` -> ``("ok", shape)`` or ``("error", message)``;
+- ``("baseline", key, uri, limits, text, mime)`` -> ``("ok", shape)`` or ``("error", message)``;
+- ``("adopt", key, extraction)`` -> ``("ok", None)`` (an extraction moved here, state and all);
 - ``("read", key, text, mime)`` -> ``("ok", pending)`` or ``("error", message)``;
 - ``("forget", key)`` -> ``("ok", None)``.
 
@@ -18,8 +19,9 @@ import struct
 import sys
 from typing import IO, Any
 
-from asyncai_watch.core.watch import Body, Watch
+from asyncai_watch.core.extract import Body, Extraction
 from asyncai_watch.errors import WatchError
+from asyncai_watch.runtime.gcpause import gc_paused
 
 _HEADER = struct.Struct("!Q")
 
@@ -41,36 +43,41 @@ def write_frame(stream: IO[bytes], value: Any) -> None:
     stream.flush()
 
 
-def answer(watches: dict[str, Watch], request: tuple[Any, ...]) -> tuple[str, Any]:
+def answer(extractions: dict[str, Extraction], request: tuple[Any, ...]) -> tuple[str, Any]:
     kind, key = request[0], request[1]
     if kind == "baseline":
-        _, _, name, uri, limits, text, mime = request
-        fresh = Watch(name, uri, limits)
-        shape = fresh.baseline(Body.of(text, mime))
-        watches[key] = fresh
+        _, _, uri, limits, text, mime = request
+        fresh = Extraction(uri, limits)
+        with gc_paused(len(text)):
+            shape = fresh.baseline(Body.of(text, mime))
+        extractions[key] = fresh
         return "ok", shape
+    if kind == "adopt":
+        extractions[key] = request[2]
+        return "ok", None
     if kind == "read":
         _, _, text, mime = request
-        watch = watches.get(key)
-        if watch is None:
+        extraction = extractions.get(key)
+        if extraction is None:
             return "error", f"the large-body worker has no baseline for {key!r}"
-        return "ok", watch.read(Body.of(text, mime))
+        with gc_paused(len(text)):
+            return "ok", extraction.read(Body.of(text, mime))
     if kind == "forget":
-        watches.pop(key, None)
+        extractions.pop(key, None)
         return "ok", None
     return "error", f"unknown request {kind!r}"
 
 
 def main() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    watches: dict[str, Watch] = {}
+    extractions: dict[str, Extraction] = {}
     while True:
         try:
             request = read_frame(stdin)
         except EOFError:
             return
         try:
-            reply = answer(watches, request)
+            reply = answer(extractions, request)
         except WatchError as exc:
             reply = ("error", str(exc))
         except Exception as exc:  # a body no part expected: the parent reports it as an ERROR line

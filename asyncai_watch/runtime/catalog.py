@@ -142,7 +142,11 @@ class Catalogs:
                     self._on_list_failed(source, exc)
                 return
             self._cache[source.name] = ServerCatalog(
-                name=source.name, resources=resources, templates=templates, subscribable=source.watchable
+                name=source.name,
+                resources=resources,
+                templates=templates,
+                subscribable=source.watchable,
+                protocol=source.protocol_version,
             )
             self._generation[source.name] += 1
 

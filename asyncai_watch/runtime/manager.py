@@ -1,12 +1,14 @@
 """WatchManager: the async shell around the pure watch core.
 
-The manager owns one task group. In it run the shared subscriptions
-(:class:`~asyncai_watch.runtime.subscriptions.Feed`, one per server and URI) and one
-:class:`~asyncai_watch.runtime.watch_task.WatchTask` loop per watch, which waits for its feed or its
-debounce deadline (on the injectable :class:`~asyncai_watch.clock.Clock`) and feeds the pure
-:class:`~asyncai_watch.core.watch.Watch`. The manager names, starts, stops, persists and
-restores watches, routes URIs to servers, and passes notices on. Nothing runs while the
-subscriptions are quiet.
+The manager owns one task group. In it run, per connected server, a
+:class:`~asyncai_watch.runtime.runner.Runner` that executes that connection's pure
+:class:`~asyncai_watch.core.feed.Feed` (listens, reads, resubscribes); one task
+(:class:`~asyncai_watch.runtime.notices.Notices`) that sends every notice when its debounce
+deadline comes (on the injectable :class:`~asyncai_watch.clock.Clock`); and one task per watch
+that has an ``on_event`` filter. A watch without a filter is no task at all: a
+:class:`~asyncai_watch.runtime.watcher.Watcher` that its runner hands each read's events. The
+manager names, starts, stops, persists and restores watches, routes URIs to servers, and passes
+notices on. Nothing runs while the subscriptions are quiet.
 
 The manager never calls a model: the agent consumes :attr:`WatchManager.notices`.
 """
@@ -14,8 +16,7 @@ The manager never calls a model: the agent consumes :attr:`WatchManager.notices`
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -29,28 +30,25 @@ from asyncai_watch import log
 from asyncai_watch._tasks import exit_task_group
 from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.events import shape_for_mime_type
+from asyncai_watch.core.extract import Body
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
-from asyncai_watch.core.restore import Restore, fate
+from asyncai_watch.core.restore import Restore, fate, restored_later
 from asyncai_watch.core.spec import WatchSpec, check_room
-from asyncai_watch.core.watch import Body, Watch
-from asyncai_watch.errors import (
-    LimitError,
-    NotWatchableError,
-    StateFileError,
-    WatchError,
-)
+from asyncai_watch.errors import LimitError, NotWatchableError, StateFileError, WatchError, describe
 from asyncai_watch.filters import FilterEngine, default_engine
 from asyncai_watch.info import ResourceInfo, WatchInfo, resource_infos
 from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ResourceSource
 from asyncai_watch.runtime.catalog import Catalogs
-from asyncai_watch.runtime.filtering import open_filter
+from asyncai_watch.runtime.gcpause import gc_paused
+from asyncai_watch.runtime.notices import Notices
 from asyncai_watch.runtime.offload import Offload
-from asyncai_watch.runtime.subscriptions import LARGE_BODY, Feed, describe
+from asyncai_watch.runtime.runner import Runner
 from asyncai_watch.runtime.tools import ReadOnlyCatalog, list_tools, tool_names
-from asyncai_watch.runtime.watch_task import WatchTask
+from asyncai_watch.runtime.topic import LARGE_BODY
+from asyncai_watch.runtime.watcher import Watcher, open_filter
 from asyncai_watch.shapes import resource_dicts
-from asyncai_watch.state_file import StateFile
+from asyncai_watch.state_file import SavedWatch, StateFile
 
 __all__ = ["WatchManager"]
 
@@ -93,14 +91,14 @@ class WatchManager:
             self.sources, describe=describe, on_list_failed=self._list_failed, clock=self.clock
         )
         self._offload = Offload()
-        self._runs: dict[str, WatchTask] = {}
-        self._feeds: dict[tuple[str, str], Feed] = {}
+        self._watchers: dict[str, Watcher] = {}
+        self._runners: dict[str, Runner] = {}
         self._save_lock = anyio.Lock()
-        self._restore_sent: anyio.Event | None = None  # set once a restore's notice is queued
         self._send: MemoryObjectSendStream[Notice]
         self.notices: MemoryObjectReceiveStream[Notice]
         """Every notice, in order; iterate it (``async for notice in m.notices``)."""
         self._send, self.notices = anyio.create_memory_object_stream[Notice](notice_buffer)
+        self._notices = Notices(self.clock, self._send_notice)
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
 
@@ -110,22 +108,31 @@ class WatchManager:
         if self._tg is not None or self._closed:
             raise RuntimeError("WatchManager can be entered once")
         # Load first: a corrupt state file stops us before anything runs or is written.
-        specs = self._state.load() if self._state is not None else []
+        saved = self._state.load() if self._state is not None else []
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
         try:
+            tg.start_soon(self._notices.run, name="notices")
             for source in self.sources:
+                runner = self._runners[source.name] = Runner(
+                    source,
+                    limits=self.limits,
+                    clock=self.clock,
+                    offload=self._offload,
+                    notices=self._notices,
+                    tg=tg,
+                )
+                tg.start_soon(runner.run, name=f"runner {source.name}")
                 # "": not connected yet (serve's upstreams connect in the background); a legacy
                 # server ends its follower at once (NotWatchableError).
                 if source.protocol_version in (MODERN_PROTOCOL_VERSION, ""):
                     tg.start_soon(self._catalogs.follow_list_changes, source)
-            if specs:
+            if saved:
                 # Restored watches run at once, but their notices wait for the restore notice: a
                 # burst from them could otherwise fill the buffer before it, and this would never return.
-                self._restore_sent = anyio.Event()
-                await self._restore(specs)
-                self._restore_sent.set()
+                await self._restore(saved)
+            self._notices.open.set()
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -137,23 +144,21 @@ class WatchManager:
         tg, self._tg = self._tg, None
         self._closed = True
         try:
-            # Watches first, so their filter sessions close before the engine they run on.
+            # Filters first, so their sessions close before the engine they run on.
             with anyio.CancelScope(shield=True):
-                runs = list(self._runs.values())
-                for run in runs:
-                    if run.scope is not None:
-                        run.scope.cancel()
-                for run in runs:
-                    if run.scope is not None:
-                        await run.done.wait()
+                watchers = list(self._watchers.values())
+                for watcher in watchers:
+                    watcher.stop_filter()
+                for watcher in watchers:
+                    await watcher.filter_stopped()
                 await self._offload.aclose()
             if tg is None:
                 return None
             return await exit_task_group(tg, exc_type, exc, tb)
         finally:
-            for run in self._runs.values():
-                if run.status in ("running", "starting"):
-                    self._log("watch.stopped", run, reason="manager closed")
+            for watcher in self._watchers.values():
+                if watcher.status in ("running", "starting"):
+                    watcher.log("watch.stopped", reason="manager closed")
             self._send.close()
             if self._state is not None:
                 self._state.close()  # the file's lock: the next owner may start now
@@ -178,30 +183,31 @@ class WatchManager:
         running and :class:`~asyncai_watch.StateFileError` says why (memory and file agree).
         """
         self._check_open()
-        run = self._runs.get(name)
-        if run is None:
+        watcher = self._watchers.get(name)
+        if watcher is None:
             return False
-        if run.status == "starting":
-            await run.settled.wait()
-            if self._runs.get(name) is not run:
+        if watcher.settled is not None:
+            await watcher.settled.wait()
+            if self._watchers.get(name) is not watcher:
                 return False
         await self._save(without=name)
-        del self._runs[name]
-        await run.end()
-        self._log("watch.stopped", run, reason="watch_stop")
+        del self._watchers[name]
+        await self._end(watcher)
+        watcher.log("watch.stopped", reason="watch_stop")
         return True
-
-    async def flush(self) -> None:
-        """Send every watch's pending lines now, without waiting out the debounce quiet time (for a
-        graceful close: Ctrl-C must not drop a change that was still being debounced). When it
-        returns, the notices are on :attr:`notices`."""
-        self._check_open()
-        for run in list(self._runs.values()):
-            await run.flush(self._send_notice)
 
     def watch_list(self) -> list[WatchInfo]:
         """Every watch, started ones in start order (``failed`` / ``restore_failed`` included)."""
-        return [run.info() for run in self._runs.values() if run.status != "starting"]
+        return [w.info() for w in self._watchers.values() if w.status != "starting"]
+
+    async def flush(self) -> None:
+        """Send every watch's pending lines now, each as a notice, without waiting for its
+        debounce: what a process does on a graceful exit, so no change is dropped on the way out."""
+        self._check_open()
+        for watcher in list(self._watchers.values()):
+            notice = watcher.delivery.flush()
+            if notice is not None:
+                await self._send_notice(watcher, notice)
 
     async def list_resources(self) -> list[ResourceInfo]:
         """Every server's resources and templates (listed afresh, concurrently)."""
@@ -217,7 +223,7 @@ class WatchManager:
         source, _ = await self._catalogs.route(uri, what="read_resource")
         result = await source.read(uri)
         if len(result.text) > LARGE_BODY:
-            return (await anyio.to_thread.run_sync(Body.parse, result.text)).value
+            return (await anyio.to_thread.run_sync(_parse_large, result.text)).value
         return Body.parse(result.text).value
 
     async def state_saved(self) -> None:
@@ -231,30 +237,29 @@ class WatchManager:
     async def _start(self, name: str, uri: str, on_event: str | None, *, restoring: bool) -> WatchInfo:
         self._check_open()
         spec = WatchSpec.checked(name, uri, on_event)
-        check_room(spec, {n: (r.spec.uri, r.status) for n, r in self._runs.items()}, self.limits.max_watches)
-        previous = self._runs.get(name)
-        run = WatchTask(spec)
+        check_room(spec, _Slots(self._watchers), self.limits.max_watches)
+        previous = self._watchers.get(name)
+        watcher = Watcher(spec, self.limits, verbose=self.verbose)
         # Reserve the name now: two concurrent starts of one name must not both win.
-        self._runs[name] = run
+        self._watchers[name] = watcher
         try:
-            await self._launch(run)
+            await self._launch(watcher)
         except BaseException:
-            if self._runs.get(name) is run:
+            if self._watchers.get(name) is watcher:
                 if previous is not None:
-                    self._runs[name] = previous  # a failed restart keeps the saved failed spec
+                    self._watchers[name] = previous  # a failed restart keeps the saved failed spec
                 else:
-                    del self._runs[name]
-            run.settled.set()
+                    del self._watchers[name]
+            if watcher.settled is not None:
+                watcher.settled.set()
             raise
-        run.status = "running"
-        run.settled.set()
-        assert run.core is not None
-        self._log("watch.subscribed", run, server=run.server, attempt=0)
-        self._log(
+        watcher.status = "running"
+        watcher.settled = None
+        watcher.log("watch.subscribed", server=watcher.server, attempt=0)
+        watcher.log(
             "watch.started",
-            run,
-            shape=run.core.shape,
-            server=run.server,
+            shape=watcher.shape,
+            server=watcher.server,
             filtered=on_event is not None,
             restored=restoring,
         )
@@ -262,20 +267,22 @@ class WatchManager:
             try:
                 await self._save()
             except StateFileError:
-                if self._runs.get(name) is run:
-                    del self._runs[name]
-                await run.end()
+                if self._watchers.get(name) is watcher:
+                    del self._watchers[name]
+                await self._end(watcher)
                 raise
-        return run.info()
+        return watcher.info()
 
-    async def _launch(self, run: WatchTask) -> None:
-        """Route, check the filter, subscribe (or join a subscription), take the baseline, and
-        start the watch's loop; any failure leaves nothing running."""
-        spec = run.spec
+    async def _launch(self, watcher: Watcher) -> None:
+        """Route, check the filter, subscribe and take the baseline (on the URI's connection),
+        and start the filter's task; any failure leaves nothing running."""
+        spec = watcher.spec
         source, found = await self._catalogs.route(spec.uri, what="watch_start")
         if not source.watchable:
-            raise NotWatchableError.for_server(source.name, source.protocol_version, MODERN_PROTOCOL_VERSION)
-        run.server = source.name
+            raise NotWatchableError.for_server(source.name, source.protocol_version)
+        watcher.server = source.name
+        watcher.protocol = source.protocol_version
+        runner = self._runners[source.name]
         async with AsyncExitStack() as stack:
             if spec.on_event is not None:
                 tools = tool_names(await list_tools(self.sources, on_error=self._tools_failed))
@@ -283,57 +290,33 @@ class WatchManager:
                     tools, read_resource=self.read_resource, list_resources=self._code_mode_resources
                 )
                 event_log = shape_for_mime_type(found.mime_type) == "event-log"
-                run.session = await open_filter(
-                    self._engine, spec, catalog=catalog, limits=self.limits, event_log=event_log, stack=stack
+                watcher.use_filter(
+                    await open_filter(
+                        self._engine,
+                        spec,
+                        catalog=catalog,
+                        limits=self.limits,
+                        event_log=event_log,
+                        stack=stack,
+                    )
                 )
-            core = Watch(spec.name, spec.uri, self.limits)
-            body = await self._subscribe(run, source)
-            try:
-                if body.parsed:
-                    core.baseline(body)
-                else:
-                    await self._offload.baseline(core, body)
-            except BaseException:
-                run.leave()
-                raise
-            run.core = core
-            assert self._tg is not None
-            await self._tg.start(
-                functools.partial(
-                    run.run,
-                    stack.pop_all(),
-                    clock=self.clock,
-                    offload=self._offload,
-                    deliver=self._send_notice,
-                    verbose=self.verbose,
-                )
-            )
+            await runner.join(watcher)
+            if watcher.session is not None:
+                assert self._tg is not None
+                await self._tg.start(watcher.filter_events, stack.pop_all(), self.clock.now)
 
-    async def _subscribe(self, run: WatchTask, source: ResourceSource) -> Body:
-        """The baseline read of ``run``'s URI, on the feed that carries it (made if need be)."""
-        key = (source.name, run.spec.uri)
-        feed = self._feeds.get(key)
-        if feed is None:
-            feed = self._feeds[key] = Feed(
-                source, run.spec.uri, limits=self.limits, clock=self.clock, on_end=self._feed_ended
-            )
-            run.feed = feed
-            assert self._tg is not None
-            body: Body = await self._tg.start(feed.run, run.inbox)
-            return body
-        run.feed = feed
-        return await feed.join(run.inbox)
+    async def _end(self, watcher: Watcher) -> None:
+        """Leave the watch's subscription (closing it if it was the last) and end its filter."""
+        runner = self._runners.get(watcher.server or "")
+        if runner is not None and watcher.status in ("running", "starting"):
+            await runner.leave(watcher)
+        watcher.stop_filter()
+        with anyio.CancelScope(shield=True):
+            await watcher.filter_stopped()
 
-    def _feed_ended(self, feed: Feed) -> None:
-        key = (feed.source.name, feed.uri)
-        if self._feeds.get(key) is feed:
-            del self._feeds[key]
-
-    async def _send_notice(self, run: WatchTask, notice: Notice) -> None:
-        if self._restore_sent is not None:
-            await self._restore_sent.wait()
+    async def _send_notice(self, watcher: Watcher, notice: Notice) -> None:
         extra = {k: v for k, v in notice.meta.items() if k not in ("name", "uri")}
-        self._log("watch.notice", run, lines=notice.text.count("\n") + 1, text=notice.text, **extra)
+        watcher.log("watch.notice", lines=notice.text.count("\n") + 1, text=notice.text, **extra)
         # If nobody reads notices any more (the agent closed its end), the log above still has it.
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await self._send.send(notice)
@@ -344,32 +327,70 @@ class WatchManager:
         if self._state is None:
             return
         async with self._save_lock:
-            specs = [r.spec for n, r in self._runs.items() if r.status != "starting" and n != without]
-            await anyio.to_thread.run_sync(self._state.save, specs)
+            saved = [
+                SavedWatch(w.spec, w.error if w.status == "restore_failed" else None)
+                for n, w in self._watchers.items()
+                if w.status != "starting" and n != without
+            ]
+            await anyio.to_thread.run_sync(self._state.save, saved)
 
-    async def _restore(self, specs: Sequence[WatchSpec]) -> None:
+    async def _restore(self, saved: Sequence[SavedWatch]) -> None:
+        """Start every saved watch. One that cannot start is listed ``restore_failed`` with its
+        reason and stays saved; one that may start later is tried again in the background
+        (:func:`~asyncai_watch.core.restore.fate`). No saved spec is ever dropped."""
         assert self._state is not None
-        outcome = Restore(str(self._state.path))
-        for spec in specs:
+        assert self._tg is not None
+        delays = self.limits.backoff.delays()
+        outcome = Restore(str(self._state.path), delays)
+        for entry in saved:
+            spec = entry.spec
             try:
                 await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
             except Exception as exc:
-                outcome.add(spec, exc, describe(exc))
-                if fate(exc) == "kept":  # listed restore_failed, still saved
-                    self._runs[spec.name] = WatchTask(spec, status="restore_failed", error=describe(exc))
+                reason = describe(exc)
+                self._watchers[spec.name] = Watcher(
+                    spec, self.limits, status="restore_failed", error=reason, verbose=self.verbose
+                )
+                if outcome.add(spec, exc, reason) == "retry" and delays:
+                    self._tg.start_soon(self._retry_restore, spec, name=f"restore {spec.name}")
             else:
                 outcome.add(spec, None)
-        if outcome.dropped:
-            await self._save()
+        if outcome.retrying or outcome.broken:
+            await self._save()  # each reason goes into the file with its spec
         log.emit(
             "watch.restored",
             verbose=self.verbose,
             path=outcome.path,
             restored=[s.name for s in outcome.restored],
-            restore_failed=[s.name for s, _ in outcome.kept],
-            dropped=[s.name for s, _ in outcome.dropped],
+            retrying=[s.name for s, _ in outcome.retrying],
+            restore_failed=[s.name for s, _ in (*outcome.retrying, *outcome.broken)],
         )
         await self._send.send(outcome.notice())
+
+    async def _retry_restore(self, spec: WatchSpec) -> None:
+        """Try a saved watch again after each of the backoff's delays, while it is still the one
+        that could not start (the user may have started it another way, or stopped it)."""
+        for attempt, delay in enumerate(self.limits.backoff.delays(), 1):
+            await self.clock.sleep_until(self.clock.now() + delay)
+            waiting = self._watchers.get(spec.name)
+            if waiting is None or waiting.status != "restore_failed" or waiting.spec != spec:
+                return
+            try:
+                await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
+            except Exception as exc:
+                waiting.error = describe(exc)
+                waiting.log("watch.restore_retry", attempt=attempt, error=waiting.error, fate=fate(exc))
+                await self._save()
+                if fate(exc) == "broken":
+                    return
+            else:
+                await self._save()
+                await self._notices_now(restored_later(spec, attempt))
+                return
+
+    async def _notices_now(self, notice: Notice) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._send.send(notice)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -388,5 +409,24 @@ class WatchManager:
         # A server whose tools cannot be listed offers none to the filter; the watch still starts.
         log.emit("watch.tools_unavailable", verbose=self.verbose, server=source.name, error=describe(exc))
 
-    def _log(self, event: str, run: WatchTask, **fields: Any) -> None:
-        run.log(event, verbose=self.verbose, **fields)
+
+def _parse_large(text: str) -> Body:
+    with gc_paused(len(text)):
+        return Body.parse(text)
+
+
+class _Slots(Mapping[str, tuple[str, str]]):
+    """The manager's watches as ``check_room`` reads them (name -> (uri, status)), without a copy."""
+
+    def __init__(self, watchers: dict[str, Watcher]) -> None:
+        self._watchers = watchers
+
+    def __getitem__(self, name: str) -> tuple[str, str]:
+        watcher = self._watchers[name]
+        return watcher.spec.uri, watcher.status
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._watchers)
+
+    def __len__(self) -> int:
+        return len(self._watchers)

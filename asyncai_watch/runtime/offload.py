@@ -2,12 +2,12 @@
 
 Parsing JSON holds the GIL for the whole call, so a worker thread would not help: a 50 MB body
 would stall every other watch for seconds. A body longer than
-:data:`~asyncai_watch.runtime.subscriptions.LARGE_BODY` is therefore not parsed in the agent at all; the
-watch's extraction state (its baseline or event-log sequencer) moves to one worker process per
-manager, which answers each read with its :class:`~asyncai_watch.core.watch.Pending` events
-(at most ``Limits.events_per_update`` of them, so the answer is small). Delivery (dedupe,
-debounce) stays in the agent. A worker that dies takes its watches' baselines with it: their next
-read re-baselines and says so in an ``ERROR`` line.
+:data:`~asyncai_watch.runtime.topic.LARGE_BODY` is therefore not parsed in the agent at all; the
+URI's :class:`~asyncai_watch.core.extract.Extraction` (a plain value: it pickles, state and all)
+moves to one worker process per manager, which answers each read with its
+:class:`~asyncai_watch.core.extract.Pending` events (at most ``Limits.events_per_update`` of them,
+so the answer is small). Delivery (filter, dedupe, debounce) stays in the agent. A worker that
+dies takes its extractions with it: their next read re-baselines and says so in an ``ERROR`` line.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import anyio
 import anyio.abc
 
 from asyncai_watch.core.events import Shape
-from asyncai_watch.core.watch import Body, Line, Pending, Watch
+from asyncai_watch.core.extract import Body, Extraction, Pending
+from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import WatchError
 
 __all__ = ["Offload"]
@@ -36,38 +37,36 @@ class Offload:
     def __init__(self) -> None:
         self._process: anyio.abc.Process | None = None
         self._lock = anyio.Lock()
-        self._keys: dict[int, str] = {}  # id(core) -> key known to the current worker
+        self._keys: set[str] = set()  # extractions the current worker holds
         self._counter = itertools.count(1)
 
-    async def baseline(self, core: Watch, body: Body) -> Shape:
-        """Move ``core``'s extraction to the worker with ``body`` as its baseline."""
-        key = f"{core.name}#{next(self._counter)}"
-        reply = await self._call(
-            ("baseline", key, core.name, core.uri, core.limits, body.text, body.mime_type)
-        )
-        self._keys[id(core)] = key
-        shape: Shape = reply
-        core.moved(shape)
-        return shape
+    async def baseline(self, uri: str, limits: Limits, body: Body) -> tuple[str, Shape]:
+        """A new extraction of ``uri`` in the worker, with ``body`` as its baseline."""
+        key = f"{uri}#{next(self._counter)}"
+        shape: Shape = await self._call(("baseline", key, uri, limits, body.text, body.mime_type))
+        self._keys.add(key)
+        return key, shape
 
-    async def read(self, core: Watch, body: Body) -> Pending:
-        """The events of ``body`` for ``core``, extracted in the worker (moved there first if need be)."""
-        if not core.remote:
-            # The first large read of a watch that was small: the worker takes over from the last text.
-            assert core.last_text is not None
-            await self.baseline(core, Body.raw(core.last_text, body.mime_type))
-        key = self._keys.get(id(core))
-        if key is None:  # the worker was restarted: what it knew is gone
-            await self.baseline(core, body)
-            return Pending(
-                lines=(Line(f"ERROR the large-body worker restarted; {core.uri} has a fresh baseline"),)
-            )
+    async def adopt(self, extraction: Extraction) -> str:
+        """Move ``extraction`` (its state and all) into the worker; returns its key there."""
+        key = f"{extraction.uri}#{next(self._counter)}"
+        await self._call(("adopt", key, extraction))
+        self._keys.add(key)
+        return key
+
+    async def read(self, key: str, uri: str, limits: Limits, body: Body) -> tuple[Pending, str]:
+        """The events of ``body`` for the extraction ``key``, and the key to use next (a new one
+        when the worker had restarted: its state is gone, so ``body`` is a fresh baseline)."""
+        if key not in self._keys:
+            key, _ = await self.baseline(uri, limits, body)
+            note = f"ERROR the large-body worker restarted; {uri} has a fresh baseline"
+            return Pending(notes=(note,)), key
         pending: Pending = await self._call(("read", key, body.text, body.mime_type))
-        return core.extracted(pending)
+        return pending, key
 
-    async def forget(self, core: Watch) -> None:
-        key = self._keys.pop(id(core), None)
-        if key is not None and self._process is not None:
+    async def forget(self, key: str) -> None:
+        if key in self._keys and self._process is not None:
+            self._keys.discard(key)
             await self._call(("forget", key))
 
     async def aclose(self) -> None:

@@ -17,7 +17,7 @@ once each); a link that failed, or is still connecting after that, raises
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeVar
@@ -30,12 +30,15 @@ from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.errors import ServerConnectionError
 from asyncai_watch.mcp.source import (
+    MODERN_PROTOCOL_VERSION,
     ListedResource,
     ListedTemplate,
     ReadResult,
     ResourceSource,
+    SubscriptionMode,
     ToolInfo,
     ToolResult,
+    Updates,
 )
 
 __all__ = ["DEFAULT_WAIT", "RETRY", "UpstreamLink", "UpstreamStatus", "UpstreamUnavailableError"]
@@ -48,6 +51,7 @@ DEFAULT_WAIT: Final = 10.0
 
 Status = Literal["connecting", "connected", "failed"]
 _T = TypeVar("_T")
+_U = TypeVar("_U")
 
 
 class UpstreamUnavailableError(ServerConnectionError):
@@ -267,8 +271,15 @@ class UpstreamLink:
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
         return await self._call(lambda s: s.call_tool(name, arguments))
 
-    def listen(self, uri: str) -> AbstractAsyncContextManager[AsyncIterator[None]]:
-        return self._listen(lambda s: s.listen(uri), wait=True)
+    @property
+    def subscription_mode(self) -> SubscriptionMode:
+        """The current connection's, else the last one's; ``"listen"`` before the first."""
+        if self._source is not None:
+            return self._source.subscription_mode
+        return "subscribe" if self._protocol_version not in ("", MODERN_PROTOCOL_VERSION) else "listen"
+
+    def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
+        return self._listen(lambda s: s.subscribe(uris), wait=True)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         # The catalog's follower is no request anyone waits on: it waits for the connection as
@@ -278,10 +289,10 @@ class UpstreamLink:
     @asynccontextmanager
     async def _listen(
         self,
-        open_: Callable[[ResourceSource], AbstractAsyncContextManager[AsyncIterator[None]]],
+        open_: Callable[[ResourceSource], AbstractAsyncContextManager[_U]],
         *,
         wait: bool,
-    ) -> AsyncIterator[AsyncIterator[None]]:
+    ) -> AsyncIterator[_U]:
         if wait:
             source = await self._use()
         else:

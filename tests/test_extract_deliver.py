@@ -1,4 +1,5 @@
-"""The pure watch object, driven directly: reads, lines, clock steps and subscription ends.
+"""A watch's two pure halves, driven directly: the shared extraction (reads -> events) and the
+watch's own delivery (events -> lines -> dedupe -> debounce -> notice), and the resubscribe policy.
 
 No tasks, no clock: every call gets ``now``. Hypothesis drives arbitrary interleavings and
 checks the invariants the shell relies on.
@@ -16,15 +17,38 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncai_watch import Limits, WatchError
+from asyncai_watch.core.deliver import Delivery, EventRecord, Line
 from asyncai_watch.core.events import EVENTS_MIME_TYPE, GAP, Event
-from asyncai_watch.core.watch import Body, EventRecord, GiveUp, Line, Resubscribe, Retry, Watch
+from asyncai_watch.core.extract import Body, Extraction, ExtractionStateError, Pending
+from asyncai_watch.core.feed import GiveUp, Resubscribe, Retry
 
 JSON = "application/json"
 LIMITS = Limits(debounce_quiet=3.0, debounce_max_wait=15.0, lines_per_notice=5)
 
 
-def watch(limits: Limits = LIMITS) -> Watch:
-    return Watch("w", "memo://notes", limits)
+@attrs.define
+class Pipe:
+    """One watch's two halves, as the runner joins them: extraction, then delivery."""
+
+    x: Extraction
+    d: Delivery
+
+    def baseline(self, body: Body) -> str:
+        return self.x.baseline(body)
+
+    def read(self, body: Body) -> Pending:
+        return self.x.read(body)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.d, name)
+
+
+def watch(limits: Limits = LIMITS) -> Pipe:
+    return Pipe(Extraction("memo://notes", limits), Delivery("w", "memo://notes", limits))
+
+
+def policy_for(limits: Limits) -> Resubscribe:
+    return Resubscribe(backoff=limits.backoff, healthy_after=limits.resubscribe_max)
 
 
 def body(value: Any, mime_type: str = JSON) -> Body:
@@ -147,7 +171,7 @@ def test_giving_up_flushes_what_was_pending_then_says_so() -> None:
 
 
 def test_backoff_is_1_2_4_8_16_then_give_up() -> None:
-    policy = Resubscribe.for_limits(Limits())
+    policy = policy_for(Limits())
     assert policy.subscribed(0.0) == 0
     decisions = [policy.ended(1.0)]
     for t in range(2, 8):
@@ -157,7 +181,7 @@ def test_backoff_is_1_2_4_8_16_then_give_up() -> None:
 
 
 def test_a_healthy_subscription_resets_the_backoff() -> None:
-    policy = Resubscribe.for_limits(Limits())
+    policy = policy_for(Limits())
     policy.subscribed(0.0)
     assert policy.ended(0.5) == Retry(1.0, 1)
     assert policy.ended(1.0) == Retry(2.0, 2)  # the attempt failed
@@ -246,7 +270,7 @@ def test_every_kept_line_is_in_exactly_one_notice_and_none_waits_past_max_wait(
     for kind, arg in ops:
         if kind == "lines":
             for text, key in arg:
-                if key is None or check._deduper.admit(key, text):
+                if key is None or check.d._deduper.admit(key, text):
                     expected += 1
     assert delivered == expected
 
@@ -291,7 +315,7 @@ def test_resubscribe_delays_follow_the_backoff_and_give_up_after_five(
     each failed attempt doubles the delay (2, 4, 8, 16 s), a healthy subscription resets it,
     and the fifth failure in a row gives up.
     """
-    policy = Resubscribe.for_limits(Limits())
+    policy = policy_for(Limits())
     now = 0.0
     policy.subscribed(now)
     failed = 0
@@ -335,7 +359,7 @@ def test_add_without_records_delivers_the_same() -> None:
 
 
 def test_default_lines_are_plain_lines() -> None:
-    """Watch.lines builds its Lines without attrs' __init__: the same values all the same."""
+    """Delivery.lines builds its Lines without attrs' __init__: the same values all the same."""
     w = watch()
     w.baseline(body({"a": 1}))
     lines, _ = w.lines(w.read(body({"a": 2})))
@@ -344,3 +368,55 @@ def test_default_lines_are_plain_lines() -> None:
     assert attrs.asdict(line, recurse=False) == attrs.asdict(
         Line(line.text, line.key, line.event), recurse=False
     )
+
+
+# --- order, and what a slow filter is handed ------------------------------------------------------
+
+
+def test_an_extraction_fed_out_of_order_raises() -> None:
+    x = Extraction("memo://notes", LIMITS)
+    with pytest.raises(ExtractionStateError, match="no baseline yet"):
+        x.read(body({}))
+    x.baseline(body({}))
+    with pytest.raises(ExtractionStateError, match="already has a baseline"):
+        x.baseline(body({}))
+
+
+def test_watches_sharing_one_extraction_each_get_their_own_lines_and_dedupe() -> None:
+    x = Extraction("memo://notes", LIMITS)
+    x.baseline(body({"a": 1}))
+    a, b = Delivery("a", "memo://notes", LIMITS), Delivery("b", "memo://notes", LIMITS)
+    pending = x.read(body({"a": 2}))  # extracted once, for both
+    a.add(a.lines(pending)[0], 0.0)
+    b.add(b.lines(pending)[0], 0.0)
+    b.add(b.lines(pending)[0], 1.0)  # b sees the same line twice: deduped for b only
+    assert (a.flush(), b.flush()) != (None, None)
+    assert (a.events, b.events) == (1, 2)
+
+
+def test_events_a_busy_filter_has_not_taken_are_joined_never_dropped_silently() -> None:
+    ev = [Event(type="ADDED", key=f"k{i}", item={"id": f"k{i}"}) for i in range(5)]
+    first, second = Pending(tuple(ev[:3]), ("note 1",)), Pending(tuple(ev[3:]), ("note 2",))
+    joined = first.then(second, max_events=10)
+    assert joined.events == tuple(ev)
+    assert joined.notes == ("note 1", "note 2")
+    capped = first.then(second, max_events=2)
+    assert capped.events == tuple(ev[3:])
+    assert capped.notes[-1] == "+3 earlier changes not shown (a slow filter fell behind)"
+
+
+def test_an_extraction_pickles_with_its_state_and_reads_on_where_it_left_off() -> None:
+    import pickle
+
+    x = Extraction("memo://notes", LIMITS)
+    x.baseline(body({"a": 1}))
+    moved = pickle.loads(pickle.dumps(x))  # what the large-body worker takes over
+    assert [e.key for e in moved.read(body({"a": 2})).events] == ["a"]
+    log = Extraction("memo://log", LIMITS)
+    log.baseline(
+        body(
+            {"log_id": "L", "events": [{"seq": 4, "type": "ADDED", "object": {"id": "x"}}]}, EVENTS_MIME_TYPE
+        )
+    )
+    assert log.position == ("L", 4)
+    assert pickle.loads(pickle.dumps(log)).position == ("L", 4)

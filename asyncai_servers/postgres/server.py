@@ -1,0 +1,403 @@
+"""The PostgreSQL MCP server: tables and named queries as watchable resources, pushed by the database.
+
+Who does what:
+
+- :class:`~asyncai_servers.postgres.listener.Listener`: the one ``LISTEN`` connection; each
+  notification goes to the sources of its table (:meth:`PostgresServer._route`), and a
+  re-established connection makes every source re-read (:meth:`PostgresServer._resync`).
+- :mod:`~asyncai_servers.postgres.sources`: one source per watched target, reading the database
+  only when told to, and answering every ``resources/read`` from what it read last.
+- :class:`~asyncai_watch.server.SubscriptionRegistry`: the subscriptions of both MCP eras
+  (``subscriptions/listen``; ``resources/subscribe`` from 2025-era clients). It says when a URI
+  string gains its first listener (:meth:`PostgresServer._acquire`) or loses its last
+  (:meth:`PostgresServer._release`); a source lives while one of its URIs is listened to (and
+  :data:`IDLE_GRACE` seconds after, or after a read with no listener), so nothing is read for a
+  table nobody watches.
+
+Clients never send SQL: a URI names a table or a query of the config (uri.py), and the SQL is
+composed by the driver (queries.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import attrs
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from asyncai_servers.postgres.config import Config, TableName
+from asyncai_servers.postgres.db import Database, PgError
+from asyncai_servers.postgres.listener import RECONNECT, DdlChanged, Listener, RowsChanged
+from asyncai_servers.postgres.sources import QuerySource, Source, TableSource
+from asyncai_servers.postgres.uri import (
+    EVENTS_SCHEME,
+    STATE_SCHEME,
+    QueryTarget,
+    Resource,
+    TableTarget,
+    UriError,
+    parse_uri,
+    query_uri,
+    table_template,
+    table_uri,
+)
+from asyncai_watch import EVENTS_MIME_TYPE, Backoff
+from asyncai_watch.clock import Clock, SystemClock
+from asyncai_watch.server.errors import resource_error, unknown_tool
+from asyncai_watch.server.eventlog import read_after
+from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
+
+__all__ = ["IDLE_GRACE", "RING_CHARS", "RING_EVENTS", "RING_WINDOW", "SERVER_NAME", "PostgresServer"]
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME: Final = "postgres"
+IDLE_GRACE: Final = 60.0
+"""Seconds a source outlives its last listener (a client re-listening after a drop keeps its log)."""
+RING_EVENTS: Final = 8192
+"""Events a table's log keeps for readers that send their position: 8 s at 1,000 changes/s."""
+RING_CHARS: Final = 8 << 20
+"""...and at most this much JSON text, whatever the rows' size."""
+RING_WINDOW: Final = 256
+"""Events a read without a position returns."""
+JSON: Final = "application/json"
+
+Target = TableTarget | QueryTarget
+
+
+@attrs.define(eq=False)
+class _Entry:
+    source: Source
+    scope: anyio.CancelScope
+    listeners: int = 0
+    readers: int = 0
+    linger: anyio.CancelScope | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self.listeners == 0 and self.readers == 0
+
+
+class PostgresServer:
+    """The MCP server object plus the sources and the listener it runs (``async with running()``)."""
+
+    def __init__(
+        self,
+        config: Config,
+        dsn: str,
+        *,
+        statement_timeout: float = 5.0,
+        pool_size: int = 4,
+        clock: Clock | None = None,
+        reconnect: Backoff = RECONNECT,
+        idle_grace: float = IDLE_GRACE,
+        ring_events: int = RING_EVENTS,
+        ring_chars: int | None = RING_CHARS,
+        ring_window: int | None = RING_WINDOW,
+        max_uris: int = DEFAULT_MAX_URIS,
+    ) -> None:
+        self.config = config
+        self.db = Database(dsn, size=pool_size, statement_timeout=statement_timeout)
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.idle_grace = idle_grace
+        self._ring = (ring_events, ring_chars, ring_window)
+        self.listener = Listener(
+            dsn, on_change=self._route, on_resync=self._resync, clock=self.clock, backoff=reconnect
+        )
+        self.subscriptions = SubscriptionRegistry(
+            SERVER_NAME,
+            refuse=self._refusal,
+            on_first=self._acquire,
+            on_last=self._release,
+            ready=self._on_ready,
+            max_uris=max_uris,
+        )
+        self._entries: dict[Target, _Entry] = {}
+        self._by_table: defaultdict[TableName, set[Source]] = defaultdict(set)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.server: Server[Any] = Server(
+            SERVER_NAME,
+            version="0.1.0",
+            instructions=(
+                "PostgreSQL tables and named queries, watchable without polling (the database pushes "
+                "each commit through LISTEN/NOTIFY). pg://SCHEMA/TABLE is a table's rows keyed by primary "
+                "key; pg-events://SCHEMA/TABLE its changes as an event log; pg-query://NAME a named "
+                "query's result. resources/list shows what the config allows."
+            ),
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_templates,
+            on_read_resource=self._read,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            get_tool_input_schema=input_schemas(()),
+            **self.subscriptions.handlers(),
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[PostgresServer]:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self.listener.run)
+            try:
+                yield self
+            finally:
+                self._tg = None
+                tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self.db.aclose()
+
+    def close_listeners(self) -> None:
+        """End every open listen stream gracefully (an HTTP shutdown would otherwise wait on them)."""
+        self.subscriptions.close()
+
+    # -- sources: one per target, alive while listened to ----------------------------------------
+
+    def _resource(self, uri: str) -> Resource:
+        try:
+            return parse_uri(uri, self.config)
+        except UriError as exc:
+            raise resource_error(uri, str(exc)) from None
+
+    def _refusal(self, uri: str) -> str | None:
+        """Why a subscription to ``uri`` is refused (-32602 before anything is acknowledged), or None."""
+        try:
+            parse_uri(uri, self.config)
+        except UriError as exc:
+            return str(exc)
+        return None
+
+    def _start(self, target: Target) -> _Entry:
+        if self._tg is None:
+            raise RuntimeError("PostgresServer.running() is not active")
+        source: Source
+        if isinstance(target, TableTarget):
+            events, chars, window = self._ring
+            source = TableSource(
+                target, self.db, self._publish, ring_events=events, ring_chars=chars, ring_window=window
+            )
+        else:
+            source = QuerySource(target, self.db, self._publish)
+        entry = _Entry(source=source, scope=anyio.CancelScope())
+        self._entries[target] = entry
+        for table in source.tables():
+            self._by_table[table].add(source)
+
+        async def run() -> None:
+            with entry.scope:
+                await source.run()
+
+        self._tg.start_soon(run)
+        log.info("%s: watching", source.describe())
+        return entry
+
+    def _stop(self, target: Target, entry: _Entry) -> None:
+        if self._entries.get(target) is not entry:
+            return
+        del self._entries[target]
+        for table in entry.source.tables():
+            self._by_table[table].discard(entry.source)
+            if not self._by_table[table]:
+                del self._by_table[table]
+        entry.scope.cancel()
+        if entry.linger is not None:
+            entry.linger.cancel()
+        log.info("%s: no longer watched", entry.source.describe())
+
+    def _linger(self, target: Target, entry: _Entry) -> None:
+        """Stop ``entry`` :attr:`idle_grace` seconds from now unless a listener or a read comes first."""
+        if self._tg is None:
+            return
+        if entry.linger is not None:
+            entry.linger.cancel()  # the grace starts again from now
+        scope = entry.linger = anyio.CancelScope()
+
+        async def wait() -> None:
+            with scope:
+                await self.clock.sleep_until(self.clock.now() + self.idle_grace)
+                if entry.idle:
+                    self._stop(target, entry)
+
+        self._tg.start_soon(wait)
+
+    def _acquire(self, uri: str) -> None:
+        """``uri`` gained its first listener (the registry refused it already if it is not served)."""
+        target = self._resource(uri).target
+        entry = self._entries.get(target) or self._start(target)
+        entry.listeners += 1
+        entry.source.uris[uri] += 1
+        if entry.linger is not None:
+            entry.linger.cancel()
+            entry.linger = None
+
+    def _release(self, uri: str) -> None:
+        """``uri`` lost its last listener."""
+        target = self._resource(uri).target
+        entry = self._entries.get(target)
+        if entry is None:
+            return
+        entry.listeners -= 1
+        entry.source.uris[uri] -= 1
+        if entry.source.uris[uri] <= 0:
+            del entry.source.uris[uri]
+        if entry.idle:
+            self._linger(target, entry)
+
+    async def _on_ready(self, uris: Sequence[str]) -> None:
+        """Before a listen's ack (or a subscribe's answer): its listeners have had no update yet, so
+        the next change must signal them even if an earlier one is still unread by another
+        listener. (No wait for the first read: the source hears every change from its creation
+        on, and the client's baseline read waits for it.)"""
+        for uri in uris:
+            entry = self._entries.get(self._resource(uri).target)
+            if entry is not None:
+                entry.source.signalled = False
+
+    async def _publish(self, source: Source) -> None:
+        for uri in list(source.uris):
+            await self.subscriptions.publish(uri)
+
+    # -- what the database says ------------------------------------------------------------------
+
+    def _route(self, change: RowsChanged | DdlChanged) -> None:
+        if isinstance(change, RowsChanged):
+            for source in self._by_table.get(change.table, ()):
+                source.changed(change)
+        else:
+            log.info("DDL (%s): the sources it may concern look at the catalog again", change.tag)
+            for entry in list(self._entries.values()):
+                entry.source.ddl(change)
+
+    def _resync(self) -> None:
+        for entry in list(self._entries.values()):
+            entry.source.resync()
+
+    # -- handlers ----------------------------------------------------------------------------------
+
+    async def _read(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = params.uri
+        resource = self._resource(uri)
+        entry = self._entries.get(resource.target) or self._start(resource.target)
+        source = entry.source
+        entry.readers += 1  # a read keeps its source (one nobody listens to lingers after it)
+        try:
+            await source.wait_ready()
+            if isinstance(source, TableSource):
+                text = source.read(resource.events, read_after(params.meta))
+            else:
+                assert isinstance(source, QuerySource)
+                text = source.read()
+        except PgError as exc:
+            raise (
+                MCPError(types.INTERNAL_ERROR, str(exc)) if exc.internal else resource_error(uri, str(exc))
+            ) from None
+        finally:
+            entry.readers -= 1
+            if entry.idle:
+                self._linger(resource.target, entry)
+        mime = EVENTS_MIME_TYPE if resource.events else JSON
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=text)]
+        )
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        out: list[types.Resource] = []
+        for spec in self.config.tables:
+            state, events = table_uri(STATE_SCHEME, spec.table), table_uri(EVENTS_SCHEME, spec.table)
+            name = str(spec.table)
+            out.append(
+                types.Resource(
+                    uri=state,
+                    name=name,
+                    description=(
+                        f"The rows of {name} as a JSON object keyed by primary key (at most {spec.max_rows} "
+                        "rows); watchers get ADDED / MODIFIED (with the changed columns) / DELETED per row.\n"
+                        f'Example: await watch_start(name="{spec.table.name}", uri="{state}")'
+                    ),
+                    mime_type=JSON,
+                )
+            )
+            out.append(
+                types.Resource(
+                    uri=events,
+                    name=f"{name} changes",
+                    description=(
+                        f"Row changes of {name} as an event log: ADDED (insert), MODIFIED (update, with "
+                        "`old`), DELETED (delete); object = the row.\n"
+                        f'Example: await watch_start(name="{spec.table.name}-changes", uri="{events}")'
+                    ),
+                    mime_type=EVENTS_MIME_TYPE,
+                )
+            )
+        for query in self.config.queries:
+            uri = query_uri(query.name)
+            shape = f"an object keyed by {', '.join(query.key)}" if query.key else "a JSON array of rows"
+            out.append(
+                types.Resource(
+                    uri=uri,
+                    name=f"query {query.name}",
+                    description=(
+                        f"The result of the named query {query.name!r} as {shape}; re-run when "
+                        f"{', '.join(map(str, query.depends_on))} change(s).\n"
+                        f'Example: await watch_start(name="{query.name}", uri="{uri}")'
+                    ),
+                    mime_type=JSON,
+                )
+            )
+        return types.ListResourcesResult(resources=out)
+
+    async def _list_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        out: list[types.ResourceTemplate] = []
+        for spec in self.config.tables:
+            if not spec.where:
+                continue
+            column = spec.where[0]
+            for scheme, mime, what in (
+                (STATE_SCHEME, JSON, "rows, keyed by primary key"),
+                (
+                    EVENTS_SCHEME,
+                    EVENTS_MIME_TYPE,
+                    "row changes as an event log (a row updated into the filter is ADDED, out of it DELETED)",
+                ),
+            ):
+                example = table_uri(scheme, spec.table, ((column, "VALUE"),))
+                out.append(
+                    types.ResourceTemplate(
+                        uri_template=table_template(scheme, spec),
+                        name=f"{spec.table} {scheme} filtered",
+                        description=(
+                            f"The {what} of {spec.table} whose columns equal the given values "
+                            f"(filter columns: {', '.join(spec.where)}).\n"
+                            f'Example: await watch_start(name="{spec.table.name}", uri="{example}")'
+                        ),
+                        mime_type=mime,
+                    )
+                )
+        return types.ListResourceTemplatesResult(resource_templates=out)
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[])  # resources only: clients never send SQL
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        raise unknown_tool(SERVER_NAME, params.name, [])

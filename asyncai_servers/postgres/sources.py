@@ -1,0 +1,364 @@
+"""One source per watched target: what it read last, and a task that re-reads when told.
+
+A :class:`TableSource` keeps a table's rows (or a filtered view's) in a
+:class:`~asyncai_servers.postgres.rowset.RowSet` and its changes in an event ring; a
+:class:`QuerySource` keeps a named query's last result. Reads of the resource are answered from
+there, so any number of readers cost no query. What makes a source read the database:
+
+- a ``NOTIFY`` naming keys of its table: it re-reads those keys (a ``NOTIFY`` without keys, or
+  one naming more than :data:`MAX_REREAD` keys at once: the whole set). A query re-runs.
+- the ``LISTEN`` connection coming back (:meth:`Source.resync`): the whole set, since a
+  ``NOTIFY`` sent while it was down is lost.
+- DDL on one of its tables, or any DDL while it is failing: the catalog is looked up again
+  (does the table still exist, with that primary key, those triggers), then the whole set.
+
+Requests pile up while a read runs and are served together by the next one, so a burst of
+changes costs as many reads as the database can answer, not one per change.
+
+A failure (a dropped table, lost rights, the row cap, the database unreachable) is one line: a
+read of the state then fails with it, and the event log gets it as an ``ERROR`` event (after
+its first good read; before, the read fails). The next change, resync or DDL tries again; a
+recovery is reported as the net change since the last good read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import anyio
+import psycopg
+
+from asyncai_servers.postgres.config import TableName
+from asyncai_servers.postgres.db import Database, PgError, one_line
+from asyncai_servers.postgres.listener import DdlChanged, RowsChanged
+from asyncai_servers.postgres.queries import (
+    TRIGGER_NAMES,
+    TableMeta,
+    catalog,
+    load_rows,
+    meta_from_row,
+    query_rows,
+    reread_rows,
+)
+from asyncai_servers.postgres.rowset import OverCap, RowSet, query_body
+from asyncai_servers.postgres.uri import STATE_SCHEME, QueryTarget, TableTarget, table_template
+from asyncai_watch.server.eventlog import EventRing
+
+__all__ = ["MAX_REREAD", "READY_TIMEOUT", "QuerySource", "Source", "TableSource"]
+
+log = logging.getLogger(__name__)
+
+MAX_REREAD: Final = 1000
+"""More changed keys than this waiting at once: the whole set is read instead of each key."""
+READY_TIMEOUT: Final = 30.0
+"""How long a read waits for a new source's first read."""
+
+
+class Source:
+    """What :class:`TableSource` and :class:`QuerySource` share: the wake-up loop and failure handling."""
+
+    def __init__(self, db: Database, publish: Callable[[Source], Awaitable[None]]) -> None:
+        self.db = db
+        self._publish = publish
+        self.uris: Counter[str] = Counter()
+        """The URI strings open listen streams used for this source (publish names each)."""
+        self.ready = anyio.Event()
+        """Set after the first read, good or not."""
+        self.error: PgError | None = None
+        self.good = False
+        """A read succeeded at least once."""
+        self.signalled = False
+        """An update went out and no read of the source started since (level-triggered publish)."""
+        self.meta: dict[TableName, TableMeta] = {}
+        self._revalidate = True
+        self._all = True
+        self._wake = anyio.Event()
+        self._wake.set()
+
+    def tables(self) -> tuple[TableName, ...]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    # -- what the server tells a source (synchronous: called from the LISTEN task) ---------------
+
+    def changed(self, change: RowsChanged) -> None:
+        self._all = True
+        self._wake.set()
+
+    def ddl(self, change: DdlChanged) -> None:
+        oids = {m.oid for m in self.meta.values()}
+        if change.oids is None or self.error is not None or oids & change.oids or not self.meta:
+            self._revalidate = True
+            self._all = True
+            self._wake.set()
+
+    def resync(self) -> None:
+        self._all = True
+        self._wake.set()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            revalidate = self._revalidate or self.error is not None or not self.meta
+            self._revalidate = False
+            try:
+                if revalidate:
+                    self.meta = await self._lookup()
+                changed = await self._refresh(revalidate)
+            except PgError as exc:
+                await self._failed(exc)
+                continue
+            except Exception as exc:  # a bug here must not take the server and every other watch down
+                log.exception("%s: reading failed", self.describe())
+                await self._failed(PgError(f"{self.describe()}: {type(exc).__name__}: {exc}", internal=True))
+                continue
+            recovered = self.error is not None
+            if recovered:
+                log.warning("%s: reads work again", self.describe())
+            first, self.good = not self.good, True
+            self.error = None
+            self.ready.set()
+            # The first good read is the baseline every reader starts from: no update for it.
+            if (changed and not first) or recovered:
+                await self.publish()
+
+    async def _refresh(self, revalidated: bool) -> bool:
+        """Read what is wanted now; True when a reader would see something new."""
+        raise NotImplementedError
+
+    async def _failed(self, exc: PgError) -> None:
+        self.ready.set()
+        if self.error is not None and str(self.error) == str(exc):
+            return  # still failing the same way: nothing new to tell
+        log.warning("%s", exc)
+        self.error = exc
+        self._report(str(exc))
+        await self.publish()
+
+    def _report(self, message: str) -> None:
+        """Tell event-log readers of a failure (table sources)."""
+
+    async def publish(self) -> None:
+        if self.signalled or not self.uris:
+            return
+        self.signalled = True
+        await self._publish(self)
+
+    async def wait_ready(self) -> None:
+        with anyio.move_on_after(READY_TIMEOUT):
+            await self.ready.wait()
+        if not self.ready.is_set():
+            raise PgError(
+                f"{self.describe()}: the first read took over {READY_TIMEOUT:g} s; is PostgreSQL reachable?",
+                internal=True,
+            )
+
+    # -- reading the catalog --------------------------------------------------------------------
+
+    async def _lookup(self) -> dict[TableName, TableMeta]:
+        tables = self.tables()
+        query, params = catalog(tables)
+        try:
+            rows = await self.db.fetch(query, params)
+        except psycopg.Error as exc:
+            raise one_line(
+                exc, self.describe(), role=self.db.role, timeout=self.db.statement_timeout
+            ) from None
+        found = {m.name: m for m in map(meta_from_row, rows)}
+        for name in tables:
+            meta = found.get(name)
+            if meta is None:
+                raise PgError(
+                    f"{name} does not exist (dropped or renamed?); the watch resumes once it exists again "
+                    "with its triggers (--install-triggers)"
+                )
+            _check(meta)
+        return found
+
+
+def _check(meta: TableMeta) -> None:
+    name = meta.name
+    if meta.kind not in ("r", "p"):
+        raise PgError(
+            f"{name} is not a table (pg_class.relkind {meta.kind!r}): only tables carry the triggers; "
+            "watch a view through a [[query]] whose depends_on names its tables"
+        )
+    missing = [t for t in TRIGGER_NAMES if t not in meta.triggers]
+    if missing:
+        raise PgError(
+            f"{name} has no asyncai-watch triggers ({', '.join(missing)} missing or disabled), so its changes "
+            "would never be heard: run asyncai-mcp-postgres --config CONFIG --install-triggers as its owner"
+        )
+    if not meta.readable:
+        raise PgError(
+            f"role {meta.role} may not read {name} (permission denied): GRANT USAGE ON SCHEMA "
+            f"{name.schema} and SELECT ON {name} TO {meta.role}"
+        )
+
+
+class TableSource(Source):
+    def __init__(
+        self,
+        target: TableTarget,
+        db: Database,
+        publish: Callable[[Source], Awaitable[None]],
+        *,
+        ring_events: int,
+        ring_chars: int | None,
+        ring_window: int | None,
+    ) -> None:
+        super().__init__(db, publish)
+        self.target = target
+        self.rows = RowSet(target.spec.max_rows)
+        self.ring = EventRing(ring_events, max_chars=ring_chars, window=ring_window)
+        self._keys: dict[tuple[Any, ...], None] = {}
+
+    def tables(self) -> tuple[TableName, ...]:
+        return (self.target.table,)
+
+    def describe(self) -> str:
+        return self.target.describe()
+
+    def changed(self, change: RowsChanged) -> None:
+        if change.keys is None or self._all or len(self._keys) + len(change.keys) > MAX_REREAD:
+            self._keys.clear()
+            super().changed(change)
+            return
+        self._keys.update(dict.fromkeys(change.keys))
+        self._wake.set()
+
+    def _report(self, message: str) -> None:
+        if self.good:
+            self.ring.error(message)
+
+    @property
+    def _meta(self) -> TableMeta:
+        return self.meta[self.target.table]
+
+    async def _refresh(self, revalidated: bool) -> bool:
+        meta = self._meta
+        if revalidated:
+            self._check_columns(meta)
+        # After a failure or DDL (revalidated), the whole set: what changed meanwhile is unknown.
+        full, keys = self._all or revalidated, list(self._keys)
+        self._all = False
+        self._keys.clear()
+        if not full and any(len(k) != len(meta.primary_key) for k in keys):
+            full = True  # the primary key changed under us: the next failure revalidates
+        try:
+            if full:
+                query, params = load_rows(meta, self.target)
+                changes = self.rows.replace((str(k), str(r)) for k, r in await self._fetch(query, params))
+            elif keys:
+                query, params = reread_rows(meta, self.target, keys)
+                found = await self._fetch(query, params)
+                changes = self.rows.update((str(k), None if r is None else str(r)) for k, r in found)
+            else:
+                return False
+        except OverCap as exc:
+            raise self._over_cap(exc) from None
+        if self.good:  # the first read is where the log starts, not a change
+            for change in changes:
+                self.ring.append(change.event())
+        return bool(changes)
+
+    async def _fetch(self, query: Any, params: Any) -> list[tuple[Any, ...]]:
+        try:
+            return await self.db.fetch(query, params)
+        except psycopg.Error as exc:
+            self._revalidate = True  # e.g. a column went: look at the catalog before the next read
+            raise one_line(
+                exc, self.describe(), role=self.db.role, timeout=self.db.statement_timeout
+            ) from None
+
+    def _check_columns(self, meta: TableMeta) -> None:
+        spec = self.target.spec
+        if not meta.primary_key:
+            raise PgError(
+                f"{meta.name} has no primary key, and rows are keyed by it: add one "
+                f"(ALTER TABLE {meta.name} ADD PRIMARY KEY (...)) or watch it through a [[query]]"
+            )
+        named = [*spec.where, *(spec.columns or ())]
+        gone = [c for c in dict.fromkeys(named) if c not in meta.columns]
+        if gone:
+            raise PgError(
+                f"{meta.name} has no column {', '.join(map(repr, gone))} (named in the config's where/columns); "
+                f"its columns: {', '.join(meta.columns)}"
+            )
+
+    def _over_cap(self, exc: OverCap) -> PgError:
+        spec = self.target.spec
+        narrower = (
+            f"watch fewer rows with a filter ({table_template(STATE_SCHEME, spec)}) or raise it"
+            if spec.where
+            else "raise it, or allow a filter column (where = [...]) and watch fewer rows"
+        )
+        return PgError(
+            f"{self.describe()} has more than {exc.max_rows} rows, the row cap (max_rows = {exc.max_rows} "
+            f"in the config's [[table]] for {spec.table}); {narrower}"
+        )
+
+    def read(self, events: bool, after: tuple[str, int] | None) -> str:
+        """The state body or the event log (call after :meth:`wait_ready`); raises its :class:`PgError`."""
+        self.signalled = False  # before the read: a change from now on is signalled again
+        if events:
+            if not self.good:
+                assert self.error is not None
+                raise self.error
+            return self.ring.text(after)
+        if self.error is not None:
+            raise self.error
+        return self.rows.body()
+
+
+class QuerySource(Source):
+    def __init__(
+        self, target: QueryTarget, db: Database, publish: Callable[[Source], Awaitable[None]]
+    ) -> None:
+        super().__init__(db, publish)
+        self.target = target
+        self.body: str | None = None
+
+    def tables(self) -> tuple[TableName, ...]:
+        return self.target.spec.depends_on
+
+    def describe(self) -> str:
+        return self.target.describe()
+
+    async def _refresh(self, revalidated: bool) -> bool:
+        if not (self._all or revalidated):
+            return False
+        self._all = False
+        spec = self.target.spec
+        query, params = query_rows(spec)
+        try:
+            rows = await self.db.fetch(query, params)
+        except psycopg.Error as exc:
+            self._revalidate = True
+            raise one_line(
+                exc, self.describe(), role=self.db.role, timeout=self.db.statement_timeout
+            ) from None
+        if len(rows) > spec.max_rows:
+            raise PgError(
+                f"{self.describe()} returned more than {spec.max_rows} rows, the row cap (max_rows = "
+                f"{spec.max_rows} in the config's [[query]] {spec.name!r}); narrow the query or raise it"
+            )
+        body = query_body([(None if k is None else str(k), str(r)) for k, r in rows])
+        changed = body != self.body
+        self.body = body
+        return changed
+
+    def read(self) -> str:
+        self.signalled = False
+        if self.error is not None:
+            raise self.error
+        assert self.body is not None
+        return self.body

@@ -1,0 +1,513 @@
+"""PostgreSQL server benchmark, as a user of the library sees it: every figure goes through ``WatchManager``.
+
+    python bench/postgres.py           # 1,000 changes; 20 poll phases; 10 s idle; 10 s of load
+    python bench/postgres.py --quick   # 200 changes; 5 poll phases; 3 s idle; 4 s of load
+
+A throwaway PostgreSQL (tests/pg.py; fsync off, so the figures are the server's and not the
+disk's) with ``pg_stat_statements`` loaded. The server (``python -m asyncai_servers.postgres``)
+runs over stdio as a read-only role ``watcher``; writers are separate processes
+(``bench/_pg_writer.py``) on their own connections, as any application is; the polling baseline
+runs as role ``poller`` on its own connection, so each role's statements are counted apart.
+
+1. commit -> notice: a writer process updates one row of ``payments`` (1,000 rows), one change
+   at a time, the next once the notice of the last has come. Latency = the notice's arrival on
+   ``WatchManager.notices`` minus the writer's clock just before its statement (its commit
+   included). Measured for the state watch (``pg://public/payments``, the whole table) and the
+   event-log watch (``pg-events://public/payments``). Target: p50 <= 10 ms. Baseline, same run:
+   a client polling ``SELECT ... FROM payments`` every 1 s and diffing, the changes made at
+   evenly spread phases (k + 0.5) / M of its period.
+2. statements while idle: with both watches open and nothing changing, the statements the
+   server's role ran (``pg_stat_statements``) over the window, against the poller's. Target 0.
+3. sustained load: four writer processes insert rows into ``load``, 1,000 per second between
+   them, each row in its own transaction; an event-log watch (``pg-events://public/load``) with no debounce and no
+   per-read cap counts an ``ADDED`` line per row. Figures: rows delivered of rows committed
+   (none may be lost or reported in a GAP), the rate delivered, each row's lag from its
+   statement to its notice against a 1 s poll of the same table, and the server's statements
+   per committed row (re-reads batch what piles up while one runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import pg  # noqa: E402  (the tests' throwaway PostgreSQL)
+import psycopg  # noqa: E402
+from _memo import pct, row  # noqa: E402
+from latency import Counting  # noqa: E402  (a source that timestamps update signals and reads)
+
+from asyncai_servers.postgres.config import TableName  # noqa: E402
+from asyncai_servers.postgres.triggers import install_triggers  # noqa: E402
+from asyncai_watch import Limits, McpResourceSource, WatchManager  # noqa: E402
+
+PERIOD = 1.0  # the polling client's period, s
+P50_TARGET_MS = 10.0
+RATE = 1000.0  # rows per second, sustained
+ROWS = 1000  # rows of payments
+LOADERS = 4  # writer processes sharing the sustained load (one alone cannot offer 1,000/s on a busy machine)
+IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
+UNCAPPED = Limits(
+    debounce_quiet=0, debounce_max_wait=0, events_per_update=1_000_000, lines_per_notice=1_000_000
+)
+CONFIG = f"""
+[[table]]
+name = "payments"
+max_rows = {ROWS * 2}
+
+[[table]]
+name = "load"
+max_rows = 1000000
+"""
+
+
+def start_cluster(base: Path) -> pg.PgServer:
+    """initdb + start, then restart with pg_stat_statements loaded (it needs shared memory)."""
+    srv = pg.start_postgres(base)
+    with psycopg.connect(srv.dsn(), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+    srv.restart()
+    return srv
+
+
+def set_up(srv: pg.PgServer) -> str:
+    dsn = srv.create_database()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+        for role in ("watcher", "poller"):
+            conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(
+            "CREATE TABLE payments (id int PRIMARY KEY, status text NOT NULL, amount numeric(10, 2))"
+        )
+        conn.execute(
+            "INSERT INTO payments SELECT g, 'open', g / 100.0 FROM generate_series(1, %s) g", (ROWS,)
+        )
+        conn.execute("CREATE TABLE load (id int PRIMARY KEY, v int NOT NULL)")
+        conn.execute("GRANT SELECT ON payments, load TO watcher, poller")
+    install_triggers(dsn, [TableName("public", "payments"), TableName("public", "load")])
+    return dsn
+
+
+def server_pid() -> int | None:
+    """The server process (a child of this one, spawned by ``McpResourceSource.stdio``)."""
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if ppid == me and b"asyncai_servers.postgres" in cmdline:
+            return int(entry.name)
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """CPU (user + system) a process has used so far, from /proc; 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def as_role(dsn: str, role: str) -> str:
+    return dsn.replace("user=postgres", f"user={role}")
+
+
+def statements(dsn: str, role: str) -> int:
+    """Statements ``role`` has run (pg_stat_statements), read on the admin's own connection."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(
+            "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements WHERE userid = %s::regrole", (role,)
+        )
+        found = cur.fetchone()
+    return int(found[0]) if found else 0
+
+
+class Writer:
+    """``bench/_pg_writer.py`` in its own process."""
+
+    def __init__(self, proc: anyio.abc.Process) -> None:
+        self.proc = proc
+        self._buf = b""
+        self.calls: list[float] = []
+
+    async def _line(self, wait: float = 60) -> str:
+        assert self.proc.stdout is not None
+        with anyio.fail_after(wait):
+            while b"\n" not in self._buf:
+                self._buf += await self.proc.stdout.receive()
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode()
+
+    async def _send(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        await self.proc.stdin.send(text.encode() + b"\n")
+
+    async def update(self, row_id: int, value: str) -> float:
+        await self._send(f"update {row_id} {value}")
+        t0, t1 = map(float, (await self._line()).split())
+        self.calls.append(t1 - t0)
+        return t0
+
+    async def load(
+        self, rate: float, seconds: float, part: int, parts: int, begin: float
+    ) -> dict[int, float]:
+        await self._send(f"load {rate} {seconds} {part} {parts} {begin!r}")
+        starts = json.loads(await self._line(wait=seconds * 10 + 60))
+        return {int(k): float(v) for k, v in starts.items()}
+
+
+@asynccontextmanager
+async def writer(dsn: str) -> AsyncIterator[Writer]:
+    argv = [sys.executable, str(HERE / "_pg_writer.py"), dsn]
+    async with await anyio.open_process(argv, stderr=None) as proc:
+        w = Writer(proc)
+        assert await w._line() == "ready"
+        try:
+            yield w
+        finally:
+            assert proc.stdin is not None
+            await proc.stdin.aclose()
+            with anyio.move_on_after(10):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+
+
+async def stamped(
+    m: WatchManager, tg: anyio.abc.TaskGroup
+) -> anyio.abc.ObjectReceiveStream[tuple[float, str]]:
+    """Each notice's arrival (``time.monotonic()``, taken when the channel hands it over) and text."""
+    send, receive = anyio.create_memory_object_stream[tuple[float, str]](1_000_000)
+
+    async def stamp() -> None:
+        async for notice in m.notices:
+            send.send_nowait((time.monotonic(), notice.text))
+
+    tg.start_soon(stamp)
+    return receive
+
+
+@dataclasses.dataclass
+class Change:
+    """One change as the watch saw it: the writer's clock before its statement, the update
+    signal at the watcher, the watcher's read of it (start, end) and the notice's arrival."""
+
+    t0: float
+    signal: float
+    read_start: float
+    read_end: float
+    arrived: float
+
+
+async def watch_latency(
+    source: McpResourceSource, uri: str, w: Writer, changes: int, tag: str
+) -> list[Change]:
+    counted = Counting(source)
+    async with WatchManager([counted], limits=IMMEDIATE) as m, anyio.create_task_group() as tg:
+        await m.watch_start("w", uri)
+        arrivals = await stamped(m, tg)
+        seen: list[Change] = []
+        for i in range(-20, changes):  # the first 20 warm up the connections and the code paths
+            reads, signals = len(counted.reads), len(counted.signals)
+            t0 = await w.update(i % ROWS + 1, f"{tag}{i}")
+            with anyio.fail_after(30):
+                arrived, _ = await arrivals.receive()
+            if i >= 0:
+                # The signal and the read that carried the change: the first ones after the writer's call.
+                signal = next((t for t in counted.signals[signals:] if t >= t0), arrived)
+                start, end = next((r for r in counted.reads[reads:] if r[0] >= t0), (arrived, arrived))
+                seen.append(Change(t0, signal, start, end, arrived))
+        tg.cancel_scope.cancel()
+    return seen
+
+
+class Poller:
+    """A client that runs the table's query every ``period`` s on a fixed schedule and diffs."""
+
+    def __init__(self, dsn: str, start: float, period: float) -> None:
+        self.dsn, self.start, self.period = dsn, start, period
+        self.send, self.detections = anyio.create_memory_object_stream[float](100)
+
+    async def run(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+
+            async def snapshot() -> dict[int, str]:
+                cur = await conn.execute("SELECT id, row_to_json(p)::text FROM payments p")
+                return dict(await cur.fetchall())
+
+            previous = await snapshot()
+            tick = 1
+            while True:
+                # The polling client's own wait: this is the baseline being measured.
+                await anyio.sleep(max(0.0, self.start + tick * self.period - time.monotonic()))
+                current = await snapshot()
+                if current != previous:
+                    await self.send.send(time.monotonic())
+                previous = current
+                tick += 1
+
+
+async def poll_latency(poller: Poller, w: Writer, phases: int) -> list[float]:
+    """Latency of the poller for a change at each phase (k + 0.5) / ``phases`` of its period."""
+    latencies: list[float] = []
+    ready_after = time.monotonic()
+    for k in range(phases):
+        phase = (k + 0.5) / phases * poller.period
+        n = int((ready_after - poller.start) // poller.period)
+        when = poller.start + n * poller.period + phase
+        if when < ready_after + 0.005:
+            when += poller.period
+        await anyio.sleep(when - time.monotonic())  # pacing the writer: a bench, not a wait on a condition
+        t0 = await w.update(k % ROWS + 1, f"poll{k}")
+        with anyio.fail_after(10):
+            detected = await poller.detections.receive()
+        latencies.append(detected - t0)
+        ready_after = detected
+    return latencies
+
+
+async def load_poller(
+    dsn: str, start: float, seen: dict[int, float], total: int, all_seen: anyio.Event
+) -> None:
+    """The 1 s polling baseline of the load: new rows since the last poll, when they were first seen."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        last, tick = 0, 1
+        while True:
+            await anyio.sleep(max(0.0, start + tick * PERIOD - time.monotonic()))  # the poller's period
+            cur = await conn.execute("SELECT id FROM load WHERE id > %s ORDER BY id", (last,))
+            now = time.monotonic()
+            for (row_id,) in await cur.fetchall():
+                seen.setdefault(row_id, now)
+                last = max(last, row_id)
+            if len(seen) >= total:
+                all_seen.set()
+            tick += 1
+
+
+async def sustained(source: McpResourceSource, dsn: str, admin: str, seconds: float) -> dict[str, Any]:
+    total = round(RATE * seconds)
+    arrived: dict[int, float] = {}
+    polled: dict[int, float] = {}
+    gaps: list[str] = []
+    done, polled_all = anyio.Event(), anyio.Event()
+    async with WatchManager([source], limits=UNCAPPED) as m, AsyncExitStack() as stack:
+        loaders = [await stack.enter_async_context(writer(dsn)) for _ in range(LOADERS)]
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        await m.watch_start("load", "pg-events://public/load")
+
+        async def tally() -> None:
+            async for notice in m.notices:
+                now = time.monotonic()
+                for line in notice.text.splitlines():
+                    kind, _, key = line.partition(" ")
+                    if kind == "ADDED" and key.isdigit():
+                        arrived.setdefault(int(key), now)
+                    else:
+                        gaps.append(line)
+                if len(arrived) >= total:
+                    done.set()
+
+        tg.start_soon(tally)
+        tg.start_soon(load_poller, as_role(dsn, "poller"), time.monotonic(), polled, total, polled_all)
+        before = statements(admin, "watcher")
+        pid = server_pid()
+        cpu_before = cpu_seconds(pid)
+        begin = time.monotonic() + 0.5
+        starts: dict[int, float] = {}
+
+        async def run_loader(part: int) -> None:
+            starts.update(await loaders[part].load(RATE, seconds, part, LOADERS, begin))
+
+        async with anyio.create_task_group() as load_tg:
+            for part in range(LOADERS):
+                load_tg.start_soon(run_loader, part)
+        with anyio.move_on_after(30):  # every row, or 30 s after the last commit
+            await done.wait()
+        queries = statements(admin, "watcher") - before
+        cpu = cpu_seconds(pid) - cpu_before
+        with anyio.move_on_after(PERIOD * 2 + 5):  # the poller's next look finds the last rows
+            await polled_all.wait()
+        tg.cancel_scope.cancel()
+    lags = [arrived[i] - t for i, t in starts.items() if i in arrived]
+    poll_lags = [polled[i] - t for i, t in starts.items() if i in polled]
+    last = max(arrived.values()) if arrived else float("nan")
+    first, final = min(starts.values()), max(starts.values())
+    return {
+        "total": total,
+        "delivered": len(arrived),
+        "offered_rate": total / (final - first) if final > first else float("nan"),
+        "delivered_rate": len(arrived) / (last - first) if arrived else 0.0,
+        "lags": lags,
+        "poll_lags": poll_lags,
+        "other_lines": gaps,
+        "queries": queries,
+        "cpu": cpu,
+    }
+
+
+async def main(quick: bool) -> int:
+    changes = 200 if quick else 1000
+    phases = 5 if quick else 20
+    idle = 3.0 if quick else 10.0
+    seconds = 4.0 if quick else 10.0
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"postgres bench ({'quick' if quick else 'full'}): {changes} changes; writers in their own processes; "
+        f"server over stdio as a read-only role; load average {load}",
+        flush=True,
+    )
+    if pg.find_pg_bindir() is None:
+        print("  skipped: PostgreSQL server binaries (initdb, pg_ctl) not installed")
+        return 0
+    base = Path(tempfile.mkdtemp(prefix="postgres-bench-"))
+    srv = start_cluster(base)
+    try:
+        admin = set_up(srv)
+        config = base / "pg.toml"
+        config.write_text(CONFIG)
+        argv = [
+            sys.executable,
+            "-m",
+            "asyncai_servers.postgres",
+            "--config",
+            str(config),
+            "--dsn",
+            as_role(admin, "watcher"),
+        ]
+        async with AsyncExitStack() as stack:
+            source = await stack.enter_async_context(McpResourceSource.stdio(argv, name="pg", cwd=ROOT))
+            w = await stack.enter_async_context(writer(admin))
+            state_lat = await watch_latency(source, "pg://public/payments", w, changes, "s")
+            events_lat = await watch_latency(source, "pg-events://public/payments", w, changes, "e")
+            async with anyio.create_task_group() as tg:
+                poller = Poller(as_role(admin, "poller"), time.monotonic() + 0.05, PERIOD)
+                tg.start_soon(poller.run)
+                plat = await poll_latency(poller, w, phases)
+                # Idle: both watches open, the poller polling, nothing changing.
+                async with WatchManager([source], limits=IMMEDIATE) as m:
+                    await m.watch_start("state", "pg://public/payments")
+                    await m.watch_start("events", "pg-events://public/payments")
+                    server_before, poller_before = statements(admin, "watcher"), statements(admin, "poller")
+                    await anyio.sleep(
+                        idle
+                    )  # the bench measures what happens over time: an idle window on purpose
+                    server_idle = statements(admin, "watcher") - server_before
+                    poller_idle = statements(admin, "poller") - poller_before
+                tg.cancel_scope.cancel()
+
+            s = await sustained(source, admin, admin, seconds)
+    finally:
+        srv.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+    b50 = pct(plat, 50) * 1e3
+    print("1. commit -> notice on WatchManager.notices (debounce 0), one row of 1,000 updated per change;")
+    print(
+        f"   baseline: a client polling every {PERIOD:g} s, {phases} changes at phases (k + 0.5)/{phases} of its period:"
+    )
+    ok = True
+    for label, seen in (
+        ("state watch p50 (whole table read)", state_lat),
+        ("event-log watch p50", events_lat),
+    ):
+        lat = [c.arrived - c.t0 for c in seen]
+        p50 = pct(lat, 50) * 1e3
+        met = p50 <= P50_TARGET_MS
+        ok = ok and met
+        row(label, p50, b50, "ms", f"target <= {P50_TARGET_MS:g} ms: {'met' if met else 'MISSED'}")
+        print(
+            f"  {'':<38} (p99 {pct(lat, 99) * 1e3:.2f} ms, mean {statistics.fmean(lat) * 1e3:.2f} ms;"
+            f" baseline p99 {pct(plat, 99) * 1e3:.0f} ms); where the time goes, p50 / p99 (ms):"
+        )
+        for step, values in (
+            ("statement + commit -> update signal", [c.signal - c.t0 for c in seen]),
+            ("update signal -> the watcher's read", [c.read_start - c.signal for c in seen]),
+            ("the watcher's read (stdio round trip)", [c.read_end - c.read_start for c in seen]),
+            ("read answered -> notice on the channel", [c.arrived - c.read_end for c in seen]),
+        ):
+            print(f"    {step:<42} {pct(values, 50) * 1e3:8.2f} / {pct(values, 99) * 1e3:.2f}")
+    print(f"  (the writer's UPDATE + commit round trip: p50 {pct(w.calls, 50) * 1e3:.2f} ms)")
+
+    per_min_server, per_min_poll = server_idle * 60 / idle, poller_idle * 60 / idle
+    idle_ok = server_idle == 0
+    ok = ok and idle_ok
+    print(
+        f"2. statements while idle (pg_stat_statements, {idle:g} s window with both watches open, scaled to 1 min):"
+    )
+    print(
+        f"  {'server (role watcher) vs poller':<38} {per_min_server:10.1f} /min   baseline {per_min_poll:10.1f} /min"
+        f"   {'':>9}   target 0: {'met' if idle_ok else 'MISSED'}"
+    )
+
+    lost = s["total"] - s["delivered"]
+    kept_up = lost == 0 and not s["other_lines"] and s["delivered_rate"] >= s["offered_rate"] * 0.95
+    offered_enough = s["offered_rate"] >= RATE * 0.95
+    load_ok = kept_up and offered_enough
+    ok = ok and load_ok
+    if load_ok:
+        verdict = "met"
+    elif kept_up:
+        verdict = (
+            f"not reached: the writers offered only {s['offered_rate']:,.0f}/s on this machine; "
+            "the server delivered all of it"
+        )
+    else:
+        verdict = "MISSED"
+    print(
+        f"3. sustained load: {s['total']:,} inserts, each its own transaction, offered at {s['offered_rate']:,.0f}/s"
+        " (target 1,000/s with none lost):"
+    )
+    row(
+        "rows delivered / s",
+        s["delivered_rate"],
+        s["offered_rate"],
+        "/s",
+        f"{s['delivered']:,} of {s['total']:,} delivered, {lost:,} lost: {verdict}",
+        lower_is_better=False,
+    )
+    if s["other_lines"]:
+        print(f"  other lines (GAP, ERROR): {s['other_lines'][:5]}")
+    if s["lags"] and s["poll_lags"]:
+        row(
+            "row lag p50 (statement -> notice)", pct(s["lags"], 50) * 1e3, pct(s["poll_lags"], 50) * 1e3, "ms"
+        )
+        row("row lag p99", pct(s["lags"], 99) * 1e3, pct(s["poll_lags"], 99) * 1e3, "ms")
+    print(
+        f"  server statements per committed row: {s['queries'] / s['total']:.3f}"
+        f" ({s['queries']:,} for {s['total']:,} rows: re-reads batch what piles up while one runs);"
+        f" server CPU per row: {s['cpu'] / s['total'] * 1e6:.0f} µs"
+    )
+    print("all targets met" if ok else "some targets missed (see above)")
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a short run")
+    sys.exit(anyio.run(main, parser.parse_args().quick))

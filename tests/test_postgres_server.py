@@ -1,0 +1,660 @@
+"""The PostgreSQL server against a real PostgreSQL (tests/pg.py), writers in other processes.
+
+The server is a real subprocess (stdio, or HTTP); writes come from psql or from connections of
+this process, which are other backends, as any application's would be. Every wait is on a
+``notifications/resources/updated`` or a notice, bounded by ``anyio.fail_after``: read, check,
+and if the expected change is not there yet, wait for the next update (level-triggered, so a
+change between the read and the wait is never missed).
+
+One PostgreSQL cluster for the module (``module_postgres``: the tests change roles and cut
+connections, which other modules' tests must not see), one fresh database per test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shlex
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.subscriptions import Subscription
+from pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
+
+from asyncai_servers.postgres.config import TableName
+from asyncai_servers.postgres.listener import LISTEN_APP_NAME
+from asyncai_servers.postgres.triggers import install_triggers
+from asyncai_watch import McpResourceSource, WatchManager
+from asyncai_watch.core.events import EVENTS_MIME_TYPE
+from asyncai_watch.core.limits import Limits
+from asyncai_watch.errors import WatchError
+from asyncai_watch.server.eventlog import AFTER_META_KEY
+from asyncai_watch.server.http import running_http_server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+WAIT = 30.0
+WATCHER = "asyncai_watcher"  # a login role that may only read (granted per test database)
+NOBODY = "asyncai_nobody"  # a login role granted nothing
+STATE = "pg://public/items"
+EVENTS = "pg-events://public/items"
+QUERY = "pg-query://failed"
+IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
+ITEMS = TableName("public", "items")
+
+CONFIG = """
+[[table]]
+name = "items"
+where = ["status"]
+
+[[query]]
+name = "failed"
+sql = "SELECT id, note FROM items WHERE status = 'failed' ORDER BY id"
+depends_on = ["items"]
+"""
+
+
+class Db:
+    def __init__(self, server: PgServer, dsn: str) -> None:
+        self.server = server
+        self.dsn = dsn
+
+    def as_role(self, role: str) -> str:
+        return self.dsn.replace("user=postgres", f"user={role}")
+
+    def run(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cur = conn.execute(statement, params)
+            return cur.fetchall() if cur.description else []
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            yield conn
+
+    async def psql(self, script: str) -> None:
+        """Run ``script`` in a psql process (one transaction: psql -c sends it as one query)."""
+        beside = self.server.bindir / "psql"  # initdb's directory, else PATH (Debian links only some)
+        psql = str(beside) if beside.exists() else "psql"
+        with anyio.fail_after(WAIT):
+            await anyio.run_process([psql, self.dsn, "-v", "ON_ERROR_STOP=1", "-qc", script])
+
+
+def _create_role(conn: psycopg.Connection[tuple[Any, ...]], role: str) -> None:
+    with contextlib.suppress(psycopg.errors.DuplicateObject):  # roles are the cluster's: made before
+        conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(psycopg.sql.Identifier(role)))
+
+
+@pytest.fixture
+def db(module_postgres: PgServer) -> Db:
+    dsn = module_postgres.create_database()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _create_role(conn, WATCHER)
+        _create_role(conn, NOBODY)
+        conn.execute(
+            "CREATE TABLE items (id int PRIMARY KEY, status text NOT NULL DEFAULT 'open',"
+            " n int NOT NULL DEFAULT 0, note text)"
+        )
+        conn.execute("INSERT INTO items (id, note) VALUES (1, 'one'), (2, 'two')")
+        conn.execute(psycopg.sql.SQL("GRANT SELECT ON items TO {}").format(psycopg.sql.Identifier(WATCHER)))
+    install_triggers(dsn, [ITEMS])
+    return Db(module_postgres, dsn)
+
+
+def write_config(tmp_path: Path, text: str = CONFIG) -> Path:
+    path = tmp_path / "pg.toml"
+    path.write_text(text)
+    return path
+
+
+def server_argv(config: Path, dsn: str, *extra: str) -> list[str]:
+    # A short reconnect backoff: the test that cuts the LISTEN connection waits on its return.
+    return [
+        sys.executable,
+        "-m",
+        "asyncai_servers.postgres",
+        "--config",
+        str(config),
+        "--dsn",
+        dsn,
+        "--reconnect",
+        "0.05:0.5",
+        *extra,
+    ]
+
+
+@asynccontextmanager
+async def pg_client(argv: list[str]) -> AsyncIterator[Client]:
+    async with Client(StdioServerParameters(command=argv[0], args=argv[1:])) as client:
+        yield client
+
+
+@asynccontextmanager
+async def manager(argv: list[str], limits: Limits = IMMEDIATE) -> AsyncIterator[WatchManager]:
+    async with McpResourceSource.stdio(argv, name="pg") as source, WatchManager([source], limits=limits) as m:
+        yield m
+
+
+async def read(client: Client, uri: str, after: tuple[str, int] | None = None) -> Any:
+    meta = None if after is None else {AFTER_META_KEY: {"log_id": after[0], "seq": after[1]}}
+    content = (await client.read_resource(uri, meta=meta)).contents[0]  # type: ignore[arg-type]
+    text = getattr(content, "text", None)
+    assert isinstance(text, str), content
+    return json.loads(text)
+
+
+async def read_until(client: Client, sub: Subscription, uri: str, done: Callable[[Any], bool]) -> Any:
+    """Re-read ``uri`` after each update until ``done(body)``."""
+    with anyio.fail_after(WAIT):
+        while True:
+            body = await read(client, uri)
+            if done(body):
+                return body
+            await sub.__anext__()
+
+
+async def events_until(
+    client: Client,
+    sub: Subscription,
+    after: int,
+    done: Callable[[list[dict[str, Any]]], bool],
+    uri: str = EVENTS,
+) -> list[dict[str, Any]]:
+    """The events with seq > ``after``, once ``done(events)`` holds: every one of them, in seq
+    order (each read names the position reached, so none falls out of a read's window)."""
+    found: list[dict[str, Any]] = []
+    log_id = (await read(client, uri))["log_id"]
+    seq = after
+    with anyio.fail_after(WAIT):
+        while True:
+            body = await read(client, uri, (log_id, seq))
+            assert body["log_id"] == log_id, "the log restarted"
+            new = [e for e in body["events"] if e["seq"] > seq]
+            assert [e["seq"] for e in new] == list(range(seq + 1, seq + 1 + len(new))), "events missing"
+            found += new
+            seq = body["last_seq"]
+            if done(found):
+                return found
+            await sub.__anext__()
+
+
+async def lines_until(m: WatchManager, done: Callable[[dict[str, list[str]]], bool]) -> dict[str, list[str]]:
+    """Notice lines by watch name, once ``done(lines)`` holds."""
+    lines: dict[str, list[str]] = {}
+    with anyio.fail_after(WAIT):
+        while not done(lines):
+            notice = await m.notices.receive()
+            lines.setdefault(notice.meta["name"], []).extend(notice.text.splitlines())
+    return lines
+
+
+def has(lines: dict[str, list[str]], name: str, text: str) -> bool:
+    return any(text in line for line in lines.get(name, []))
+
+
+def db_rows(db: Db) -> dict[str, dict[str, Any]]:
+    return {str(r["id"]): r for (r,) in db.run("SELECT row_to_json(i) FROM items i")}
+
+
+# -- reading what changed --------------------------------------------------------------------------
+
+
+async def test_rows_changes_and_a_named_query_follow_a_psql_writer(db: Db, tmp_path: Path) -> None:
+    async with pg_client(server_argv(write_config(tmp_path), db.dsn)) as client:
+        caps = client.server_capabilities
+        assert caps is not None
+        assert caps.resources is not None
+        assert caps.resources.subscribe
+        async with client.listen(resource_subscriptions=[STATE, EVENTS, QUERY]) as sub:
+            assert await read(client, STATE) == {
+                "1": {"id": 1, "status": "open", "n": 0, "note": "one"},
+                "2": {"id": 2, "status": "open", "n": 0, "note": "two"},
+            }
+            content = (await client.read_resource(EVENTS)).contents[0]
+            assert content.mime_type == EVENTS_MIME_TYPE
+            log = json.loads(getattr(content, "text", ""))
+            assert (log["last_seq"], log["events"]) == (0, [])  # the log starts at the table as it is
+            assert await read(client, QUERY) == []
+
+            await db.psql(
+                "UPDATE items SET status = 'failed', n = n + 1 WHERE id = 1;"
+                " INSERT INTO items (id, note) VALUES (3, 'three'); DELETE FROM items WHERE id = 2"
+            )
+            events = await events_until(client, sub, 0, lambda evs: len(evs) >= 3)
+            by_key = {e["key"]: e for e in events}
+            assert sorted(by_key) == ["1", "2", "3"]
+            assert by_key["1"]["type"] == "MODIFIED"
+            assert by_key["1"]["object"] == {"id": 1, "status": "failed", "n": 1, "note": "one"}
+            assert by_key["1"]["old"] == {"id": 1, "status": "open", "n": 0, "note": "one"}
+            assert (by_key["3"]["type"], by_key["3"]["object"]["note"]) == ("ADDED", "three")
+            assert (by_key["2"]["type"], by_key["2"]["object"]["note"]) == ("DELETED", "two")
+            assert sorted(e["seq"] for e in events) == [1, 2, 3]
+
+            await read_until(client, sub, STATE, lambda body: body == db_rows(db))
+            await read_until(client, sub, QUERY, lambda body: body == [{"id": 1, "note": "one"}])
+
+            await db.psql("UPDATE items SET id = 30 WHERE id = 3")  # a new primary key: another row
+            moved = await events_until(client, sub, 3, lambda evs: len(evs) >= 2)
+            assert sorted((e["type"], e["key"]) for e in moved) == [("ADDED", "30"), ("DELETED", "3")]
+
+
+async def test_a_filtered_uri_sees_rows_move_in_and_out_under_each_spelling(db: Db, tmp_path: Path) -> None:
+    failed = "pg-events://public/items?status=failed"
+    spelled = "pg-events://public/items?status=fail%65d"  # the same resource, spelled another way
+    async with (
+        pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
+        client.listen(resource_subscriptions=[failed]) as sub,
+        client.listen(resource_subscriptions=[spelled]) as sub2,
+    ):
+        assert (await read(client, failed))["events"] == []
+        assert (await read(client, "pg://public/items?status=failed")) == {}
+        async with db.connect() as w:
+            await w.execute("UPDATE items SET n = 5 WHERE id = 2")  # outside the filter: no event
+            await w.execute("UPDATE items SET status = 'failed' WHERE id = 1")
+            await events_until(client, sub, 0, lambda evs: len(evs) >= 1, uri=failed)
+            await w.execute("UPDATE items SET status = 'done' WHERE id = 1")
+        events = await events_until(client, sub, 0, lambda evs: len(evs) >= 2, uri=failed)
+        assert [(e["type"], e["key"], e["object"]["status"]) for e in events] == [
+            ("ADDED", "1", "failed"),
+            ("DELETED", "1", "failed"),
+        ]
+        # The other spelling is notified under its own string, and shares the one log.
+        again = await events_until(client, sub2, 0, lambda evs: len(evs) >= 2, uri=spelled)
+        assert again == events
+
+
+async def test_notices_through_the_manager_and_a_rollback_says_nothing(db: Db, tmp_path: Path) -> None:
+    async with manager(server_argv(write_config(tmp_path), db.dsn)) as m:
+        await m.watch_start("items", STATE)
+        await m.watch_start("changes", EVENTS)
+        await m.watch_start("failed", QUERY)
+        async with db.connect() as w:
+            async with w.transaction():
+                await w.execute("INSERT INTO items (id, note) VALUES (10, 'never')")
+                await w.execute("UPDATE items SET n = 99 WHERE id = 1")
+                raise psycopg.Rollback()  # the block rolls back, quietly
+            # NOTIFY is delivered in commit order: once this one is noticed, a rolled-back
+            # change would have been noticed before it.
+            await w.execute("UPDATE items SET status = 'failed' WHERE id = 2")
+        lines = await lines_until(m, lambda ls: {"items", "changes", "failed"} <= ls.keys())
+    assert lines["items"] == ["MODIFIED 2 (status: open→failed)"]
+    assert lines["changes"] == ["MODIFIED 2 (status: open→failed)"]
+    assert lines["failed"] == ["ADDED 2"]  # a list of rows is keyed by its "id" column
+
+
+async def test_concurrent_writers_never_step_a_row_back(db: Db, tmp_path: Path) -> None:
+    """Four connections update one row and fifty rows at once: each row's events chain from its
+    first value to its last (every ``old`` is the previous ``object``), and the state ends equal
+    to the table."""
+    db.run("INSERT INTO items (id) SELECT g FROM generate_series(100, 149) g")
+    async with (
+        pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
+        client.listen(resource_subscriptions=[EVENTS, STATE]) as sub,
+    ):
+        baseline = await read(client, STATE)
+
+        async def writer() -> None:
+            async with db.connect() as w:
+                for _ in range(25):
+                    await w.execute("UPDATE items SET n = n + 1 WHERE id = 1")
+                for _ in range(5):
+                    await w.execute("UPDATE items SET n = n + 1 WHERE id BETWEEN 100 AND 149")
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(writer)
+        final = db_rows(db)
+        assert final["1"]["n"] == 100
+        await read_until(client, sub, STATE, lambda body: body == final)
+        events = await events_until(
+            client, sub, 0, lambda evs: all(_last(evs, k) == final[k] for k in final if k not in ("2",))
+        )
+    for key in ["1", *map(str, range(100, 150))]:
+        chain = [e for e in events if e["key"] == key]
+        assert chain, key
+        assert all(e["type"] == "MODIFIED" for e in chain)
+        assert chain[0]["old"] == baseline[key]
+        for before, after in itertools.pairwise(chain):
+            assert after["old"] == before["object"]
+            assert after["object"]["n"] > before["object"]["n"]
+        assert chain[-1]["object"] == final[key]
+
+
+def _last(events: list[dict[str, Any]], key: str) -> Any:
+    mine = [e["object"] for e in events if e["key"] == key]
+    return mine[-1] if mine else None
+
+
+async def test_a_terminated_listen_connection_loses_no_change(db: Db, tmp_path: Path) -> None:
+    """``pg_terminate_backend`` on the server's LISTEN connection mid-traffic, and the server kept
+    from reconnecting while more rows change: once it is back, every change is in the log and the
+    state (re-read on reconnect), in the same log (no GAP)."""
+    argv = server_argv(write_config(tmp_path), db.as_role(WATCHER))
+    role = psycopg.sql.Identifier(WATCHER)
+    async with (
+        pg_client(argv) as client,
+        client.listen(resource_subscriptions=[EVENTS, STATE]) as sub,
+        db.connect() as admin,
+    ):
+        # A change seen means LISTEN is up: it reaches a reader only through a NOTIFY or the
+        # re-read that follows LISTEN.
+        db.run("UPDATE items SET note = 'warm' WHERE id = 1")
+        await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "warm")
+        start = await read(client, EVENTS)
+        cut = anyio.Event()
+
+        async def traffic() -> None:
+            async with db.connect() as w:
+                for i in range(100, 160):
+                    await w.execute("INSERT INTO items (id) VALUES (%s)", (i,))
+                    if i == 120:
+                        cut.set()  # and go on writing while the connection is cut
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(traffic)
+            await cut.wait()
+            await admin.execute(psycopg.sql.SQL("ALTER ROLE {} CONNECTION LIMIT 0").format(role))
+            try:
+                cur = await admin.execute(
+                    "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+                    " WHERE application_name = %s AND datname = current_database()",
+                    (LISTEN_APP_NAME,),
+                )
+                assert await cur.fetchall() == [(True,)]  # it was there, and it is gone
+            except BaseException:
+                await admin.execute(psycopg.sql.SQL("ALTER ROLE {} CONNECTION LIMIT -1").format(role))
+                raise
+        try:
+            # The server cannot listen again yet: these are heard by nobody.
+            await admin.execute("UPDATE items SET n = 7 WHERE id = 1")
+            await admin.execute("DELETE FROM items WHERE id = 2")
+        finally:
+            await admin.execute(psycopg.sql.SQL("ALTER ROLE {} CONNECTION LIMIT -1").format(role))
+        final = db_rows(db)
+        body = await read_until(client, sub, STATE, lambda b: b == final)
+        assert body == final
+        wanted = {("ADDED", str(i)) for i in range(100, 160)} | {("MODIFIED", "1"), ("DELETED", "2")}
+        after = start["last_seq"]  # the warm-up's event came before
+        events = await events_until(
+            client, sub, after, lambda evs: wanted <= {(e["type"], e["key"]) for e in evs}
+        )
+        log = await read(client, EVENTS)
+    assert log["log_id"] == start["log_id"]  # the same log: nothing to report as a GAP
+    assert sorted(e["seq"] for e in events) == list(range(after + 1, after + 1 + len(events)))
+    assert {(e["type"], e["key"]) for e in events} == wanted
+
+
+async def test_a_database_restart_loses_no_change(db: Db, tmp_path: Path) -> None:
+    """``pg_ctl restart`` cuts every connection, the LISTEN one and the reading ones: the server
+    listens again, replaces its reading connections, and a change made meanwhile is seen."""
+    async with (
+        pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
+        client.listen(resource_subscriptions=[STATE]) as sub,
+    ):
+        db.run("UPDATE items SET note = 'before' WHERE id = 1")
+        await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "before")
+        await anyio.to_thread.run_sync(db.server.restart)
+        db.run("UPDATE items SET note = 'after' WHERE id = 2")  # maybe before the server listens again
+        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after")
+        assert body == db_rows(db)
+        db.run("UPDATE items SET note = 'later' WHERE id = 1")  # and heard as usual afterwards
+        await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "later")
+
+
+async def test_a_server_restart_is_a_gap_and_the_state_catches_up(db: Db, tmp_path: Path) -> None:
+    pid_file = tmp_path / "server.pid"
+    # `exec` keeps the PID, so the file names the server itself, written before it can answer.
+    argv = [
+        "sh",
+        "-c",
+        f'echo $$ > "{pid_file}"; exec "$@"',
+        "sh",
+        *server_argv(write_config(tmp_path), db.dsn),
+    ]
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2)
+    async with manager(argv, limits) as m:
+        await m.watch_start("items", STATE)
+        await m.watch_start("changes", EVENTS)
+        db.run("UPDATE items SET n = 1 WHERE id = 1")
+        await lines_until(
+            m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 0→1)") and has(ls, "items", "MODIFIED 1")
+        )
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        db.run("INSERT INTO items (id, note) VALUES (3, 'while down')")  # nobody hears this one
+        lines = await lines_until(
+            m, lambda ls: has(ls, "items", "ADDED 3") and has(ls, "changes", "GAP: the event log restarted")
+        )
+        # After the restart, the new log goes on as usual.
+        db.run("UPDATE items SET n = 2 WHERE id = 1")
+        lines = await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 1→2)"))
+    assert lines["changes"] == ["MODIFIED 1 (n: 1→2)"]
+
+
+async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db, tmp_path: Path) -> None:
+    async with manager(server_argv(write_config(tmp_path), db.dsn)) as m:
+        await m.watch_start("items", STATE)
+        await m.watch_start("changes", EVENTS)
+        db.run("DROP TABLE items")
+        gone = "public.items does not exist (dropped or renamed?)"
+        lines = await lines_until(m, lambda ls: has(ls, "items", gone) and has(ls, "changes", gone))
+        assert all(line.startswith("ERROR") for line in lines["items"] + lines["changes"])
+        assert all(len(line.splitlines()) == 1 for line in lines["changes"])
+        # The table comes back (with its triggers): the watch reports what it holds now.
+        db.run(
+            "CREATE TABLE items (id int PRIMARY KEY, status text NOT NULL DEFAULT 'open', n int NOT NULL DEFAULT 0, note text)"
+        )
+        db.run("INSERT INTO items (id, note) VALUES (9, 'nine')")
+        install_triggers(db.dsn, [ITEMS])
+        lines = await lines_until(
+            m,
+            lambda ls: (
+                has(ls, "changes", "ADDED 9")
+                and has(ls, "changes", "DELETED 2")
+                and has(ls, "items", "ADDED 9")
+            ),
+        )
+        db.run("UPDATE items SET n = 1 WHERE id = 9")
+        await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 9 (n: 0→1)"))
+
+
+async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None:
+    db.run("CREATE TABLE big (id int PRIMARY KEY)")
+    db.run("INSERT INTO big SELECT generate_series(1, 5)")
+    install_triggers(db.dsn, [TableName("public", "big")])
+    config = write_config(
+        tmp_path, '[[table]]\nname = "items"\nmax_rows = 3\n\n[[table]]\nname = "big"\nmax_rows = 4\n'
+    )
+    async with manager(server_argv(config, db.dsn)) as m:
+        with pytest.raises(WatchError) as caught:
+            await m.watch_start("big", "pg://public/big")
+        assert (
+            "public.big has more than 4 rows, the row cap (max_rows = 4 in the config's [[table]] for public.big)"
+            in str(caught.value)
+        )
+        await m.watch_start("items", STATE)
+        await m.watch_start("changes", EVENTS)
+        db.run("INSERT INTO items (id) VALUES (3), (4)")
+        over = "public.items has more than 3 rows, the row cap (max_rows = 3"
+        await lines_until(m, lambda ls: has(ls, "items", over) and has(ls, "changes", over))
+        db.run(
+            "DELETE FROM items WHERE id = 4"
+        )  # back under the cap: the net change since the last good read
+        lines = await lines_until(m, lambda ls: has(ls, "changes", "ADDED 3") and has(ls, "items", "ADDED 3"))
+    assert not has(lines, "changes", "ADDED 4")
+
+
+async def test_a_role_without_rights_gets_one_line(db: Db, tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    async with manager(server_argv(config, db.as_role(NOBODY))) as m:
+        with pytest.raises(WatchError) as caught:
+            await m.watch_start("items", STATE)
+    message = str(caught.value)
+    assert (
+        f"role {NOBODY} may not read public.items (permission denied): GRANT USAGE ON SCHEMA public "
+        f"and SELECT ON public.items TO {NOBODY}"
+    ) in message
+    assert "\n" not in message
+    # Rights taken away under a watch: the event log says so in one line.
+    async with manager(server_argv(config, db.as_role(WATCHER))) as m:
+        await m.watch_start("changes", EVENTS)
+        db.run(
+            psycopg.sql.SQL("REVOKE SELECT ON items FROM {}")
+            .format(psycopg.sql.Identifier(WATCHER))
+            .as_string(None)
+        )
+        lines = await lines_until(
+            m, lambda ls: has(ls, "changes", f"role {WATCHER} may not read public.items")
+        )
+    assert lines["changes"][-1].startswith("ERROR: ")
+
+
+# -- the surface: listings, refusals, HTTP, the CLI, the bridge -------------------------------------
+
+
+async def test_lists_refuses_and_serves_over_http(db: Db, tmp_path: Path) -> None:
+    db.run("CREATE TABLE nopk (a int)")
+    db.run("CREATE VIEW items_view AS SELECT * FROM items")
+    install_triggers(db.dsn, [TableName("public", "nopk")])
+    config = write_config(tmp_path, CONFIG + '\n[[table]]\nname = "nopk"\n\n[[table]]\nname = "items_view"\n')
+    argv = server_argv(config, db.dsn, "--http", "127.0.0.1:0")
+    async with running_http_server(argv) as (url, _proc), Client(url) as client:
+        listed = {r.uri: r for r in (await client.list_resources()).resources}
+        assert set(listed) >= {STATE, EVENTS, QUERY, "pg://public/nopk"}
+        assert listed[EVENTS].mime_type == EVENTS_MIME_TYPE
+        assert 'Example: await watch_start(name="items", uri="pg://public/items")' in (
+            listed[STATE].description or ""
+        )
+        templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
+        assert templates == ["pg://public/items{?status}", "pg-events://public/items{?status}"]
+
+        for uri, message in [
+            ("pg://public/orders", "table public.orders is not in the config"),
+            (
+                "pg://public/items?note=x",
+                "'note' is not a filter column of public.items; allowed: status",
+            ),
+        ]:
+            with anyio.fail_after(WAIT), pytest.raises(MCPError, match=message) as caught:
+                async with client.listen(resource_subscriptions=[uri]):
+                    pass
+            assert caught.value.error.code == -32602
+        for uri, message in [
+            ("pg://public/nopk", "public.nopk has no primary key, and rows are keyed by it"),
+            ("pg://public/items_view", "public.items_view is not a table \\(pg_class.relkind 'v'\\)"),
+            ("pg-query://nope", "no such named query; the config names: failed"),
+        ]:
+            with anyio.fail_after(WAIT), pytest.raises(MCPError, match=message):
+                await client.read_resource(uri)
+
+        async with client.listen(resource_subscriptions=[STATE]) as sub:
+            assert "3" not in await read(client, STATE)
+            db.run("INSERT INTO items (id) VALUES (3)")
+            await read_until(client, sub, STATE, lambda body: "3" in body)
+
+
+@pytest.mark.filterwarnings(
+    "ignore::mcp.shared.exceptions.MCPDeprecationWarning"
+)  # 2025's subscribe, on purpose
+async def test_a_2025_client_subscribes_too(db: Db, tmp_path: Path) -> None:
+    from test_server_subscriptions import legacy_client
+
+    argv = server_argv(write_config(tmp_path), db.dsn)
+    async with legacy_client(StdioServerParameters(command=argv[0], args=argv[1:])) as (client, updates):
+        with anyio.fail_after(WAIT):
+            await client.subscribe_resource(STATE)
+            assert set(await read(client, STATE)) == {"1", "2"}
+        db.run("INSERT INTO items (id) VALUES (3)")
+        assert await updates.next() == STATE
+        assert set(await read(client, STATE)) == {"1", "2", "3"}
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+            await client.subscribe_resource("pg://public/orders")
+    assert refused.value.error.code == -32602
+
+
+async def test_big_keys_and_truncate_fall_back_to_a_whole_read(db: Db, tmp_path: Path) -> None:
+    """Keys that do not fit a NOTIFY (8000 bytes) are sent as "the table changed"; so is TRUNCATE."""
+    db.run("CREATE TABLE docs (id text PRIMARY KEY, v int)")
+    install_triggers(db.dsn, [TableName("public", "docs")])
+    config = write_config(tmp_path, '[[table]]\nname = "docs"\n')
+    uri = "pg-events://public/docs"
+    keys = [f"{i:02d}" + "x" * 1000 for i in range(12)]
+    async with (
+        pg_client(server_argv(config, db.dsn)) as client,
+        client.listen(resource_subscriptions=[uri]) as sub,
+    ):
+        await read(client, uri)
+        db.run("INSERT INTO docs SELECT unnest(%s::text[]), 0", (keys,))
+        events = await events_until(client, sub, 0, lambda evs: len(evs) >= 12, uri=uri)
+        assert sorted((e["type"], e["key"]) for e in events) == [("ADDED", k) for k in keys]
+        db.run("TRUNCATE docs")
+        events = await events_until(client, sub, 12, lambda evs: len(evs) >= 12, uri=uri)
+        assert sorted((e["type"], e["key"]) for e in events) == [("DELETED", k) for k in keys]
+
+
+async def test_install_is_idempotent_and_remove_takes_the_triggers_away(db: Db, tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    base = [sys.executable, "-m", "asyncai_servers.postgres", "--config", str(config), "--dsn", db.dsn]
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process([*base, "--install-triggers"], check=False)  # installed already
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == (
+        "asyncai-watch triggers installed on public.items; DDL event triggers installed"
+    )
+    count = "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'items'::regclass AND tgname LIKE 'asyncai%%'"
+    assert db.run(count) == [(4,)]
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process([*base, "--remove-triggers"], check=False)
+    assert done.returncode == 0, done.stderr
+    assert db.run(count) == [(0,)]
+    assert db.run("SELECT count(*) FROM pg_namespace WHERE nspname = 'asyncai_watch'") == [(0,)]
+    async with pg_client(server_argv(config, db.dsn)) as client:
+        with (
+            anyio.fail_after(WAIT),
+            pytest.raises(MCPError, match=r"public\.items has no asyncai-watch triggers"),
+        ):
+            await client.read_resource(STATE)
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process(
+            [*base[:-1], "host=127.0.0.1 port=1", "--install-triggers"], check=False
+        )
+    assert done.returncode == 1
+    assert done.stderr.decode().startswith("asyncai-mcp-postgres: installing the triggers failed: ")
+    assert len(done.stderr.decode().strip().splitlines()) == 1
+
+
+async def test_cli_watch_prints_the_change(db: Db, tmp_path: Path) -> None:
+    from test_cli import cli, wait_until_watching
+
+    server = shlex.join(server_argv(write_config(tmp_path), db.dsn))
+    async with cli("watch", STATE, "--server", f"pg={server}", "--debounce", "0", "--json") as (proc, out):
+        await wait_until_watching(proc)
+        db.run("UPDATE items SET note = 'uno' WHERE id = 1")
+        notice = json.loads(await out.next())
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(WAIT):
+            await proc.wait()
+    assert notice["lines"] == ["MODIFIED 1 (note: one→uno)"]
+    assert (notice["uri"], notice["server"]) == (STATE, "pg")
+
+
+async def test_the_bridge_pushes_a_table_change(db: Db, tmp_path: Path) -> None:
+    from test_serve import Channel, call, serve
+
+    channel = Channel()
+    server = shlex.join(server_argv(write_config(tmp_path), db.dsn))
+    async with Client(serve("--server", f"pg={server}", "--debounce", "0"), extensions=[channel]) as client:
+        started = await call(client, "watch_start", name="failed", uri="pg://public/items?status=failed")
+        assert started["shape"] == "state"
+        db.run("UPDATE items SET status = 'failed' WHERE id = 2")
+        push = await channel.next_for("failed")
+    assert push.content == "ADDED 2"

@@ -24,7 +24,7 @@ from asyncai_agent.exits import PROG, fail, known_error, warn
 from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
 from asyncai_watch import StateFileError
-from asyncai_watch._help import HelpFormatter, examples
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.log import logger, ndjson_logging
 from asyncai_watch.signals import sigterm_cancels

@@ -27,8 +27,8 @@ from typing import Any, Final
 import anyio
 
 from asyncai_watch import log
-from asyncai_watch._help import HelpFormatter, examples
 from asyncai_watch._tasks import enter_task_group
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice

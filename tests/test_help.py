@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncai_watch._help import EXAMPLES
+from asyncai_watch.cli_help import EXAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from asyncai_servers.files.change_source import InotifyUnavailable, NotifyTiming, check_inotify
 from asyncai_servers.files.content import DEFAULT_MAX_BYTES
 from asyncai_servers.files.paths import RootError, Roots
-from asyncai_watch._help import HelpFormatter, examples
+from asyncai_watch.cli_help import HelpFormatter, examples
 
 if TYPE_CHECKING:
     from asyncai_servers.files.server import FilesServer

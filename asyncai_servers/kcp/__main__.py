@@ -21,7 +21,7 @@ from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.server import KcpServer
 from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, WatcherPool
 from asyncai_watch import Backoff
-from asyncai_watch._help import HelpFormatter, examples
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.server.http import parse_host_port, serve_http
 from asyncai_watch.server.resumable import streamable_http_app
 from asyncai_watch.server.stdio import stdio_server

@@ -14,7 +14,7 @@ import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from asyncai_servers.memo.server import MemoState, build_server
-from asyncai_watch._help import HelpFormatter, examples
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.server.http import bind_error, parse_host_port, serve_http
 from asyncai_watch.server.resumable import streamable_http_app
 from asyncai_watch.server.stdio import stdio_server

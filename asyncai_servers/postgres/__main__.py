@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from asyncai_watch._help import HelpFormatter, examples
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 
-from asyncai_watch._help import HelpFormatter, examples
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
 from asyncai_watch.server.http import parse_host_port, serve_http
 from asyncai_watch.server.resumable import streamable_http_app

@@ -1,7 +1,10 @@
-"""nox sessions: tests, lint, typecheck, bench, floors."""
+"""nox sessions: tests, stress, lint, typecheck, bench, floors."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -16,6 +19,29 @@ PACKAGES = ["asyncai_watch", "asyncai_agent", "asyncai_servers"]
 def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("pytest", "-n", "2", "--dist", "loadfile", *session.posargs)
+
+
+@nox.session
+def stress(session: nox.Session) -> None:
+    """The whole suite with every core kept busy by a CPU hog, twice: in file order, then in a
+    random order (pytest-randomly; the seed it prints replays the order:
+    ``nox -s stress -- --randomly-seed=N``). A test that fails here has a race a quiet machine hides."""
+    # pytest-randomly shuffles every run it is installed in: only here, not in the test extra.
+    session.install("-e", ".[test]", "pytest-randomly>=3.15")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    failed = []
+    try:
+        for order, flags in (("file order", ["--randomly-dont-reorganize"]), ("random order", [])):
+            try:
+                session.run("pytest", "-n", "2", "--dist", "loadfile", *flags, *session.posargs)
+            except nox.command.CommandFailed:
+                failed.append(order)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    if failed:
+        session.error(f"the suite failed under load, in {' and '.join(failed)}")
 
 
 @nox.session

@@ -24,8 +24,9 @@ from asyncai_agent.exits import PROG, fail, known_error, warn
 from asyncai_agent.orchestrator import Input
 from asyncai_agent.session import PendingSources, SessionConfig, make_sources, open_session
 from asyncai_watch import StateFileError
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
-from asyncai_watch.log import configure_ndjson, logger
+from asyncai_watch.log import logger, ndjson_logging
 from asyncai_watch.signals import sigterm_cancels
 
 __all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
@@ -41,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
             "A reference agent with MCP watches: it connects to MCP servers, answers lines from stdin "
             "and turns watch notices into turns. Try --demo (no key, no network)."
         ),
+        epilog=examples(
+            "asyncai-agent --demo   # offline: memo server + scripted model",
+            "asyncai-agent --model openai:gpt-4.1 --mcp-stdio asyncai-mcp-simple",
+            "asyncai-agent --model anthropic:claude-sonnet-4-5 --mcp-http http://127.0.0.1:8765/mcp --verbose",
+        ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--mcp-stdio",
@@ -177,7 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_stream = _log_stream(args)
     except OSError as exc:
         return fail(f"--log: cannot open {str(args.log)!r} for appending: {exc.strerror or exc}", 2)
-    configure_ndjson(log_stream, verbose=args.verbose)
+    with ndjson_logging(log_stream, verbose=args.verbose):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.max_rounds < 1:
         return fail(f"--max-rounds must be >= 1, got {args.max_rounds}", 2)
     if args.demo:

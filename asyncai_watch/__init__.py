@@ -11,6 +11,8 @@ The public API is the names here plus these public submodules (docs/architecture
 - :mod:`asyncai_watch.signals`: SIGTERM as an orderly shutdown for a process embedding watches;
 - :mod:`asyncai_watch.clock`: the injectable clocks (``SystemClock``, ``WallClock``) and the
   deadlines on them (``fail_after``, ``move_on_at``);
+- :mod:`asyncai_watch.cli_help`: ``--help`` with a description and examples for a command line
+  (``HelpFormatter``, ``examples``), shared by every command the distribution installs;
 - :mod:`asyncai_watch.extras`: optional dependencies imported on demand, with a one-line hint
   naming the extra that installs a missing one;
 - :mod:`asyncai_watch.server`: helpers for writing a watchable MCP server (subscriptions of both

@@ -4,33 +4,38 @@ Subcommands:
 
 - ``resources --server SPEC``: list watchable URIs and templates, with their examples;
 - ``watch URI --server SPEC [--on-event SRC] [--debounce SECONDS] [--json]``: print each notice;
+- ``call TOOL [JSON] --server SPEC [--json]``: call one tool (make a change from the shell);
 - ``serve``: an MCP server offering watches to a Channels host (docs/claude-code.md).
 
-Bad input (an unknown URI, an unreachable or non-watchable server, a bad filter) is one line on
-stderr and exit 2; Ctrl-C and SIGTERM end a watch with exit 0 and no traceback.
+Bad input (an unknown URI or tool, an unreachable or non-watchable server, a bad filter or JSON) is
+one line on stderr and exit 2; a tool that answers with an error is one line and exit 1; Ctrl-C
+and SIGTERM end a watch with exit 0 and no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from importlib.metadata import version
-from typing import Final
+from typing import Any, Final
 
 import anyio
 
+from asyncai_watch import log
 from asyncai_watch._tasks import enter_task_group
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import WatchError
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.info import WatchInfo
-from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.mcp.client import McpResourceSource, tool_result
 from asyncai_watch.mcp.server_spec import parse_server
 from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION
 from asyncai_watch.runtime.manager import WatchManager
@@ -45,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Watch MCP resources from the shell: every change prints as it comes, with no polling.",
+        epilog=examples(
+            "asyncai-watch resources --server asyncai-mcp-simple",
+            "asyncai-watch watch memo://notes --server http://127.0.0.1:8765/mcp",
+            """asyncai-watch call memo_set '{"key": "todo", "value": "milk"}' --server http://127.0.0.1:8765/mcp""",
+            "asyncai-watch COMMAND --help   # each command's options and examples",
+        ),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="store_true", help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -60,12 +72,35 @@ def build_parser() -> argparse.ArgumentParser:
             "(Streamable HTTP, e.g. http://127.0.0.1:8765/mcp); repeatable",
         )
 
-    resources = sub.add_parser("resources", help="list the watchable URIs and templates of the servers")
+    resources = sub.add_parser(
+        "resources",
+        help="list the watchable URIs and templates of the servers",
+        description="List the servers' resources and URI templates: whether each is watchable, its MIME "
+        "type, and an example watch_start call.",
+        epilog=examples(
+            "asyncai-watch resources --server asyncai-mcp-simple",
+            "asyncai-watch resources --server files='asyncai-mcp-files .' --json",
+        ),
+        formatter_class=HelpFormatter,
+    )
     server_option(resources)
     add_http_auth_arguments(resources, servers="http(s) --server")
     resources.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    watch = sub.add_parser("watch", help="watch URI and print each notice as it comes (Ctrl-C ends)")
+    watch = sub.add_parser(
+        "watch",
+        help="watch URI and print each notice as it comes (Ctrl-C ends)",
+        description="Watch URI and print each notice as it comes, until Ctrl-C or SIGTERM (exit 0; a "
+        "notice still inside the debounce quiet time is printed first). A stdio --server is a "
+        "process of this command's own: a memo served that way can only be changed by it; serve "
+        "it over --http to change it from elsewhere (asyncai-watch call).",
+        epilog=examples(
+            "asyncai-watch watch memo://notes --server http://127.0.0.1:8765/mcp",
+            'asyncai-watch watch "file://$PWD/config.json" --server "asyncai-mcp-files $PWD" --debounce 0',
+            """asyncai-watch watch memo://notes --server asyncai-mcp-simple --on-event 'event["key"]' --json""",
+        ),
+        formatter_class=HelpFormatter,
+    )
     watch.add_argument("uri", metavar="URI", help="the resource to watch, e.g. memo://notes")
     server_option(watch)
     watch.add_argument(
@@ -80,9 +115,56 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("--json", action="store_true", help="one JSON object per notice (for jq)")
     watch.add_argument("--name", default="watch", help="the watch's name in notices (default: watch)")
+    watch.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also write the watch's NDJSON log on stderr: every event and what became of it "
+        "(docs/watch-manager.md)",
+    )
     add_http_auth_arguments(watch, servers="http(s) --server")
 
-    serve = sub.add_parser("serve", help="serve watches to a Channels host such as Claude Code (MCP, stdio)")
+    call = sub.add_parser(
+        "call",
+        help="call one tool of a server and print its result",
+        description="Call TOOL on the server with JSON arguments and print its result (the text; the "
+        "structured content when there is no text). A tool error is one line on stderr and exit 1.",
+        epilog=examples(
+            """asyncai-watch call memo_set '{"key": "todo", "value": "milk"}' --server http://127.0.0.1:8765/mcp""",
+            "asyncai-watch call memo_stats --server http://127.0.0.1:8765/mcp --json",
+        ),
+        formatter_class=HelpFormatter,
+    )
+    call.add_argument("tool", metavar="TOOL", help="the tool's name, e.g. memo_set")
+    call.add_argument(
+        "arguments",
+        metavar="JSON",
+        nargs="?",
+        default="{}",
+        help="the tool's arguments as a JSON object (default {})",
+    )
+    call.add_argument(
+        "--server",
+        required=True,
+        metavar="SPEC",
+        help="the server: COMMAND (stdio: a process of its own, e.g. a private memo) or URL "
+        "(Streamable HTTP, e.g. http://127.0.0.1:8765/mcp)",
+    )
+    call.add_argument(
+        "--json",
+        action="store_true",
+        help="print the raw MCP result as one JSON object (content, structuredContent, isError)",
+    )
+    add_http_auth_arguments(call, servers="http(s) --server")
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve watches to a Channels host such as Claude Code (MCP, stdio)",
+        epilog=examples(
+            "asyncai-watch serve --server files='asyncai-mcp-files .'",
+            "asyncai-watch serve --server memo=http://127.0.0.1:8765/mcp --http 127.0.0.1:8766",
+        ),
+        formatter_class=HelpFormatter,
+    )
     from asyncai_watch import serve as serve_module
 
     serve_module.add_arguments(serve)
@@ -107,11 +189,12 @@ def limits_for(debounce: float | None) -> Limits:
     return Limits(debounce_quiet=debounce, debounce_max_wait=max(debounce, Limits().debounce_max_wait))
 
 
-async def _until_signalled(scope: anyio.CancelScope, stopped: list[int]) -> None:
+async def _until_signalled(running: list[anyio.CancelScope], stopped: list[int]) -> None:
+    """The first Ctrl-C or SIGTERM cancels what runs now: connecting, or printing notices."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             stopped.append(signum)
-            scope.cancel()
+            running[-1].cancel()
             return
 
 
@@ -143,6 +226,33 @@ async def _resources(sources: Sequence[McpResourceSource], as_json: bool) -> int
     return 0
 
 
+def _arguments(text: str) -> dict[str, Any]:
+    """The JSON arguments of ``call``, which must be an object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f'JSON arguments: {exc}; give an object, e.g. \'{{"key": "todo"}}\'') from None
+    if not isinstance(value, dict):
+        raise ValueError(f'JSON arguments must be an object, e.g. \'{{"key": "todo"}}\', got {text!r}')
+    return value
+
+
+async def _call(source: McpResourceSource, tool: str, arguments: dict[str, Any], as_json: bool) -> int:
+    async with source:
+        raw = await source.call_tool_result(tool, arguments)
+    if as_json:
+        print(raw.model_dump_json(by_alias=True, exclude_none=True), flush=True)
+        return 1 if raw.is_error else 0
+    result = tool_result(raw)
+    if result.is_error:
+        return fail(f"{tool}: " + " ".join(result.text.split()), 1)
+    if result.text or result.structured is None:
+        print(result.text, flush=True)
+    else:
+        print(json.dumps(result.structured, ensure_ascii=False), flush=True)
+    return 0
+
+
 def _print_notice(notice: Notice, info: WatchInfo, as_json: bool) -> None:
     if as_json:
         record = {
@@ -160,10 +270,11 @@ def _print_notice(notice: Notice, info: WatchInfo, as_json: bool) -> None:
 async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource]) -> int:
     stopped: list[int] = []
     failed = False
-    with anyio.CancelScope() as scope:
+    with anyio.CancelScope() as connecting:
+        running = [connecting]
         async with AsyncExitStack() as stack:
             tg = await enter_task_group(stack)
-            tg.start_soon(_until_signalled, scope, stopped)
+            tg.start_soon(_until_signalled, running, stopped)
             sources = await _connected(sources, stack)
             manager = await stack.enter_async_context(WatchManager(sources, limits=limits_for(args.debounce)))
             info = await manager.watch_start(args.name, args.uri, args.on_event)
@@ -172,11 +283,23 @@ async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource])
                 file=sys.stderr,
                 flush=True,
             )
-            async for notice in manager.notices:
-                _print_notice(notice, info, args.json)
-                if notice.meta.get("failed") == "true":
-                    failed = True
-                    break
+            with anyio.CancelScope() as printing:
+                running.append(printing)
+                async for notice in manager.notices:
+                    _print_notice(notice, info, args.json)
+                    if notice.meta.get("failed") == "true":
+                        failed = True
+                        break
+            if stopped:
+                # A graceful exit: a change still inside the debounce quiet time is printed now,
+                # not dropped. flush() puts it on notices before it returns.
+                await manager.flush()
+                while True:
+                    try:
+                        notice = manager.notices.receive_nowait()
+                    except anyio.WouldBlock:
+                        break
+                    _print_notice(notice, info, args.json)
             tg.cancel_scope.cancel()
     return 1 if failed and not stopped else 0
 
@@ -195,6 +318,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        if args.command == "call":
+            arguments = _arguments(args.arguments)
+            spec = parse_server(args.server)
+            auth = http_auth_from_args(args)
+            if (args.token_file is not None or args.auth is not None) and not spec.is_http:
+                return fail("--token-file and --auth apply to an http(s) --server URL")
+            return anyio.run(_call, spec.source(auth), args.tool, arguments, args.json)
         specs = [parse_server(text) for text in args.server]
         auth = http_auth_from_args(args, warn=warn)
         if (args.token_file is not None or args.auth is not None) and not any(s.is_http for s in specs):
@@ -205,7 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(_resources, sources, args.json)
         if args.debounce is not None and not (args.debounce >= 0 and args.debounce != float("inf")):
             return fail(f"--debounce must be a finite number of seconds >= 0, got {args.debounce}")
-        return anyio.run(_watch, args, sources)
+        with log.ndjson_logging(sys.stderr, verbose=True) if args.verbose else contextlib.nullcontext():
+            return anyio.run(_watch, args, sources)
     except KeyboardInterrupt:
         return 0
     except BaseException as exc:

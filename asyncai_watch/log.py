@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from pythonjsonlogger.json import JsonFormatter
@@ -36,6 +37,8 @@ __all__ = [
     "events",
     "events_enabled",
     "logger",
+    "ndjson_logging",
+    "restored",
 ]
 
 LOGGER_NAME: Final = "asyncai_watch"
@@ -144,3 +147,26 @@ def configure_ndjson(stream: IO[str] | None = None, verbose: bool = False) -> lo
     # The NDJSON stream is the contract; a root handler would print the same record as text.
     logger.propagate = False
     return handler
+
+
+@contextmanager
+def restored() -> Iterator[None]:
+    """Run the block, then put the logger's handlers, level and propagation back as they were.
+
+    For a command's ``main()``: run in a process that goes on (a test, a program calling it), a
+    handler it left on its stderr would outlive it and fail on every later record once that
+    stream is closed ("I/O operation on closed file")."""
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    try:
+        yield
+    finally:
+        logger.handlers[:] = saved[0]
+        logger.setLevel(saved[1])
+        logger.propagate = saved[2]
+
+
+@contextmanager
+def ndjson_logging(stream: IO[str] | None = None, verbose: bool = False) -> Iterator[logging.Handler]:
+    """:func:`configure_ndjson` for the ``with`` block, then the logger as it was (:func:`restored`)."""
+    with restored():
+        yield configure_ndjson(stream, verbose=verbose)

@@ -37,7 +37,7 @@ class Served:
     headers: Mapping[str, str]
 
 
-def _prepare(name: str, work: Path) -> tuple[list[str], dict[str, str] | None, dict[str, str]]:
+def server_command(name: str, work: Path) -> tuple[list[str], dict[str, str] | None, dict[str, str]]:
     """The argv, environment and client headers of server ``name``, its files made under ``work``."""
     work.mkdir(parents=True, exist_ok=True)
     if name == "memo":
@@ -71,7 +71,7 @@ def _prepare(name: str, work: Path) -> tuple[list[str], dict[str, str] | None, d
 @asynccontextmanager
 async def reference_server(name: str, work: Path) -> AsyncIterator[Served]:
     """Run server ``name`` on ``--http 127.0.0.1:0`` with its files under ``work``."""
-    argv, env, headers = _prepare(name, work)
+    argv, env, headers = server_command(name, work)
     async with running_http_server(argv, env=env) as (url, _proc):
         yield Served(name, url, headers)
 
@@ -79,7 +79,7 @@ async def reference_server(name: str, work: Path) -> AsyncIterator[Served]:
 @contextmanager
 def reference_server_process(name: str, work: Path, ready_timeout: float = 60.0) -> Iterator[Served]:
     """:func:`reference_server` without an event loop: a module-scoped fixture can hold it."""
-    argv, env, headers = _prepare(name, work)
+    argv, env, headers = server_command(name, work)
     with subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
     ) as proc:

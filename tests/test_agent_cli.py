@@ -6,22 +6,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from asyncai_agent.cli import build_parser, main
-from asyncai_watch.log import logger
-
-
-@pytest.fixture
-def restore_watch_logger() -> Iterator[None]:
-    """main() configures the shared NDJSON logger; put it back for the tests that follow."""
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
-
 
 AGENT = [sys.executable, "-m", "asyncai_agent"]
 MEMO = f"{sys.executable} -m asyncai_servers.memo"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -123,6 +125,35 @@ async def test_watch_prints_each_notice_as_json_and_ends_cleanly_on_a_signal(sto
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_prints_a_notice_still_inside_the_quiet_time_instead_of_dropping_it(
+    stop: signal.Signals,
+) -> None:
+    debounce = "3600"  # an hour: only the exit can print it
+    async with (
+        memo_http_server() as (url, _),
+        cli("watch", "memo://notes", "--server", f"memo={url}", "--debounce", debounce, "--verbose") as (
+            proc,
+            out,
+        ),
+    ):
+        assert proc.stderr is not None
+        err = Lines(proc.stderr)
+        while "watching memo://notes" not in await err.next():
+            pass
+        async with McpResourceSource.http(url) as writer:
+            await writer.call_tool("memo_set", {"key": "todo", "value": "milk"})
+        # --verbose logs each event as its line joins the pending notice.
+        while not (line := await err.next()).startswith("{") or json.loads(line)["event"] != "watch.event":
+            pass
+        assert json.loads(line)["outcome"] == "kept", line
+        proc.send_signal(stop)
+        assert await out.next() == "ADDED todo"
+        with anyio.fail_after(WAIT):
+            assert await proc.wait() == 0
+
+
+@pytest.mark.anyio
 async def test_watch_a_file_with_a_filter(tmp_path: Path) -> None:
     target = tmp_path / "config.json"
     target.write_text('{"mode": "off"}')
@@ -170,6 +201,10 @@ async def test_watch_kcp_configmaps(tmp_path: Path) -> None:
         (["watch", "memo://notes", "--server", MEMO, "--debounce", "-1"], "--debounce must be"),
         (["watch", "peer://state", "--server", f"{PEER} no-subscribe"], "is not watchable"),
         (["resources", "--server", "http://"], "expected an http(s) URL"),
+        (["call", "memo_set", "{bad", "--server", MEMO], "JSON arguments: Expecting property name"),
+        (["call", "memo_set", "[1]", "--server", MEMO], "JSON arguments must be an object"),
+        (["call", "no_such_tool", "--server", MEMO], "unknown tool 'no_such_tool'"),
+        (["call", "memo_set", "--server", "http://127.0.0.1:1/mcp"], "cannot connect to MCP server"),
     ],
 )
 async def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str) -> None:
@@ -180,3 +215,72 @@ async def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str) -> N
     assert lines[0].startswith("asyncai-watch: error: ")
     assert says in lines[0]
     assert out == ""
+
+
+def readme_shell_flow(port: int) -> list[list[str]]:
+    """The README's "From the shell" commands, one per terminal, on ``port``."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## From the shell", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    return [shlex.split(block.strip().replace("127.0.0.1:8765", f"127.0.0.1:{port}")) for block in blocks]
+
+
+@pytest.mark.anyio
+async def test_the_readme_shell_flow_prints_the_change_made_from_another_terminal() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve, watch, call = readme_shell_flow(port)
+    assert (serve[0], watch[:2], call[:3]) == (
+        "asyncai-mcp-simple",
+        ["asyncai-watch", "watch"],
+        ["asyncai-watch", "call", "memo_set"],
+    )
+    bin_dir = Path(sys.executable).parent  # the installed console scripts, as the README runs them
+    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
+    async with (
+        await anyio.open_process(serve, env=env) as server,
+        await anyio.open_process(watch, env=env) as watcher,
+    ):
+        try:
+            assert server.stderr is not None
+            assert watcher.stderr is not None
+            assert watcher.stdout is not None
+            server_err = Lines(server.stderr)
+            while not (await server_err.next()).startswith("READY "):
+                pass
+            watch_err = Lines(watcher.stderr)
+            while "watching memo://notes" not in await watch_err.next():
+                pass
+            with anyio.fail_after(WAIT):
+                done = await anyio.run_process(call, env=env, check=False)
+            assert (done.returncode, done.stdout.decode()) == (0, "ok\n"), done.stderr.decode()
+            # Printed once the change has been quiet for the default 3 s: awaited, not slept on.
+            assert await Lines(watcher.stdout).next() == "ADDED todo"
+            watcher.send_signal(signal.SIGINT)
+            server.send_signal(signal.SIGINT)
+            with anyio.fail_after(WAIT):
+                assert (await watcher.wait(), await server.wait()) == (0, 0)
+        finally:
+            for proc in (watcher, server):
+                if proc.returncode is None:
+                    proc.kill()
+
+
+@pytest.mark.anyio
+async def test_call_prints_the_result_its_raw_json_and_a_tool_error_in_one_line() -> None:
+    async with memo_http_server() as (url, _):
+        code, out, err = await run_cli(
+            "call", "memo_set", '{"key": "todo", "value": "milk"}', "--server", url
+        )
+        assert (code, out) == (0, "ok\n"), err
+        code, out, err = await run_cli("call", "memo_get", '{"key": "todo"}', "--server", url, "--json")
+        assert code == 0, err
+        raw = json.loads(out)
+        assert raw["structuredContent"] == {"key": "todo", "value": "milk", "found": True}
+        assert raw["isError"] is False
+        code, out, err = await run_cli("call", "memo_set", '{"key": "todo"}', "--server", url)
+    assert (code, out) == (1, ""), err
+    assert err.count("\n") == 1, err
+    assert err.startswith("asyncai-watch: error: memo_set: "), err
+    assert "`value` is required" in err, err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,10 +17,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from asyncai_watch.clock import Clock
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.runtime.manager import WatchManager
+from asyncai_watch.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -27,9 +30,9 @@ WAIT = 30.0
 
 
 @asynccontextmanager
-async def manager(root: Path, limits: Limits) -> AsyncIterator[WatchManager]:
+async def manager(root: Path, limits: Limits, clock: Clock | None = None) -> AsyncIterator[WatchManager]:
     source = McpResourceSource.stdio([sys.executable, "-m", "asyncai_servers.files", str(root)], name="files")
-    async with source, WatchManager([source], limits=limits) as m:
+    async with source, WatchManager([source], limits=limits, clock=clock) as m:
         yield m
 
 
@@ -57,27 +60,57 @@ async def test_burst_of_1000_writes_gives_few_notices_and_the_final_state_is_rig
         for i in range(1000):
             target.write_text(json.dumps({"n": i}))  # in place: the server may catch torn states
 
-    # The design's default debounce (3 s quiet, 15 s at most): a loaded machine can stall a
-    # burst for over a second, which would split a shorter quiet window into more notices.
-    async with manager(tmp_path, Limits(debounce_quiet=3.0, debounce_max_wait=15.0)) as m:
+    # The design's default debounce on a clock that moves only when told: however slowly a busy
+    # machine runs the burst, nothing is due until the test says so, so its lines make one notice.
+    clock = FakeClock()
+    limits = Limits()
+    seen: list[Notice] = []
+
+    async def flush() -> Notice:
+        """The notice of everything pending, once something is (the watch parks on its deadline)."""
+        with anyio.fail_after(WAIT):
+            await clock.wait_for_sleepers(1)
+            clock.advance(limits.debounce_max_wait)
+            notice = await m.notices.receive()
+        seen.append(notice)
+        return notice
+
+    async with manager(tmp_path, limits, clock=clock) as m:
         assert (await m.watch_start(name="burst", uri=uri)).shape == "state"
         await anyio.to_thread.run_sync(burst)
-        # The burst ends with a whole document carrying a new key: "ADDED end" proves the
-        # watch reached it (whatever torn or intermediate states it read on the way).
         await anyio.to_thread.run_sync(replace_atomically, target, '{"n": 999, "end": true}')
-        seen: list[Notice] = []
-        await notice_containing(m, "ADDED end", seen)
-        # From exactly that state, the next write is one clean diff.
-        await anyio.to_thread.run_sync(replace_atomically, target, '{"n": "done", "end": true}')
-        done = await notice_containing(m, "999→done", seen)
-        assert done.text == "MODIFIED n (999→done)", done.text
-        assert await m.read_resource(uri) == {"n": "done", "end": True}
+        await flush()  # the burst, as far as the watch has read it (its end may be in "+N more")
+        # A whole document with a key no earlier one had: whatever state the watch read last,
+        # "ADDED done" is in its diff, and every read from here has a few lines, under the cap.
+        await anyio.to_thread.run_sync(replace_atomically, target, '{"n": 999, "end": true, "done": 1}')
+        while "ADDED done" not in (tail := await flush()).text.splitlines():
+            pass
+        # The watch holds exactly the last document: the next write is one clean diff.
+        await anyio.to_thread.run_sync(replace_atomically, target, '{"n": 999, "end": true, "done": 2}')
+        last = await flush()
+        assert last.text == "MODIFIED done (1→2)", last.text
+        assert await m.read_resource(uri) == {"n": 999, "end": True, "done": 2}
         (watch,) = m.watch_list()
-    # The burst's notice (two if the machine stalled over a second mid-burst) plus "done".
-    assert len(seen) <= 3, [n.text for n in seen]
-    assert watch.notices == len(seen)
     # Reads coalesced: one diff per write would be 1,000 events or more (torn reads add more).
     assert watch.events < 500, watch
+    assert watch.notices == len(seen)
+    # Few notices: the burst's, at most two catching up with the end of it, the last two writes'.
+    assert len(seen) <= 5, [n.text for n in seen]
+    # Nothing lost beyond the cap: each notice shows at most Limits.lines_per_notice distinct lines
+    # and counts the rest in "+N more"; together they account for every event the watch saw.
+    counted = 0
+    for notice in seen:
+        lines = notice.text.splitlines()
+        more = re.fullmatch(r"\+(\d+) more", lines[-1])
+        shown = lines[:-1] if more else lines
+        assert len(shown) <= limits.lines_per_notice, notice.text
+        if more:
+            assert len(shown) == limits.lines_per_notice, notice.text
+            counted += int(more[1])
+        counted += sum(int(r[1]) if (r := re.search(r" ×(\d+)$", line)) else 1 for line in shown)
+    assert counted == watch.events, ([n.text for n in seen], watch)
+    # The writes after the burst were under the cap: all their lines are shown.
+    assert not re.search(r"^\+\d+ more$", f"{tail.text}\n{last.text}", re.MULTILINE), tail.text
 
 
 async def test_directory_changes_reach_the_agent_as_lines(tmp_path: Path) -> None:

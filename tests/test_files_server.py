@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from asyncai_watch.server.http import running_http_server
 pytestmark = pytest.mark.anyio
 
 WAIT = 15.0
+PROCESS_WAIT = 90.0  # a fresh interpreter's whole run (start, imports, exit) on a machine kept busy
 
 
 @asynccontextmanager
@@ -191,31 +191,39 @@ async def test_dir_events_rename_delete_and_create_in_a_subdirectory(tmp_path: P
         (tmp_path / "sub" / "deeper").mkdir(parents=True)
         (tmp_path / "sub" / "deeper" / "made.txt").write_text("hello")
         (tmp_path / "keep.txt").write_text("kept, longer now")
+        made_path = tmp_path / "sub" / "deeper" / "made.txt"
+        # The file as it ends up. An event can show it half made (a scan of the new directory may
+        # stat it between its creation and its write): the log's last word on it is what counts.
+        made_final = {
+            "path": str(made_path),
+            "name": "sub/deeper/made.txt",
+            "size": 5,
+            "mtime": made_path.stat().st_mtime,
+            "type": "file",
+        }
 
         def complete(evs: list[dict[str, Any]]) -> bool:
+            made = [e for e in evs if e["object"]["name"] == "sub/deeper/made.txt"]
+            keep = [e for e in evs if e["object"]["name"] == "keep.txt"]
             return (
                 has(evs, "DELETED", "old-name.txt")
                 and has(evs, "ADDED", "new-name.txt")
                 and has(evs, "DELETED", "doomed.txt")
                 and has(evs, "ADDED", "sub/deeper/made.txt")
                 and has(evs, "MODIFIED", "keep.txt")
+                and made[-1]["object"] == made_final
+                and keep[-1]["object"]["size"] == len("kept, longer now")
             )
 
         events = await events_until(client, sub, uri, start, complete)
         seqs = [e["seq"] for e in events]
         assert seqs == sorted(set(seqs))
-        made = next(e for e in events if e["object"]["name"] == "sub/deeper/made.txt")
-        assert made["object"] == {
-            "path": str(tmp_path / "sub" / "deeper" / "made.txt"),
-            "name": "sub/deeper/made.txt",
-            "size": 5,
-            "mtime": (tmp_path / "sub" / "deeper" / "made.txt").stat().st_mtime,
-            "type": "file",
-        }
         assert has(events, "ADDED", "sub")
         assert has(events, "ADDED", "sub/deeper")
+        # A rewrite in place can be seen truncated on the way (1 -> 0 -> 16 bytes): from the old
+        # object to the final one.
         keep = [e for e in events if e["object"]["name"] == "keep.txt"]
-        assert keep[-1]["old"]["size"] == 1
+        assert keep[0]["old"]["size"] == 1
         assert keep[-1]["object"]["size"] == len("kept, longer now")
         doomed = next(e for e in events if e["type"] == "DELETED" and e["object"]["name"] == "doomed.txt")
         assert doomed["object"]["size"] == 3  # the last known object
@@ -372,7 +380,7 @@ async def test_bad_roots_fail_at_startup(tmp_path: Path) -> None:
         ([str(tmp_path), str(afile)], "not a directory"),
         ([], "ROOT"),
     ]:
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(PROCESS_WAIT):
             done = await anyio.run_process(
                 [sys.executable, "-m", "asyncai_servers.files", *argv], check=False
             )
@@ -568,7 +576,7 @@ async def test_http_server_ends_open_listens_and_exits_on_sigterm(tmp_path: Path
                 async for _ in sub:  # the stream ends (gracefully) instead of holding shutdown up
                     pass
                 code = await proc.wait()
-        assert code in (0, -signal.SIGTERM), code
+        assert code == 0, code
 
 
 async def test_http_port_in_use_fails_with_a_message(tmp_path: Path) -> None:
@@ -576,7 +584,7 @@ async def test_http_port_in_use_fails_with_a_message(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         address = f"127.0.0.1:{taken.getsockname()[1]}"
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(PROCESS_WAIT):
             done = await anyio.run_process(
                 [sys.executable, "-m", "asyncai_servers.files", str(tmp_path), "--http", address], check=False
             )

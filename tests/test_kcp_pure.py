@@ -89,6 +89,9 @@ def _kubectl_text(docs: list[Any]) -> bytes:
     return "".join(json.dumps(d, indent=4, ensure_ascii=False) + "\n" for d in docs).encode()
 
 
+# Quadratic in the text (every cut parses it all): on a machine kept busy it needs more CPU time
+# than the suite's default per-test bound, which is there to catch a hang, not to time this.
+@pytest.mark.timeout(600)
 @given(documents)
 def test_stream_split_at_every_byte_offset(docs: list[Any]) -> None:
     data = _kubectl_text(docs) + '{"tail": "é😀\\"}"}'.encode()

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
 import pytest
 
+from asyncai_agent.cli import main as agent_main
 from asyncai_watch import log
+from asyncai_watch.cli import main as cli_main
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock
@@ -185,3 +188,25 @@ def test_events_enabled_says_whether_events_would_log(ndjson: io.StringIO) -> No
     assert log.events_enabled(verbose=True)  # a verbose emitter logs it at INFO
     log.configure_ndjson(ndjson, verbose=True)
     assert log.events_enabled()
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        pytest.param(lambda: cli_main(["serve", "--server", "x", "--ring", "0"]), id="asyncai-watch serve"),
+        pytest.param(lambda: agent_main(["--max-rounds", "0"]), id="asyncai-agent"),
+    ],
+)
+def test_a_command_run_in_process_leaves_no_handler_on_its_stderr(
+    run: Callable[[], int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command's main() logs NDJSON to its stderr while it runs; a caller that goes on (a test,
+    a program) must not find that handler writing to the stream after it is closed."""
+    before = list(log.logger.handlers)
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        assert run() == 2
+    stderr.close()
+    assert log.logger.handlers == before
+    log.emit("watch.notice", watch="w", uri="u", text="t", lines=1)
+    assert "Logging error" not in capsys.readouterr().err

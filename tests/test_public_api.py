@@ -15,6 +15,7 @@ import asyncai_watch
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_SUBMODULES = {
+    "asyncai_watch.cli_help",
     "asyncai_watch.clock",
     "asyncai_watch.codemode",
     "asyncai_watch.extras",

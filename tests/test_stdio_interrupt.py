@@ -1,4 +1,5 @@
-"""Ctrl-C, SIGTERM and a broken pipe end every reference server's stdio mode at once and quietly.
+"""Ctrl-C, SIGTERM and a broken pipe end every reference server's and the bridge's stdio mode at once
+and quietly (their HTTP modes: tests/test_signal_exit.py).
 
 The client still holds stdin in each case; the server must exit 0 with no traceback.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -55,3 +57,9 @@ async def test_switchboard(tmp_path: Path, how: str) -> None:
     argv = [sys.executable, "-m", "asyncai_servers.switchboard", "--config", str(config)]
     argv += ["--sqlite", str(tmp_path / "switchboard.db")]
     await assert_ctrl_c_ends(argv, env={**os.environ, "SWITCHBOARD_TOKEN": "alice-token"}, how=how)
+
+
+@pytest.mark.parametrize("how", ENDINGS)
+async def test_bridge(tmp_path: Path, how: str) -> None:
+    memo = f"{shlex.quote(sys.executable)} -m asyncai_servers.memo"
+    await assert_ctrl_c_ends([sys.executable, "-m", "asyncai_watch", "serve", "--server", memo], how=how)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from asyncai_servers.files.change_source import InotifyUnavailable, NotifyTiming, check_inotify
 from asyncai_servers.files.content import DEFAULT_MAX_BYTES
 from asyncai_servers.files.paths import RootError, Roots
+from asyncai_watch.cli_help import HelpFormatter, examples
 
 if TYPE_CHECKING:
     from asyncai_servers.files.server import FilesServer
@@ -23,6 +24,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="asyncai-mcp-files",
         description="MCP server (stdio, or Streamable HTTP with --http) for files under ROOT...: file://{+path} state and "
         "dir-events://{+path}{?recursive,glob} event logs, pushed through inotify (never polling).",
+        epilog=examples(
+            "asyncai-mcp-files .                          # stdio, for one client",
+            "asyncai-mcp-files /srv/app --http 127.0.0.1:8766   # Streamable HTTP, shared",
+        ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument("roots", nargs="+", metavar="ROOT", help="an existing directory to serve (one or more)")
     p.add_argument(

@@ -21,6 +21,7 @@ from asyncai_servers.kcp.kubectl import Endpoint, Kubectl
 from asyncai_servers.kcp.server import KcpServer
 from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, WatcherPool
 from asyncai_watch import Backoff
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.server.http import parse_host_port, serve_http
 from asyncai_watch.server.resumable import streamable_http_app
 from asyncai_watch.server.stdio import stdio_server
@@ -37,6 +38,13 @@ def _parser(prog: str, read_only: bool) -> argparse.ArgumentParser:
             "kcp-api://{workspace}/resources, and kubectl tools"
             + (" (read-only)." if read_only else " (read-write: apply/delete).")
         ),
+        epilog=examples(
+            f"{prog} --kubeconfig ~/.kube/kcp.yaml"
+            + (" --token-command 'kcp-token mint'" if read_only else ""),
+            f"{prog} --kubeconfig ~/.kube/kcp.yaml --http 127.0.0.1:8767"
+            + (" --token-command 'kcp-token mint'" if read_only else ""),
+        ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--kubectl", default=os.environ.get("ASYNCAI_KUBECTL", "kubectl"), help="kubectl binary")
     p.add_argument(
@@ -164,7 +172,9 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
                 )
             )
             if http is not None:
-                await serve_http(streamable_http_app(kcp.server, host=http[0]), *http)
+                # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
+                app = streamable_http_app(kcp.server, host=http[0])
+                await serve_http(app, *http, on_shutdown=kcp.close_listeners)
             else:
                 async with stdio_server() as (read, write):
                     await kcp.server.run(read, write, kcp.server.create_initialization_options())

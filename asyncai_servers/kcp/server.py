@@ -128,6 +128,10 @@ class KcpServer:
     def attach_pool(self, pool: WatcherPool) -> None:
         self._pool = pool
 
+    def close_listeners(self) -> None:
+        """End every open listen stream gracefully (an HTTP shutdown would otherwise wait on them)."""
+        self.subscriptions.close()
+
     async def publish(self, uri: str) -> None:
         await self.subscriptions.publish(uri)
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import hmac
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TextIO
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from asyncai_servers.memo.server import MemoState, build_server
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.server.http import bind_error, parse_host_port, serve_http
 from asyncai_watch.server.resumable import streamable_http_app
 from asyncai_watch.server.stdio import stdio_server
@@ -23,7 +24,13 @@ from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asyncai-mcp-simple",
-        description="The memo MCP server: memo://notes (a watchable JSON object) and memo_set/memo_get/memo_delete.",
+        description="The memo MCP server: memo://notes (a watchable JSON object) and memo_set/memo_get/memo_delete. "
+        "Over stdio the memo is private to the client that started it; over --http every client shares it.",
+        epilog=examples(
+            "asyncai-mcp-simple --http 127.0.0.1:8765   # http://127.0.0.1:8765/mcp, shared by every client",
+            "asyncai-mcp-simple                         # stdio: started by its one client",
+        ),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--bearer-token",
@@ -74,19 +81,22 @@ async def _serve_stdio_and_http(
         app = _require_bearer(app, token)
     http_up, stop = anyio.Event(), anyio.Event()
     async with anyio.create_task_group() as tg:
-        with open(ready_file or os.devnull, "w", encoding="utf-8") as ready:  # noqa: ASYNC230 - one tiny write
-            tg.start_soon(
-                functools.partial(
-                    serve_http,
-                    app,
-                    host,
-                    port,
-                    ready=ready,
-                    on_ready=lambda _url: http_up.set(),
-                    on_shutdown=memo.close_listeners,
-                    stop=stop,
-                )
+
+        async def http(ready: TextIO) -> None:
+            await serve_http(
+                app,
+                host,
+                port,
+                ready=ready,
+                on_ready=lambda _url: http_up.set(),
+                on_shutdown=memo.close_listeners,
+                stop=stop,
             )
+            # HTTP shut down: after stdio ended (stop), or on Ctrl-C/SIGTERM, which ends stdio too.
+            tg.cancel_scope.cancel()
+
+        with open(ready_file or os.devnull, "w", encoding="utf-8") as ready:  # noqa: ASYNC230 - one tiny write
+            tg.start_soon(http, ready)
             await http_up.wait()
         await _serve_stdio(memo)  # the stdio client going away ends the process: HTTP stops too
         stop.set()

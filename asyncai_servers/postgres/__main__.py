@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
 
 if TYPE_CHECKING:
@@ -34,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
             "config file names: pg://SCHEMA/TABLE (rows by primary key), pg-events://SCHEMA/TABLE (row changes) "
             "and pg-query://NAME, pushed by LISTEN/NOTIFY triggers (never polling)."
         ),
+        epilog=examples(
+            "asyncai-mcp-postgres --config pg.toml --dsn 'dbname=shop' --install-triggers   # once, as the owner",
+            "asyncai-mcp-postgres --config pg.toml --dsn 'dbname=shop' --http 127.0.0.1:8768",
+        ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--config", required=True, type=Path, help="TOML (or .json) file naming the tables and queries"

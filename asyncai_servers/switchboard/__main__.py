@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 
+from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
 from asyncai_watch.server.http import parse_host_port, serve_http
 from asyncai_watch.server.resumable import streamable_http_app
@@ -31,6 +32,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="asyncai-switchboard",
         description="Durable todo queue over MCP; verified-human todos ring notifications/claude/channel doorbells.",
+        epilog=examples(
+            "asyncai-switchboard --config credentials.json --sqlite switchboard.db --http 127.0.0.1:8765",
+            "asyncai-switchboard --config credentials.json --sqlite switchboard.db --token-file ~/.switchboard-token",
+        ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--config", required=True, type=Path, help="credentials JSON file (tokens, queue scopes, attribution)"

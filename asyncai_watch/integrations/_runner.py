@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterable, Awaitable, Callable
 from types import TracebackType
 from typing import Self
@@ -261,7 +262,7 @@ class TurnRunner:
             reply = await self._turn(prompt)
         except Exception as exc:
             # Reported (log and record), never swallowed; the next notice still gets its run.
-            logger.error("integration.run_failed", extra={"run": number, "error": describe(exc)})
+            _report("integration.run_failed", number, exc)
             return attrs.evolve(record, error=describe(exc))
         record = attrs.evolve(record, reply=reply)
         if reply is None or is_no_reply(reply):
@@ -269,6 +270,26 @@ class TurnRunner:
         try:
             await self._publish(reply)
         except Exception as exc:
-            logger.error("integration.publish_failed", extra={"run": number, "error": describe(exc)})
+            _report("integration.publish_failed", number, exc)
             return attrs.evolve(record, error=f"publish: {describe(exc)}")
         return attrs.evolve(record, published=True)
+
+
+def _report(event: str, number: int, exc: BaseException) -> None:
+    """Log a failed run at ERROR; with no logging configured, say why on stderr instead.
+
+    Python's fallback for an unconfigured logger prints the message alone ("integration.run_failed"),
+    without the error, and the program then waits for a run that never comes."""
+    if logger.hasHandlers():
+        logger.error(event, extra={"run": number, "error": describe(exc)})
+        return
+    causes: list[str] = []
+    seen = {id(exc)}
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen and len(causes) < 5:
+        seen.add(id(cause))
+        if describe(cause) not in (causes[-1:] or [describe(exc)]):  # a re-raise says it again
+            causes.append(describe(cause))
+        cause = cause.__cause__ or cause.__context__
+    why = describe(exc) + "".join(f" (caused by {c})" for c in causes)
+    print(f"{event}: run {number} failed: {why}", file=sys.stderr, flush=True)

@@ -97,6 +97,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
     "McpResourceSource",
+    "tool_result",
 ]
 
 DEFAULT_CONNECT_TIMEOUT: Final = 30.0
@@ -851,6 +852,10 @@ class McpResourceSource:
         return [_tool_info(tool) for page in pages for tool in page.tools]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        return tool_result(await self.call_tool_result(name, arguments))
+
+    async def call_tool_result(self, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """:meth:`call_tool`'s result as the server sent it (``asyncai-watch call --json`` prints it)."""
         what = f"tools/call {quoted(name)}"
         try:
             result = await self._request(what, lambda client: client.call_tool(name, dict(arguments)))
@@ -863,11 +868,7 @@ class McpResourceSource:
             result = found
             if not result.is_error:  # what the SDK does for a result it accepts
                 await self._request(what, lambda client: client.session.validate_tool_result(name, found))
-        return ToolResult(
-            text="\n".join(_content_text(block) for block in result.content),
-            structured=result.structured_content,
-            is_error=bool(result.is_error),
-        )
+        return result
 
     def __repr__(self) -> str:
         state = "open" if self._conn is not None else "closed"
@@ -878,6 +879,15 @@ async def _with_cursor(
     fetch: Callable[[Client, str | None], Awaitable[_T]], cursor: str | None, client: Client
 ) -> _T:
     return await fetch(client, cursor)
+
+
+def tool_result(result: types.CallToolResult) -> ToolResult:
+    """A ``tools/call`` result as :class:`ToolResult`: its text content joined, its structured content."""
+    return ToolResult(
+        text="\n".join(_content_text(block) for block in result.content),
+        structured=result.structured_content,
+        is_error=bool(result.is_error),
+    )
 
 
 def _invalid(exc: pydantic.ValidationError) -> str:

@@ -371,6 +371,12 @@ def main(args: argparse.Namespace) -> int:
             "started by another asyncai-watch serve (an upstream server entry runs serve itself); "
             "list the servers to watch, not serve"
         )
+    # Called in process (a test, a program), the handlers it attaches to stderr must not outlive it.
+    with log.restored():
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         errlog = _configure_log(args)
         if args.ring < 1:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
@@ -155,6 +157,22 @@ class _AnnouncingServer(uvicorn.Server):
         if self.on_shutdown is not None:
             self.on_shutdown()
         await super().shutdown(sockets=sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, less its last step: once the graceful shutdown SIGTERM or SIGINT asked for is
+        done, uvicorn raises the signal again, so the process died of it (exit 143 for SIGTERM)
+        instead of returning; a server stopped on purpose exits 0."""
+        if threading.current_thread() is not threading.main_thread():  # only it gets signals
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
 
 
 class ServerExitedError(RuntimeError):

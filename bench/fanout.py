@@ -12,7 +12,9 @@ Baseline, measured in the same run: the same N watches, each in its own WatchMan
 connection, so each has its own ``subscriptions/listen`` and its own read per change (what a
 watch cost before subscriptions were shared).
 
-Targets: reads per change = 1 for any N; p50 at 50 watches <= 8 ms.
+Targets: reads per change = 1 for any N; p50 at 50 watches <= 1.5x the p50 of one watch
+(issue 20: watches on one URI share the read and the extraction, and differ only from the
+filter on), and <= 8 ms.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ async def main(quick: bool) -> int:
     changes = 50 if quick else 200
     print(f"fan-out bench: {changes} changes per N; writer in its own process over HTTP; memo over stdio")
     ok = True
+    single = 0.0
     async with memo() as (source, url):
         for n in (1, 10, 50):
             lat, reads = await run(source, url, n, changes, shared=True)
@@ -89,7 +92,14 @@ async def main(quick: bool) -> int:
             row("p50 per notice", p50, b50, "ms", "(target <= 8 ms at N=50)" if n == 50 else "")
             row("p99 per notice", p99, b99, "ms")
             row("server reads per change", reads, breads, "", "(target 1)")
-            ok = ok and reads == 1.0 and (n != 50 or p50 <= 8)
+            if n == 1:
+                single = p50
+            else:
+                print(
+                    f"  p50 at N = {n} / at N = 1: {p50 / single:.2f}x"
+                    + (" (target <= 1.5x)" if n == 50 else "")
+                )
+            ok = ok and reads == 1.0 and (n != 50 or (p50 <= 8 and p50 <= 1.5 * single))
     print("all targets met" if ok else "some targets missed (see above)")
     return 0
 

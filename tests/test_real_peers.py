@@ -289,3 +289,30 @@ async def test_a_ts_sdk_v1_client_hears_memo_change_over_http(peers: Any) -> Non
     async with memo_http_server() as (url, _), ts_client(peers, "--http", url) as out:
         await connected_and_subscribed(out)
         await hears_a_change(out, url)
+
+
+@pytest.mark.anyio
+async def test_a_legacy_http_session_lost_with_its_server_is_subscribed_again_on_a_new_one(
+    peers: Any,
+) -> None:
+    """A 2025-era server sends updates on the session's standalone GET stream. When the server
+    restarts, that stream ends and the session is gone: the watch subscribes again, on a new
+    session, and hears the changes after it (the re-read shows what changed meanwhile)."""
+    async with (
+        running_http_server(ts_server(peers, "--http", "127.0.0.1:0")) as (url, first),
+        McpResourceSource.http(url) as src,
+        WatchManager([src], limits=IMMEDIATE) as m,
+    ):
+        await m.watch_start("counter", COUNTER)
+        await src.call_tool("bump", {})
+        assert (await next_notice(m)).text == "MODIFIED count (0→1)"
+        address = url.removeprefix("http://").removesuffix("/mcp")
+        first.kill()
+        await first.wait()
+        async with running_http_server(ts_server(peers, "--http", address)) as (again, _):
+            assert again == url
+            # The new server counts from 0: the re-read after the resubscribe says so.
+            assert (await next_notice(m)).text == "MODIFIED count (1→0)"
+            await src.call_tool("bump", {})
+            assert (await next_notice(m)).text == "MODIFIED count (0→1)"
+            assert src.reconnects >= 1

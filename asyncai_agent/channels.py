@@ -158,7 +158,8 @@ class ChannelPuller:
         self.attached = anyio.Event()
         """Set while a listen is open (the server can ring this session); cleared on loss."""
         self.drained = anyio.Event()
-        """Set after each completed drain; a fresh event replaces it when the next drain starts."""
+        """Set once every drain asked for so far has completed (the puller is caught up with the
+        queue); a fresh event replaces it whenever another drain is asked for or started."""
 
     @property
     def notices(self) -> MemoryObjectReceiveStream[Notice]:
@@ -204,13 +205,18 @@ class ChannelPuller:
     def _log(self, event: str, **fields: Any) -> None:
         log.emit(event, verbose=self.verbose, server=self.server, **fields)
 
+    def _want_drain(self) -> None:
+        self._drain_wanted.set()
+        if self.drained.is_set():
+            self.drained = anyio.Event()
+
     def completed(self) -> None:
         """A todo was completed: drain again (call after a successful ``todo_complete``)."""
-        self._drain_wanted.set()
+        self._want_drain()
 
     def reconnected(self) -> None:
         """The connection was re-established by its owner: drain again."""
-        self._drain_wanted.set()
+        self._want_drain()
 
     def observe_tool_call(self, name: str, ok: bool) -> None:
         """Convenience hook for the agent's tool dispatcher."""
@@ -273,12 +279,13 @@ class ChannelPuller:
             announced=fresh,
             forgotten=len(forgotten),
         )
-        self.drained.set()
+        if not self._drain_wanted.is_set():  # another drain is already asked for: not caught up yet
+            self.drained.set()
         return fresh
 
     async def run(self, client: Client) -> None:
         """Until cancelled: drain, keep a listen open, drain after each re-listen and each completion."""
-        self._drain_wanted.set()  # at start, whether or not a listen ever succeeds (pull needs no push)
+        self._want_drain()  # at start, whether or not a listen ever succeeds (pull needs no push)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._drain_on_request, client)
             await self._attach(client)
@@ -309,7 +316,7 @@ class ChannelPuller:
                     self._log("channel.attached", attempt=failures)
                     failures = 0
                     self.attached.set()
-                    self._drain_wanted.set()  # at start and after every reconnect
+                    self._want_drain()  # at start and after every reconnect
                     async for _ in sub:  # list changes are not ours to act on; the stream is the point
                         pass
             except Exception as exc:  # SubscriptionLost, MCPError, a closed stream, transport errors

@@ -109,6 +109,50 @@ async def test_without_any_listen_the_queue_is_still_drained_at_start() -> None:
     assert not puller.attached.is_set()
 
 
+class Stepped(PullOnly):
+    """A pull-only client whose each ``todo_pull`` waits until the test lets it answer."""
+
+    def __init__(self) -> None:
+        super().__init__(todo(1))
+        self.entered, self._entered_rx = anyio.create_memory_object_stream[None](8)
+        self._release_tx, self._release = anyio.create_memory_object_stream[None](8)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        await self.entered.send(None)
+        await self._release.receive()
+        return await super().call_tool(name, arguments)
+
+    async def pulled(self) -> None:
+        """Wait until a ``todo_pull`` is in flight."""
+        with anyio.fail_after(WAIT):
+            await self._entered_rx.receive()
+
+    async def answer(self) -> None:
+        await self._release_tx.send(None)
+
+
+@pytest.mark.anyio
+async def test_drained_is_set_only_once_every_drain_asked_for_is_done() -> None:
+    # An owner that awaits `drained` (before it restarts a server, say) must not be told "caught
+    # up" while a drain it asked for, or one a listen asked for, has not run yet.
+    client = Stepped()
+    puller = ChannelPuller(clock=FakeClock())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(puller.run, client)  # type: ignore[arg-type]
+        await client.pulled()  # the start-up drain is pulling ...
+        puller.completed()  # ... when a completion asks for another
+        waited_on = puller.drained
+        await client.answer()
+        await client.pulled()  # the second drain has begun, so the first is done
+        assert puller.drains == 1
+        assert not waited_on.is_set()  # one drain done, one asked for: not caught up
+        await client.answer()
+        with anyio.fail_after(WAIT):
+            await waited_on.wait()
+        assert puller.drains == 2
+        tg.cancel_scope.cancel()
+
+
 @pytest.mark.anyio
 async def test_a_refused_listen_is_retried_forever_1_2_4_8_16_then_every_16_s() -> None:
     client = PullOnly()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from asyncai_servers.files.change_source import (
+from asyncai_servers.files.change_source import Batch, ChangeSource, NotifyTiming, WatchTable
+from asyncai_servers.files.inotify import (
     IN_CREATE,
     IN_DELETE,
     IN_DELETE_SELF,
@@ -20,11 +22,8 @@ from asyncai_servers.files.change_source import (
     IN_MOVED_FROM,
     IN_MOVED_TO,
     IN_Q_OVERFLOW,
-    Batch,
-    ChangeSource,
     ChangeSourceError,
-    NotifyTiming,
-    WatchTable,
+    Inotify,
 )
 from asyncai_watch.testing import FakeClock
 
@@ -75,6 +74,12 @@ def test_table_flags_the_root_going_and_an_overflow() -> None:
     assert (t.paths, t.new_dirs) == ({"/r/d"}, [])
 
 
+@pytest.fixture
+async def inotify() -> AsyncIterator[Inotify]:
+    async with Inotify().running() as shared:
+        yield shared
+
+
 async def next_batch(source: ChangeSource) -> Batch:
     with anyio.fail_after(WAIT):
         batch = await source.next_batch()
@@ -91,9 +96,9 @@ async def batch_naming(source: ChangeSource, path: Path) -> Batch:
 
 
 @pytest.mark.anyio
-async def test_recursive_source_follows_new_and_moved_directories(tmp_path: Path) -> None:
+async def test_recursive_source_follows_new_and_moved_directories(tmp_path: Path, inotify: Inotify) -> None:
     (tmp_path / "old").mkdir()
-    source = ChangeSource(str(tmp_path), recursive=True, timing=NotifyTiming())
+    source = ChangeSource(inotify, str(tmp_path), recursive=True, timing=NotifyTiming())
     await source.open()
     try:
         assert source.watches == 2
@@ -120,10 +125,10 @@ async def test_recursive_source_follows_new_and_moved_directories(tmp_path: Path
 
 
 @pytest.mark.anyio
-async def test_the_watched_directory_going_away_is_flagged(tmp_path: Path) -> None:
+async def test_the_watched_directory_going_away_is_flagged(tmp_path: Path, inotify: Inotify) -> None:
     root = tmp_path / "root"
     (root / "sub").mkdir(parents=True)
-    source = ChangeSource(str(root), recursive=True, timing=NotifyTiming())
+    source = ChangeSource(inotify, str(root), recursive=True, timing=NotifyTiming())
     await source.open()
     try:
         shutil.rmtree(root)
@@ -134,11 +139,11 @@ async def test_the_watched_directory_going_away_is_flagged(tmp_path: Path) -> No
 
 
 @pytest.mark.anyio
-async def test_open_fails_with_a_message_and_stop_ends_a_wait(tmp_path: Path) -> None:
-    missing = ChangeSource(str(tmp_path / "missing"), recursive=False, timing=NotifyTiming())
+async def test_open_fails_with_a_message_and_stop_ends_a_wait(tmp_path: Path, inotify: Inotify) -> None:
+    missing = ChangeSource(inotify, str(tmp_path / "missing"), recursive=False, timing=NotifyTiming())
     with pytest.raises(ChangeSourceError, match="does not exist"):
         await missing.open()
-    source = ChangeSource(str(tmp_path), recursive=False, timing=NotifyTiming())
+    source = ChangeSource(inotify, str(tmp_path), recursive=False, timing=NotifyTiming())
     await source.open()
     results: list[Batch | None] = []
     async with anyio.create_task_group() as tg:
@@ -154,9 +159,11 @@ async def test_open_fails_with_a_message_and_stop_ends_a_wait(tmp_path: Path) ->
 
 
 @pytest.mark.anyio
-async def test_debounce_holds_a_batch_open_until_its_deadline(tmp_path: Path) -> None:
+async def test_debounce_holds_a_batch_open_until_its_deadline(tmp_path: Path, inotify: Inotify) -> None:
     clock = FakeClock()
-    source = ChangeSource(str(tmp_path), recursive=False, timing=NotifyTiming(debounce_ms=100), clock=clock)
+    source = ChangeSource(
+        inotify, str(tmp_path), recursive=False, timing=NotifyTiming(debounce_ms=100), clock=clock
+    )
     await source.open()
     try:
         got: list[Batch | None] = []

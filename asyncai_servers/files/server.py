@@ -4,13 +4,18 @@ Who listens to what: one :class:`~asyncai_watch.server.SubscriptionRegistry`
 holds the subscriptions of both protocol eras (``subscriptions/listen``, and
 ``resources/subscribe`` from 2025-era clients). It tells the server when a URI
 string gains its first listener or loses its last; the first URI of a target
-starts one watcher (one set of inotify watches), the last one leaving stops it.
-A watcher publishes every URI string its listeners used, since subscriptions
-match URIs as exact strings. A URI this server does not serve (or a path it
-refuses) is refused at the subscription, with the same error a read gets.
+joins or starts its watcher, the last one leaving stops it. A ``dir-events``
+target has a watcher of its own (:class:`_DirWatcher`); the watched files of one
+directory share one (:class:`_FileGroup`: one watch of the directory, and a
+change costs a look at the files it names). Every watcher's inotify watches are
+in the server's one inotify instance (:class:`~asyncai_servers.files.inotify.Inotify`),
+where watchers of the same directory share its watch descriptor. A target's
+update goes to every URI string its listeners used, since subscriptions match
+URIs as exact strings. A URI this server does not serve (or a path it refuses)
+is refused at the subscription, with the same error a read gets.
 
-Updates are level-triggered: after one ``ResourceUpdated`` the watcher stays
-quiet until a read of the target starts (see :meth:`_Watcher.publish`).
+Updates are level-triggered: after one ``ResourceUpdated`` a target stays quiet
+until a read of it starts (see :meth:`_FileGroup.publish`).
 
 A listen is acknowledged (a ``resources/subscribe`` answered) only once the
 inotify watches of its targets exist (the registry's ``ready`` hook waits on each
@@ -36,6 +41,7 @@ from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 import mcp_types as types
 from mcp import MCPError, UriTemplate
@@ -441,6 +447,7 @@ class _FileGroup(_Watcher):
         super().__init__(owner, directory, recursive=False)
         self.members: dict[str, _FileMember] = {}
         self._unknown: set[_FileMember] = set()  # joined since the last look at whether they exist
+        self._admitting: anyio.Event | None = None  # a look at joiners is under way
 
     def join(self, path: str, uri: str) -> _FileMember:
         member = self.members.get(path)
@@ -488,11 +495,25 @@ class _FileGroup(_Watcher):
             member.existed = member.existed or exists
 
     async def admit(self) -> None:
-        """Look whether the files that joined since the last look exist (once the watch is up)."""
-        if self._unknown:
+        """Look whether the files that joined since the last look exist (once the watch is up).
+
+        Returns once every member has been looked at, also by a look another caller started.
+        """
+        while self._unknown or self._admitting is not None:
+            if self._admitting is not None:
+                await self._admitting.wait()
+                continue
             members = list(self._unknown)
             self._unknown.clear()
-            await self._look(members)
+            self._admitting = done = anyio.Event()
+            try:
+                await self._look(members)
+            except BaseException:
+                self._unknown.update(members)  # cancelled (a ready timeout): the next caller looks
+                raise
+            finally:
+                self._admitting = None
+                done.set()
 
     async def _on_gone(self) -> None:
         if self.ready.is_set():
@@ -700,7 +721,9 @@ class FilesServer:
         """
         dirs: set[_DirWatcher] = set()
         files: dict[_FileGroup, list[_FileMember]] = {}
-        for uri in uris:
+        for i, uri in enumerate(uris):
+            if i % 4096 == 4095:
+                await anyio.lowlevel.checkpoint()  # a 100,000-URI listen must not hold the loop throughout
             target = self._targets.get(uri)
             if isinstance(target, FileTarget):
                 if (found := self._file_member(target)) is not None:

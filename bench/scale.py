@@ -65,7 +65,11 @@ def measure(where: Path, kind: str, n: int, burst: bool) -> dict[str, Any]:
     """One run of the client script with ``where``'s packages first on the path."""
     env = {**os.environ, "PYTHONPATH": str(where)}
     argv = [sys.executable, str(HERE / "_scale_client.py"), kind, str(n), str(CHANGES[n])]
-    done = subprocess.run([*argv, *(["burst"] if burst else [])], env=env, capture_output=True, text=True)
+    # Run in ``where``: the server starts as ``python -m``, which puts the working directory
+    # first on its path, so from this checkout it would run this tree's server, not ``where``'s.
+    done = subprocess.run(
+        [*argv, *(["burst"] if burst else [])], env=env, capture_output=True, text=True, cwd=where
+    )
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return {"n": n, "error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}

@@ -7,7 +7,7 @@ public API only, so the same script measures this tree and an earlier one (bench
 The watches start one after another (what a model calling ``watch_start`` does), or with
 ``burst`` 256 at a time (a batch; what a restore of saved watches does). Prints one JSON line: watch_start/s, client and
 server RSS per watch, listens open, the
-change -> notice latencies (a writer in another process: memo over HTTP, or a file write), and
+server's inotify instances (the watches in each), the change -> notice latencies (a writer in another process: memo over HTTP, or a file write), and
 the CPU both processes used over 10 idle seconds. A start that fails prints the error instead.
 """
 
@@ -42,6 +42,19 @@ def rss_kib(pid: int) -> int:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def inotify_watches(pid: int) -> list[int]:
+    """One entry per inotify instance ``pid`` holds: the watches in it (``/proc/PID/fdinfo``)."""
+    found: list[int] = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) == "anon_inode:inotify":
+                info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+                found.append(sum(line.startswith("inotify wd:") for line in info.splitlines()))
+        except OSError:
+            continue
+    return found
 
 
 def child_pid(command_word: str) -> int:
@@ -156,6 +169,7 @@ async def measure(kind: str, n: int, changes: int, burst: bool) -> dict[str, Any
                     return {"n": n, "failed_at": first[0], "failed": len(failures), "error": first[1]}
                 started = time.perf_counter() - start
                 client_after, server_after = rss_kib(os.getpid()), rss_kib(server)
+                server_inotify = inotify_watches(server)
                 writer_argv = (
                     [str(HERE / "_writer.py"), ready.read_text().split()[1]]
                     if kind == "memo"
@@ -183,6 +197,7 @@ async def measure(kind: str, n: int, changes: int, burst: bool) -> dict[str, Any
         "client_kib_per_watch": (client_after - client_before) / n,
         "server_kib_per_watch": (server_after - server_before) / n,
         "listens": open_listens,
+        "server_inotify": server_inotify,
         "latencies_ms": [x * 1000 for x in latencies],
         "idle_cpu_client_s": idle_client,
         "idle_cpu_server_s": idle_server,

@@ -8,7 +8,8 @@ memo (``memo://notes/kI``; a writer in another process changes one key over HTTP
 server (``file://ROOT/fI.txt``; a writer process rewrites one file). Per N it prints:
 ``watch_start``/s one after another (what a model does) and 256 at a time (a batch, a restore),
 client and server RSS per watch, the listens the client holds open, change -> notice p50, and the
-CPU both processes used over 10 idle seconds.
+CPU both processes used over 10 idle seconds; for the files server also its inotify instances and
+the watches in them (one instance with one watch, the directory, however many files).
 
 Baseline, measured in the same run: the same client script against the tree before this change
 (``--baseline-ref``, default the commit before subscriptions were grouped per connection), checked
@@ -64,7 +65,11 @@ def measure(where: Path, kind: str, n: int, burst: bool) -> dict[str, Any]:
     """One run of the client script with ``where``'s packages first on the path."""
     env = {**os.environ, "PYTHONPATH": str(where)}
     argv = [sys.executable, str(HERE / "_scale_client.py"), kind, str(n), str(CHANGES[n])]
-    done = subprocess.run([*argv, *(["burst"] if burst else [])], env=env, capture_output=True, text=True)
+    # Run in ``where``: the server starts as ``python -m``, which puts the working directory
+    # first on its path, so from this checkout it would run this tree's server, not ``where``'s.
+    done = subprocess.run(
+        [*argv, *(["burst"] if burst else [])], env=env, capture_output=True, text=True, cwd=where
+    )
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return {"n": n, "error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
@@ -82,11 +87,13 @@ def line(label: str, result: dict[str, Any], burst_rate: float | None) -> str:
         where = f" at watch {result['failed_at']:,}" if "failed_at" in result else ""
         return f"  {label:<10} FAILED{where}: {result.get('error', '')}"
     lat = result["latencies_ms"]
+    instances = result.get("server_inotify")
+    inotify = f"  inotify: {len(instances)} instance(s), {sum(instances)} watch(es)" if instances else ""
     burst = f"{burst_rate:8.0f}" if burst_rate is not None else "       -"
     return (
         f"  {label:<10} {result['starts_per_s']:8.0f} {burst}  {result['client_kib_per_watch']:8.2f}"
         f" {result['server_kib_per_watch']:8.2f}  {result['listens']!s:>7}  {p50(lat):8.2f}"
-        f"  {result['idle_cpu_client_s']:6.2f} {result['idle_cpu_server_s']:6.2f}"
+        f"  {result['idle_cpu_client_s']:6.2f} {result['idle_cpu_server_s']:6.2f}{inotify}"
     )
 
 
@@ -116,10 +123,11 @@ def main(quick: bool, baseline_ref: str) -> int:
                     figures[(label, kind, n)] = shown
                     if "starts_per_s" not in shown:
                         figures[(label, kind, -1)] = shown
-    this1, this_top = figures.get(("this", "memo", 1)), figures.get(("this", "memo", sizes[-1]))
-    if this1 and this_top and "latencies_ms" in this1 and "latencies_ms" in this_top:
-        ratio = p50(this_top["latencies_ms"]) / p50(this1["latencies_ms"])
-        print(f"\nmemo notice p50 at N = {sizes[-1]:,} / at N = 1: {ratio:.2f}x (target <= 1.5x)")
+    for kind in ("memo", "files"):
+        this1, this_top = figures.get(("this", kind, 1)), figures.get(("this", kind, sizes[-1]))
+        if this1 and this_top and "latencies_ms" in this1 and "latencies_ms" in this_top:
+            ratio = p50(this_top["latencies_ms"]) / p50(this1["latencies_ms"])
+            print(f"\n{kind} notice p50 at N = {sizes[-1]:,} / at N = 1: {ratio:.2f}x (target <= 1.5x)")
     return 0
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
+from inotify_proc import child_pid, inotify_watches
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated, Subscription
 
@@ -390,49 +391,27 @@ async def test_bad_roots_fail_at_startup(tmp_path: Path) -> None:
         assert not argv or argv[-1] in err, err
 
 
-def _inotify_fds(pid: int) -> int:
-    count = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify":
-                count += 1
-        except OSError:
-            continue
-    return count
-
-
-def _files_server_pid() -> int:
-    me = os.getpid()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if ppid == me and b"asyncai_servers.files" in cmd:
-            return int(entry)
-    raise AssertionError("files server process not found")
-
-
-async def test_listeners_of_one_path_share_one_watcher(tmp_path: Path) -> None:
+async def test_listeners_share_one_inotify_instance_and_one_watch_per_directory(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("a")
     (tmp_path / "b.txt").write_text("b")
+    (tmp_path / "sub").mkdir()
     a, b = f"file://{tmp_path}/a.txt", f"file://{tmp_path}/b.txt"
+    sub = f"dir-events://{tmp_path}/sub"
     async with files_server(tmp_path) as client:
-        pid = _files_server_pid()
-        assert _inotify_fds(pid) == 0  # nothing is watched until someone listens
+        pid = child_pid(b"asyncai_servers.files")
+        assert inotify_watches(pid) == []  # nothing is watched until someone listens
         async with (
             client.listen(resource_subscriptions=[a]),
             client.listen(resource_subscriptions=[a]) as second,
         ):
             await read(client, a)  # the first read waits for the watch to exist
-            assert _inotify_fds(pid) == 1
-            async with client.listen(resource_subscriptions=[b]):
+            assert inotify_watches(pid) == [1]  # one instance, one watch: the directory
+            async with client.listen(resource_subscriptions=[b, sub]):
                 await read(client, b)
-                assert _inotify_fds(pid) == 2
-            # Both listeners of a.txt still get its updates from the one watcher.
+                await read(client, sub)
+                # Still one instance; b.txt shares a.txt's directory watch, sub/ has its own.
+                assert inotify_watches(pid) == [2]
+            # The watch b.txt shared is still there for a.txt: both listeners get its updates.
             (tmp_path / "a.txt").write_text("a2")
             await read_until(client, second, a, lambda t: t == "a2")
 

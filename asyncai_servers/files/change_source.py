@@ -1,17 +1,20 @@
-"""The native change source: inotify, its descriptor waited on by the event loop.
+"""The change source of one watched directory: its watches in the server's one inotify instance.
 
-One :class:`ChangeSource` is one inotify instance (``inotify_simple.INotify``) with a
-watch on a directory, and with ``recursive`` on every directory below it. Its file
-descriptor is waited on with :func:`anyio.wait_readable`, i.e. by the event loop's own
-``epoll``: no thread, no timer, so a source that sees no change costs nothing at all
-(zero wake-ups, measured by ``bench/files.py``). When the descriptor is readable, every
-event queued so far is read at once and becomes one :class:`Batch`; a burst that
-arrives while the server handles a batch is the next one, so bursts group by
-themselves. ``debounce_ms`` can hold a batch open longer (one deadline per burst, on
-the injectable clock; nothing runs while idle).
+A :class:`ChangeSource` holds inotify watches on a directory, and with ``recursive`` on
+every directory below it, in the shared :class:`~asyncai_servers.files.inotify.Inotify`
+instance (sources on the same directory share its watch). The instance's reader hands each
+source the events of its own watches only; the source keeps them until its owner asks for
+the next :class:`Batch`. Everything that arrived so far is one batch; a burst that arrives
+while the owner handles a batch is the next one, so bursts group by themselves.
+``debounce_ms`` can hold a batch open longer (one deadline per burst, on the injectable
+clock; nothing runs while idle). No thread, no timer: a source that sees no change costs
+nothing at all (zero wake-ups, measured by ``bench/files.py``).
 
 The bookkeeping (which watch descriptor is which directory, what an event means) is
-the pure :class:`WatchTable`; :class:`ChangeSource` is the I/O shell around it.
+the pure :class:`WatchTable`; :class:`ChangeSource` is the I/O shell around it. Each source
+has its own table: the kernel names a directory by one descriptor however many sources
+watch it, but each source names it by its own path (a directory moved from one watched
+place to another is the same descriptor under two names).
 
 The server never polls: there is no fallback. If inotify cannot be used the watch fails
 with :class:`InotifyUnavailable`, saying why.
@@ -19,8 +22,6 @@ with :class:`InotifyUnavailable`, saying why.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import errno
 import os
 import stat
@@ -29,7 +30,24 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 import attrs
-import inotify_simple  # type: ignore[import-untyped]  # a 200-line ctypes wrapper without type hints
+
+from asyncai_servers.files.inotify import (
+    IN_CREATE,
+    IN_DELETE_SELF,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_Q_OVERFLOW,
+    IN_UNMOUNT,
+    ChangeSourceError,
+    Event,
+    Inotify,
+    InotifyUnavailable,
+    check_inotify,
+    watch_error,
+)
 
 if TYPE_CHECKING:  # the CLI imports this module before it parses arguments: keep it light
     from asyncai_watch.clock import Clock
@@ -38,56 +56,15 @@ __all__ = [
     "Batch",
     "ChangeSource",
     "ChangeSourceError",
+    "Inotify",
     "InotifyUnavailable",
     "NotifyTiming",
     "WatchTable",
     "check_inotify",
 ]
 
-_INOTIFY_LIMITS = "/proc/sys/fs/inotify"
-
-IN_MODIFY: Final = 0x00000002
-IN_ATTRIB: Final = 0x00000004
-IN_MOVED_FROM: Final = 0x00000040
-IN_MOVED_TO: Final = 0x00000080
-IN_CREATE: Final = 0x00000100
-IN_DELETE: Final = 0x00000200
-IN_DELETE_SELF: Final = 0x00000400
-IN_MOVE_SELF: Final = 0x00000800
-IN_UNMOUNT: Final = 0x00002000
-IN_Q_OVERFLOW: Final = 0x00004000
-IN_IGNORED: Final = 0x00008000
-IN_ONLYDIR: Final = 0x01000000
-IN_DONT_FOLLOW: Final = 0x02000000
-IN_EXCL_UNLINK: Final = 0x04000000
-IN_ISDIR: Final = 0x40000000
-
-WATCH_MASK: Final = (
-    IN_MODIFY  # a write (in place: each write, so a reader can catch a torn file, see content.py)
-    | IN_ATTRIB  # mtime set by touch/utime, permissions
-    | IN_CREATE
-    | IN_DELETE
-    | IN_MOVED_FROM
-    | IN_MOVED_TO
-    | IN_DELETE_SELF
-    | IN_MOVE_SELF
-    | IN_ONLYDIR  # only ever a directory ...
-    | IN_DONT_FOLLOW  # ... and never through a symlink swapped in
-    | IN_EXCL_UNLINK  # no events for files already unlinked but still open
-)
 _SELF_GONE: Final = IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED
 _DIR_ARRIVED: Final = IN_CREATE | IN_MOVED_TO
-
-Event = tuple[int, int, int, str]
-"""``(wd, mask, cookie, name)`` as inotify reports it (``inotify_simple.Event``)."""
-
-
-class InotifyUnavailable(RuntimeError):
-    """inotify cannot be used here; the server refuses to fall back to polling."""
-
-
-class ChangeSourceError(RuntimeError):
-    """Watching a path failed (it vanished, a limit was hit, the watcher broke)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -109,81 +86,6 @@ class Batch:
     paths: frozenset[str]
     gone: bool = False
     overflow: bool = False
-
-
-def _limit(name: str, directory: str = _INOTIFY_LIMITS) -> str:
-    try:
-        with open(os.path.join(directory, name)) as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
-
-
-def _unavailable(code: int) -> InotifyUnavailable:
-    if code == errno.ENOSYS:
-        why = "the kernel has no inotify (ENOSYS)"
-    elif code == errno.EMFILE:
-        why = (
-            "too many inotify instances or open files (EMFILE): "
-            f"fs.inotify.max_user_instances is {_limit('max_user_instances')}"
-        )
-    elif code == errno.ENFILE:
-        why = "the system-wide open-file limit was reached (ENFILE)"
-    else:
-        why = f"inotify_init1 failed: {os.strerror(code)} (errno {code})"
-    return InotifyUnavailable(
-        f"inotify is unavailable: {why}; asyncai-mcp-files needs inotify and never falls back to polling"
-    )
-
-
-def _libc_inotify_init1() -> Callable[[int], int]:
-    libc = ctypes.CDLL(None, use_errno=True)
-    try:
-        fn = libc.inotify_init1
-    except AttributeError as exc:
-        raise InotifyUnavailable(
-            "inotify is unavailable: this C library has no inotify_init1 (Linux only); "
-            "asyncai-mcp-files needs inotify and never falls back to polling"
-        ) from exc
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-
-    def call(flags: int) -> int:
-        result = int(fn(flags))
-        if result < 0:
-            return -ctypes.get_errno()
-        return result
-
-    return call
-
-
-def check_inotify(init1: Callable[[int], int] | None = None) -> None:
-    """Raise :class:`InotifyUnavailable` unless an inotify instance can be created now.
-
-    ``init1`` returns a descriptor or ``-errno`` (injectable for tests of the messages).
-    """
-    call = init1 if init1 is not None else _libc_inotify_init1()
-    fd = call(os.O_CLOEXEC)
-    if fd >= 0:
-        os.close(fd)
-        return
-    raise _unavailable(-fd)
-
-
-def _watch_error(path: str, exc: OSError) -> ChangeSourceError:
-    if exc.errno == errno.ENOENT:
-        return ChangeSourceError(f"cannot watch {path!r}: it does not exist")
-    if exc.errno == errno.EACCES:
-        return ChangeSourceError(f"cannot watch {path!r}: permission denied")
-    if exc.errno == errno.ENOTDIR:
-        return ChangeSourceError(f"cannot watch {path!r}: it is not a directory")
-    if exc.errno == errno.ENOSPC:
-        return ChangeSourceError(
-            f"cannot watch {path!r}: the inotify watch limit was reached "
-            f"(fs.inotify.max_user_watches is {_limit('max_user_watches')}, "
-            f"user.max_inotify_watches of this user namespace is {_limit('max_inotify_watches', '/proc/sys/user')})"
-        )
-    return ChangeSourceError(f"cannot watch {path!r}: {os.strerror(exc.errno or 0)} (errno {exc.errno})")
 
 
 # A directory that vanished or was replaced between being seen and being watched: its
@@ -266,12 +168,8 @@ class WatchTable:
         return out
 
 
-def _add_watch(notify: inotify_simple.INotify, path: str) -> int:
-    return int(notify.add_watch(path, WATCH_MASK))
-
-
 def _walk_and_watch(
-    notify: inotify_simple.INotify, tops: Sequence[str], *, recursive: bool, strict_top: bool
+    add: Callable[[str], int], tops: Sequence[str], *, recursive: bool, strict_top: bool
 ) -> list[tuple[int, str]]:
     """Watch each of ``tops`` and (``recursive``) every directory below, not following symlinks.
 
@@ -286,10 +184,10 @@ def _walk_and_watch(
     while stack:
         path = stack.pop()
         try:
-            added.append((_add_watch(notify, path), path))
+            added.append((add(path), path))
         except OSError as exc:
             if path in first or exc.errno not in _SKIPPABLE:
-                raise _watch_error(path, exc) from exc
+                raise watch_error(path, exc) from exc
             continue
         if not recursive:
             continue
@@ -303,12 +201,12 @@ def _walk_and_watch(
                         continue  # gone meanwhile
         except OSError as exc:
             if exc.errno not in _SKIPPABLE:
-                raise _watch_error(path, exc) from exc
+                raise watch_error(path, exc) from exc
     return added
 
 
 class ChangeSource:
-    """inotify watches on one directory (and, ``recursive``, those below it).
+    """inotify watches on one directory (and, ``recursive``, those below it), in the shared instance.
 
     Use: ``await open()`` (the watches exist when it returns), then
     ``await next_batch()`` until it returns ``None`` (after :meth:`stop`), then
@@ -316,8 +214,15 @@ class ChangeSource:
     """
 
     def __init__(
-        self, path: str, *, recursive: bool, timing: NotifyTiming, clock: Clock | None = None
+        self,
+        inotify: Inotify,
+        path: str,
+        *,
+        recursive: bool,
+        timing: NotifyTiming,
+        clock: Clock | None = None,
     ) -> None:
+        self.inotify = inotify
         self.path = path
         self.recursive = recursive
         self.timing = timing
@@ -327,7 +232,13 @@ class ChangeSource:
             clock = SystemClock()
         self.clock: Clock = clock
         self.table = WatchTable(path, recursive=recursive)
-        self._notify: inotify_simple.INotify | None = None
+        # Events of this source's watches, as the shared reader handed them over: translated by
+        # this source's own task, in order with the walks that add watches (see _watch_more).
+        self._events: list[Event] = []
+        self._error: ChangeSourceError | None = None
+        self._wake = anyio.Event()
+        self._opened = False
+        self._closed = False
         self._stopped = False
         self._scope: anyio.CancelScope | None = None
 
@@ -336,55 +247,64 @@ class ChangeSource:
         """How many directories are watched now."""
         return len(self.table)
 
+    # -- what the shared reader calls (on the event loop) --------------------------------------
+
+    def deliver(self, events: Sequence[Event]) -> None:
+        if self._closed:
+            return
+        self._events.extend(events)
+        self._wake.set()
+
+    def fail(self, error: ChangeSourceError) -> None:
+        if self._closed:
+            return
+        self._error = error
+        self._wake.set()
+
+    # -- the owner's side ------------------------------------------------------------------------
+
     async def open(self) -> None:
+        self.inotify.ensure()  # raises InotifyUnavailable, saying why
+        self._opened = True
         try:
-            notify = inotify_simple.INotify(nonblocking=True)
-        except OSError as exc:
-            raise _unavailable(exc.errno or 0) from exc
-        self._notify = notify
-        try:
-            added = await anyio.to_thread.run_sync(
-                lambda: _walk_and_watch(notify, [self.path], recursive=self.recursive, strict_top=True)
-            )
+            await self._watch_more([self.path], strict_top=True)
         except BaseException:
             self.close()
             raise
-        for wd, path in added:
-            self.table.added(wd, path)
 
-    async def _watch_more(self, tops: Sequence[str]) -> None:
-        notify = self._notify
-        assert notify is not None
+    async def _watch_more(self, tops: Sequence[str], *, strict_top: bool = False) -> None:
+        add = self._add
         added = await anyio.to_thread.run_sync(
-            lambda: _walk_and_watch(notify, tops, recursive=self.recursive, strict_top=False)
+            lambda: _walk_and_watch(add, tops, recursive=self.recursive, strict_top=strict_top)
         )
         for wd, path in added:
             self.table.added(wd, path)
 
-    def _read(self, into: Translation) -> None:
-        notify = self._notify
-        assert notify is not None
-        try:
-            events = notify.read(timeout=0)
-        except OSError as exc:
-            raise ChangeSourceError(f"reading inotify events for {self.path!r} failed: {exc}") from exc
+    def _add(self, path: str) -> int:
+        return self.inotify.add(self, path)
+
+    def _translate(self, into: Translation) -> None:
+        events, self._events = self._events, []
         part = self.table.translate(events)
         into.paths |= part.paths
         into.gone = into.gone or part.gone
         into.overflow = into.overflow or part.overflow
         into.new_dirs += part.new_dirs
-        for wd in part.dropped:
-            with contextlib.suppress(OSError):  # already gone with its directory
-                notify.rm_watch(wd)
+        if part.dropped:
+            self.inotify.release(self, part.dropped)
+
+    async def _next_events(self, batch: Translation) -> None:
+        """Wait until the reader hands over more events (or fails), and translate them."""
+        while not (self._events or self._error):
+            self._wake = anyio.Event()
+            await self._wake.wait()
+        self._translate(batch)
 
     async def _collect(self) -> Translation:
-        notify = self._notify
-        assert notify is not None
         batch = Translation()
-        while not (batch.paths or batch.gone or batch.overflow):
-            await anyio.wait_readable(notify.fileno())
-            self._read(batch)
-        if self.timing.debounce_ms and not batch.gone:
+        while not (batch.paths or batch.gone or batch.overflow or self._error):
+            await self._next_events(batch)
+        if self.timing.debounce_ms and not (batch.gone or self._error):
             deadline = self.clock.now() + self.timing.debounce_ms / 1000
             async with anyio.create_task_group() as tg:
 
@@ -393,15 +313,20 @@ class ChangeSource:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(close_at_deadline)
-                while not batch.gone:
-                    await anyio.wait_readable(notify.fileno())
-                    self._read(batch)
+                while not (batch.gone or self._error):
+                    await self._next_events(batch)
                 tg.cancel_scope.cancel()
+            # What the kernel queued by the deadline belongs to this batch, read or not.
+            self.inotify.drain()
+            if self._events:
+                self._translate(batch)
+        if self._error is not None:
+            raise ChangeSourceError(f"watching {self.path!r}: {self._error}")
         return batch
 
     async def next_batch(self) -> Batch | None:
         """The next batch of changes, or ``None`` once stopped."""
-        if self._notify is None:
+        if not self._opened:
             raise RuntimeError("ChangeSource.next_batch before open()")
         with anyio.CancelScope() as scope:
             self._scope = scope
@@ -426,7 +351,12 @@ class ChangeSource:
             self._scope.cancel()
 
     def close(self) -> None:
+        """Stop, and let go of this source's watches (each leaves the kernel with its last holder).
+
+        Idempotent; it may be called while :meth:`open` is walking: the owner closes it again
+        once ``open`` returns, which lets go of what the walk added meanwhile.
+        """
         self.stop()
-        notify, self._notify = self._notify, None
-        if notify is not None:
-            notify.close()
+        self._closed = True
+        self._events = []
+        self.inotify.release(self)

@@ -4,13 +4,18 @@ Who listens to what: one :class:`~asyncai_watch.server.SubscriptionRegistry`
 holds the subscriptions of both protocol eras (``subscriptions/listen``, and
 ``resources/subscribe`` from 2025-era clients). It tells the server when a URI
 string gains its first listener or loses its last; the first URI of a target
-starts one watcher (one set of inotify watches), the last one leaving stops it.
-A watcher publishes every URI string its listeners used, since subscriptions
-match URIs as exact strings. A URI this server does not serve (or a path it
-refuses) is refused at the subscription, with the same error a read gets.
+joins or starts its watcher, the last one leaving stops it. A ``dir-events``
+target has a watcher of its own (:class:`_DirWatcher`); the watched files of one
+directory share one (:class:`_FileGroup`: one watch of the directory, and a
+change costs a look at the files it names). Every watcher's inotify watches are
+in the server's one inotify instance (:class:`~asyncai_servers.files.inotify.Inotify`),
+where watchers of the same directory share its watch descriptor. A target's
+update goes to every URI string its listeners used, since subscriptions match
+URIs as exact strings. A URI this server does not serve (or a path it refuses)
+is refused at the subscription, with the same error a read gets.
 
-Updates are level-triggered: after one ``ResourceUpdated`` the watcher stays
-quiet until a read of the target starts (see :meth:`_Watcher.publish`).
+Updates are level-triggered: after one ``ResourceUpdated`` a target stays quiet
+until a read of it starts (see :meth:`_FileGroup.publish`).
 
 A listen is acknowledged (a ``resources/subscribe`` answered) only once the
 inotify watches of its targets exist (the registry's ``ready`` hook waits on each
@@ -36,19 +41,14 @@ from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 import mcp_types as types
 from mcp import MCPError, UriTemplate
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
-from asyncai_servers.files.change_source import (
-    Batch,
-    ChangeSource,
-    ChangeSourceError,
-    InotifyUnavailable,
-    NotifyTiming,
-)
+from asyncai_servers.files.change_source import Batch, ChangeSource, NotifyTiming
 from asyncai_servers.files.content import (
     DEFAULT_MAX_BYTES,
     FileMissing,
@@ -58,6 +58,7 @@ from asyncai_servers.files.content import (
     read_state,
 )
 from asyncai_servers.files.dirlog import DirSpec, FileObject, observe, reconcile, scan
+from asyncai_servers.files.inotify import ChangeSourceError, Inotify, InotifyUnavailable
 from asyncai_servers.files.paths import PathRefused, Roots
 from asyncai_watch import EVENTS_MIME_TYPE
 from asyncai_watch.clock import Clock, SystemClock
@@ -174,51 +175,58 @@ def _nearest_directory(path: str) -> tuple[str, DirIdentity | None, str]:
 
 
 class _Watcher:
-    """One target's inotify watches, shared by every listener of that target.
+    """The inotify watch of one directory, and its loss reported in-band and found again.
 
-    The watched directory (a file's parent, or the ``dir-events`` directory) may be
-    deleted or moved away. Its loss is then reported in-band and the watcher waits,
-    watching the nearest existing ancestor, for a directory to appear at that path
-    again; it then watches that one and reports what it holds.
+    The directory (a ``dir-events`` directory, or the directory of one or more watched
+    files) may be deleted or moved away. Its loss is then reported in-band and the watcher
+    waits, watching the nearest existing ancestor, for a directory to appear at that path
+    again; it then watches that one and reports what it holds. What a batch, a loss or a
+    restart means for the watcher's targets is its subclass's business.
     """
 
-    def __init__(self, owner: FilesServer, target: Target) -> None:
+    def __init__(self, owner: FilesServer, path: str, *, recursive: bool) -> None:
         self.owner = owner
-        self.target = target
-        self.uris: Counter[str] = Counter()
+        self.path = path
+        self.recursive = recursive
         self.ready = anyio.Event()
         self.start_error: str | None = None
-        self.existed = False
         self.alive = True
-        self.pending = False  # an update went out and no read has started since
         self._stopping = False
         self._source: ChangeSource | None = None
         self._failures = 0  # consecutive watcher failures with no good batch between them
 
+    # -- what it means for the targets (subclasses) -------------------------------------------
+
+    async def _publish_all(self) -> None:
+        """Signal every target of this watcher (its state may have changed in any way)."""
+        raise NotImplementedError
+
+    async def _on_gone(self) -> None:
+        """The watched directory is missing: say so in-band, once per disappearance."""
+        raise NotImplementedError
+
+    async def _seed(self) -> bool:
+        """Take stock after (re)opening the watches; True when a reader would see something new."""
+        raise NotImplementedError
+
+    async def _on_batch(self, batch: Batch, identity: DirIdentity) -> bool:
+        """Turn a batch into updates; False (and nothing done) when the directory is no longer ``identity``."""
+        raise NotImplementedError
+
+    def _report(self, message: str) -> None:
+        """Note ``message`` in the targets' logs, where they have one."""
+
+    # -- the loop ------------------------------------------------------------------------------
+
     def stop(self) -> None:
         self._stopping = True
         if self._source is not None:
-            self._source.stop()
-
-    async def publish(self) -> None:
-        # Notify once until someone reads: a reader always sees the latest file,
-        # so further changes before that read need no signal of their own. A burst
-        # of writes then costs one update per read the client makes, not per write.
-        if self.pending:
-            return
-        self.pending = True
-        for uri in list(self.uris):
-            await self.owner.subscriptions.publish(uri)
-
-    def _watch_path(self) -> tuple[str, bool]:
-        if isinstance(self.target, FileTarget):
-            # The parent, not the file: an inotify watch on the file itself would
-            # stay on the old inode after a write-then-rename replaced it.
-            return os.path.dirname(self.target.path), False
-        return self.target.spec.path, self.target.spec.recursive
+            self._source.close()  # its watches go now (a shared one stays for its other holders)
 
     async def _open(self, path: str, recursive: bool) -> ChangeSource:
-        source = ChangeSource(path, recursive=recursive, timing=self.owner.timing, clock=self.owner.clock)
+        source = ChangeSource(
+            self.owner.inotify, path, recursive=recursive, timing=self.owner.timing, clock=self.owner.clock
+        )
         self._source = source
         if self._stopping:
             source.stop()
@@ -231,7 +239,7 @@ class _Watcher:
         except OSError as exc:
             # A file system surprise (a permission change mid-scan, say) ends this watch in-band;
             # it must not take the server and every other watch down with it.
-            await self._give_up(f"watching {self._watch_path()[0]} failed: {exc}")
+            await self._give_up(f"watching {self.path} failed: {exc}")
         finally:
             self.alive = False
             self.ready.set()  # a reader waiting for a watcher that ended must not hang
@@ -240,8 +248,8 @@ class _Watcher:
             self.owner._forget(self)
 
     async def _watch(self) -> None:
+        path, recursive = self.path, self.recursive
         while not self._stopping:
-            path, recursive = self._watch_path()
             identity = await _run(_dir_identity, path)
             if identity is None:
                 await self._on_gone()
@@ -262,7 +270,7 @@ class _Watcher:
                 # anything that changed while nobody watched is already in the ring.
                 news = await self._seed()
                 if self.ready.is_set() and news:
-                    await self.publish()  # back after a restart, or the directory is back
+                    await self._publish_all()  # back after a restart, or the directory is back
                 self.ready.set()
                 try:
                     if not await self._serve(source, identity):
@@ -275,7 +283,6 @@ class _Watcher:
 
     async def _serve(self, source: ChangeSource, identity: DirIdentity) -> bool:
         """Handle batches until stopped (False) or the watched directory is gone or replaced (True)."""
-        watched, _recursive = self._watch_path()
         while True:
             batch = await source.next_batch()
             if batch is None:
@@ -286,7 +293,7 @@ class _Watcher:
             # inode number. A moved ancestor reports nothing, but the path then names
             # another directory (or none) while the watches follow the moved inode and
             # name its changes by the old path: one lstat per batch catches that.
-            if batch.gone or not await self._on_batch(batch, watched, identity):
+            if batch.gone or not await self._on_batch(batch, identity):
                 return True
 
     async def _await_directory(self, path: str) -> bool:
@@ -324,12 +331,52 @@ class _Watcher:
                 source.close()
         return False
 
-    async def _on_gone(self) -> None:
-        """The watched directory is missing: say so in-band, once per disappearance."""
-        if isinstance(self.target, FileTarget):
-            if self.ready.is_set():
-                await self.publish()  # the file now reads as an in-band error
+    async def _give_up(self, message: str) -> None:
+        """Watching cannot go on: fail the first read, or tell the listeners in-band."""
+        if not self.ready.is_set():
+            self.start_error = message
+            self._report(message)
             return
+        self._report(f"{message}; watch this URI again once it can be watched")
+        await self._publish_all()
+
+    async def _failed(self, exc: ChangeSourceError) -> bool:
+        """Report a watcher failure; True to restart it, False after too many in a row."""
+        self._failures += 1
+        if self._failures > MAX_RESTARTS:
+            self._report(f"{exc}; gave up after {MAX_RESTARTS} restarts, watch this URI again")
+            await self._publish_all()
+            return False
+        self._report(f"{exc}; restarting the watch (attempt {self._failures} of {MAX_RESTARTS})")
+        await self._publish_all()
+        return True
+
+
+class _DirWatcher(_Watcher):
+    """One ``dir-events`` target's watch, shared by every listener of that target."""
+
+    def __init__(self, owner: FilesServer, target: DirTarget) -> None:
+        super().__init__(owner, target.spec.path, recursive=target.spec.recursive)
+        self.target = target
+        self.uris: Counter[str] = Counter()
+        self.pending = False  # an update went out and no read has started since
+
+    async def publish(self) -> None:
+        # Notify once until someone reads: a reader always sees the latest log, so
+        # further changes before that read need no signal of their own.
+        if self.pending:
+            return
+        self.pending = True
+        for uri in list(self.uris):
+            await self.owner.subscriptions.publish(uri)
+
+    async def _publish_all(self) -> None:
+        await self.publish()
+
+    def _report(self, message: str) -> None:
+        self.owner.dir_state(self.target.spec).ring.error(message)
+
+    async def _on_gone(self) -> None:
         spec = self.target.spec
         state = self.owner.dir_state(spec)
         async with state.lock:
@@ -344,57 +391,16 @@ class _Watcher:
             )
         await self.publish()
 
-    async def _give_up(self, message: str) -> None:
-        """Watching cannot go on: fail the first read, or tell the listeners in-band."""
-        if not self.ready.is_set():
-            self.start_error = message
-            if isinstance(self.target, DirTarget):
-                self.owner.dir_state(self.target.spec).ring.error(message)
-            return
-        self._report(f"{message}; watch this URI again once it can be watched")
-        await self.publish()
-
-    async def _failed(self, exc: ChangeSourceError) -> bool:
-        """Report a watcher failure; True to restart it, False after too many in a row."""
-        self._failures += 1
-        if self._failures > MAX_RESTARTS:
-            self._report(f"{exc}; gave up after {MAX_RESTARTS} restarts, watch this URI again")
-            await self.publish()
-            return False
-        self._report(f"{exc}; restarting the watch (attempt {self._failures} of {MAX_RESTARTS})")
-        await self.publish()
-        return True
-
-    def _report(self, message: str) -> None:
-        if isinstance(self.target, DirTarget):
-            self.owner.dir_state(self.target.spec).ring.error(message)
-
     async def _seed(self) -> bool:
-        """Take stock after (re)opening the watches; True when a reader would see something new."""
-        if isinstance(self.target, FileTarget):
-            self.existed = self.existed or await _run(os.path.lexists, self.target.path)
-            return True  # only matters on a restart: the file may have changed meanwhile
         # Restarted, recreated, read or watched before: the scan reports what changed meanwhile.
         state = self.owner.dir_state(self.target.spec)
         async with state.lock:
             return await state.take_stock(self.target.spec)
 
-    async def _on_batch(self, batch: Batch, watched: str, identity: DirIdentity) -> bool:
-        """Turn a batch into updates; False (and nothing done) when ``watched`` is no longer ``identity``.
-
-        The identity check and the look at the changed paths share one worker-thread
-        call: each thread hop is two wake-ups on the way from a write to its notice.
-        """
-        if isinstance(self.target, FileTarget):
-            path = self.target.path
-            now, exists = await _run(lambda: (_dir_identity(watched), os.path.lexists(path)))
-            if now != identity:
-                return False
-            if path in batch.paths or batch.overflow:
-                self.existed = self.existed or exists
-                await self.publish()
-            return True
-        spec = self.target.spec
+    async def _on_batch(self, batch: Batch, identity: DirIdentity) -> bool:
+        # The identity check and the look at the changed paths share one worker-thread
+        # call: each thread hop is two wake-ups on the way from a write to its notice.
+        spec, watched = self.target.spec, self.path
         state = self.owner.dir_state(spec)
         async with state.lock:
             if batch.overflow:
@@ -415,6 +421,122 @@ class _Watcher:
                 news = bool(events)
         if news:
             await self.publish()
+        return True
+
+
+@attrs.define(eq=False)
+class _FileMember:
+    """One watched file of a :class:`_FileGroup`, with the URI strings its listeners used."""
+
+    path: str
+    uris: Counter[str] = attrs.field(factory=Counter)
+    pending: bool = False  # an update went out and no read has started since
+    existed: bool = False  # it existed at some point while watched (its deletion is then in-band)
+
+
+class _FileGroup(_Watcher):
+    """The watched files of one directory, under one watch of that directory.
+
+    The directory, not each file: an inotify watch on a file would stay on the old inode
+    after a write-then-rename replaced it. However many files of the directory are watched,
+    it is one watch, one task and one identity check per batch, and a batch costs a look
+    at the files it names only.
+    """
+
+    def __init__(self, owner: FilesServer, directory: str) -> None:
+        super().__init__(owner, directory, recursive=False)
+        self.members: dict[str, _FileMember] = {}
+        self._unknown: set[_FileMember] = set()  # joined since the last look at whether they exist
+        self._admitting: anyio.Event | None = None  # a look at joiners is under way
+
+    def join(self, path: str, uri: str) -> _FileMember:
+        member = self.members.get(path)
+        if member is None:
+            member = self.members[path] = _FileMember(path)
+            self._unknown.add(member)
+        member.uris[uri] += 1
+        return member
+
+    def adopt(self, ended: _FileGroup) -> None:
+        """Take over the members of a group whose watch ended (it gave up): this one watches them anew."""
+        for path, member in ended.members.items():
+            self.members.setdefault(path, member)
+            self._unknown.add(self.members[path])
+
+    def leave(self, path: str, uri: str) -> bool:
+        """``uri`` has no listener left; True when the group has no member left."""
+        member = self.members.get(path)
+        if member is not None:
+            member.uris[uri] -= 1
+            if member.uris[uri] <= 0:
+                del member.uris[uri]
+            if not member.uris:
+                del self.members[path]
+                self._unknown.discard(member)
+        return not self.members
+
+    async def publish(self, member: _FileMember) -> None:
+        # Notify once until someone reads: a reader always sees the latest file,
+        # so further changes before that read need no signal of their own. A burst
+        # of writes then costs one update per read the client makes, not per write.
+        if member.pending:
+            return
+        member.pending = True
+        for uri in list(member.uris):
+            await self.owner.subscriptions.publish(uri)
+
+    async def _publish_all(self) -> None:
+        for member in list(self.members.values()):
+            await self.publish(member)
+
+    async def _look(self, members: list[_FileMember]) -> None:
+        found = await _run(lambda: [os.path.lexists(m.path) for m in members])
+        for member, exists in zip(members, found, strict=True):
+            member.existed = member.existed or exists
+
+    async def admit(self) -> None:
+        """Look whether the files that joined since the last look exist (once the watch is up).
+
+        Returns once every member has been looked at, also by a look another caller started.
+        """
+        while self._unknown or self._admitting is not None:
+            if self._admitting is not None:
+                await self._admitting.wait()
+                continue
+            members = list(self._unknown)
+            self._unknown.clear()
+            self._admitting = done = anyio.Event()
+            try:
+                await self._look(members)
+            except BaseException:
+                self._unknown.update(members)  # cancelled (a ready timeout): the next caller looks
+                raise
+            finally:
+                self._admitting = None
+                done.set()
+
+    async def _on_gone(self) -> None:
+        if self.ready.is_set():
+            await self._publish_all()  # the files now read as an in-band error
+
+    async def _seed(self) -> bool:
+        members = list(self.members.values())
+        self._unknown.difference_update(members)
+        await self._look(members)
+        return True  # only matters on a restart: the files may have changed meanwhile
+
+    async def _on_batch(self, batch: Batch, identity: DirIdentity) -> bool:
+        if batch.overflow:
+            named = list(self.members.values())
+        else:
+            named = [m for path in batch.paths if (m := self.members.get(path)) is not None]
+        watched = self.path
+        now, found = await _run(lambda: (_dir_identity(watched), [os.path.lexists(m.path) for m in named]))
+        if now != identity:
+            return False
+        for member, exists in zip(named, found, strict=True):
+            member.existed = member.existed or exists
+            await self.publish(member)
         return True
 
 
@@ -442,8 +564,11 @@ class FilesServer:
             ready=self._on_ready,
             max_uris=max_uris,
         )
+        # The one inotify instance every watch puts its watches in (made at the first watch).
+        self.inotify = Inotify()
         self._targets: dict[str, Target] = {}  # each subscribed URI string's target
-        self._watchers: dict[Target, _Watcher] = {}
+        self._dir_watchers: dict[DirTarget, _DirWatcher] = {}
+        self._file_groups: dict[str, _FileGroup] = {}  # by directory
         self._dir_states: dict[DirSpec, DirState] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self.server: Server[Any] = Server(
@@ -467,14 +592,14 @@ class FilesServer:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[FilesServer]:
-        async with anyio.create_task_group() as tg:
+        async with self.inotify.running(), anyio.create_task_group() as tg:
             self._tg = tg
             try:
                 yield self
             finally:
-                # Stop, don't cancel: each watcher's wait ends and its task closes its
-                # inotify instance on the way out.
-                for watcher in list(self._watchers.values()):
+                # Stop, don't cancel: each watcher's wait ends and its task lets go of its
+                # inotify watches on the way out (then the instance closes).
+                for watcher in [*self._dir_watchers.values(), *self._file_groups.values()]:
                     watcher.stop()
                 self._tg = None
 
@@ -489,8 +614,20 @@ class FilesServer:
         return state
 
     def _forget(self, watcher: _Watcher) -> None:
-        if self._watchers.get(watcher.target) is watcher and not watcher.uris:
-            del self._watchers[watcher.target]
+        if isinstance(watcher, _DirWatcher):
+            if self._dir_watchers.get(watcher.target) is watcher and not watcher.uris:
+                del self._dir_watchers[watcher.target]
+        elif (
+            isinstance(watcher, _FileGroup)
+            and self._file_groups.get(watcher.path) is watcher
+            and not watcher.members
+        ):
+            del self._file_groups[watcher.path]
+
+    def _file_member(self, target: FileTarget) -> tuple[_FileGroup, _FileMember] | None:
+        group = self._file_groups.get(os.path.dirname(target.path))
+        member = group.members.get(target.path) if group is not None else None
+        return None if group is None or member is None else (group, member)
 
     # -- URIs --------------------------------------------------------------
 
@@ -520,18 +657,35 @@ class FilesServer:
 
     # -- listeners ---------------------------------------------------------
 
-    def _acquire(self, target: Target, uri: str) -> _Watcher:
-        watcher = self._watchers.get(target)
+    def _acquire(self, target: Target, uri: str) -> None:
+        if self._tg is None:
+            raise RuntimeError("FilesServer.running() is not active")
+        if isinstance(target, FileTarget):
+            directory = os.path.dirname(target.path)
+            group = self._file_groups.get(directory)
+            if group is None or not group.alive:
+                fresh = self._file_groups[directory] = _FileGroup(self, directory)
+                if group is not None:
+                    fresh.adopt(group)
+                group = fresh
+                self._tg.start_soon(group.run)
+            group.join(target.path, uri)
+            return
+        watcher = self._dir_watchers.get(target)
         if watcher is None or not watcher.alive:
-            if self._tg is None:
-                raise RuntimeError("FilesServer.running() is not active")
-            watcher = self._watchers[target] = _Watcher(self, target)
+            watcher = self._dir_watchers[target] = _DirWatcher(self, target)
             self._tg.start_soon(watcher.run)
         watcher.uris[uri] += 1
-        return watcher
 
     def _release(self, target: Target, uri: str) -> None:
-        watcher = self._watchers.get(target)
+        if isinstance(target, FileTarget):
+            directory = os.path.dirname(target.path)
+            group = self._file_groups.get(directory)
+            if group is not None and group.leave(target.path, uri):
+                group.stop()
+                del self._file_groups[directory]
+            return
+        watcher = self._dir_watchers.get(target)
         if watcher is None:
             return
         watcher.uris[uri] -= 1
@@ -539,7 +693,7 @@ class FilesServer:
             del watcher.uris[uri]
         if not watcher.uris:
             watcher.stop()
-            del self._watchers[target]
+            del self._dir_watchers[target]
 
     def _refusal(self, uri: str) -> str | None:
         try:
@@ -565,15 +719,31 @@ class FilesServer:
         So wait for the inotify watches first, on an event. A watcher that cannot start does
         not hold the ack up; the read that follows says why.
         """
-        watchers = {w for uri in uris if (t := self._targets.get(uri)) and (w := self._watchers.get(t))}
+        dirs: set[_DirWatcher] = set()
+        files: dict[_FileGroup, list[_FileMember]] = {}
+        for i, uri in enumerate(uris):
+            if i % 4096 == 4095:
+                await anyio.lowlevel.checkpoint()  # a 100,000-URI listen must not hold the loop throughout
+            target = self._targets.get(uri)
+            if isinstance(target, FileTarget):
+                if (found := self._file_member(target)) is not None:
+                    files.setdefault(found[0], []).append(found[1])
+            elif target is not None and (watcher := self._dir_watchers.get(target)) is not None:
+                dirs.add(watcher)
         with anyio.move_on_after(READY_TIMEOUT):
-            for watcher in watchers:
-                await watcher.ready.wait()
-        for watcher in watchers:
-            # This listener had no update yet: the next change must signal it, even if an
-            # earlier one is still unread by another listener. The registry subscribed it
-            # before this hook ran, so nothing can be published in between.
+            for each in [*dirs, *files]:
+                await each.ready.wait()
+            for group in files:
+                if group.alive:
+                    await group.admit()  # whether each file exists now: its deletion is then in-band
+        # This listener had no update yet: the next change must signal it, even if an
+        # earlier one is still unread by another listener. The registry subscribed it
+        # before this hook ran, so nothing can be published in between.
+        for watcher in dirs:
             watcher.pending = False
+        for members in files.values():
+            for member in members:
+                member.pending = False
 
     # -- handlers ----------------------------------------------------------
 
@@ -652,7 +822,7 @@ class FilesServer:
         if scope.cancelled_caught:
             raise MCPError(
                 types.INTERNAL_ERROR,
-                f"the inotify watches for {watcher._watch_path()[0]} took over {READY_TIMEOUT:.0f} s to set up",
+                f"the inotify watches for {watcher.path} took over {READY_TIMEOUT:.0f} s to set up",
             )
         if watcher.start_error is not None:
             raise MCPError(types.INVALID_PARAMS, watcher.start_error)
@@ -675,16 +845,19 @@ class FilesServer:
         )
 
     async def _read_file(self, target: FileTarget, uri: str) -> FileState:
-        watcher = self._watchers.get(target)
-        await self._wait_ready(watcher)
-        if watcher is not None:
-            watcher.pending = False  # before the read: a change from now on is signalled again
+        found = self._file_member(target)
+        member: _FileMember | None = None
+        if found is not None:
+            group, member = found
+            await self._wait_ready(group)
+            await group.admit()
+            member.pending = False  # before the read: a change from now on is signalled again
         try:
             return await anyio.to_thread.run_sync(
                 lambda: read_state(target.path, self.roots, shown=target.path, max_bytes=self.max_bytes)
             )
         except FileMissing as exc:
-            if watcher is not None and watcher.existed:
+            if member is not None and member.existed:
                 # Deleted while watched: in-band, so the watch lives on and sees it come back.
                 parent = os.path.dirname(target.path)
                 if await _run(os.path.isdir, parent):
@@ -698,7 +871,7 @@ class FilesServer:
 
     async def _read_dir(self, target: DirTarget, uri: str) -> str:
         spec = target.spec
-        watcher = self._watchers.get(target)
+        watcher = self._dir_watchers.get(target)
         await self._wait_ready(watcher)
         if watcher is not None:
             watcher.pending = False

@@ -47,6 +47,8 @@ BENCHES: dict[str, list[str]] = {
     "fanout": ["bench/fanout.py", "--quick"],
     "core": ["bench/core.py", "--quick", "--ours-only"],  # baselines would drown our paths
     "large_body": ["bench/large_body.py", "--quick"],
+    # 1,000 watch_starts 256 at a time on one memo server over stdio: where a start's time goes
+    "scale": ["bench/_scale_client.py", "memo", "1000", "10", "burst"],
 }
 
 # First path component of a frame's file (as py-spy prints it: relative to site-packages, or

@@ -658,3 +658,28 @@ async def test_the_bridge_pushes_a_table_change(db: Db, tmp_path: Path) -> None:
         db.run("UPDATE items SET status = 'failed' WHERE id = 2")
         push = await channel.next_for("failed")
     assert push.content == "ADDED 2"
+
+
+async def test_a_pydantic_ai_agent_hears_a_table_change(db: Db, tmp_path: Path) -> None:
+    """A framework agent (PydanticAI, offline with its FunctionModel) starts a watch on a table's
+    change log through its watch tools; a commit in another connection becomes its next turn."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+    from test_integration_pydantic_ai import Model
+
+    from asyncai_watch.integrations.pydantic_ai import watch_runner, watch_toolset
+    from tests.integration_memo import Brain, Published, ask_call
+
+    brain, published = Brain(), Published()
+    async with manager(server_argv(write_config(tmp_path), db.dsn)) as m:
+        agent = Agent(FunctionModel(Model(brain).respond), toolsets=[watch_toolset(m)])
+        async with watch_runner(agent, m, publish=published) as runner:
+            with anyio.fail_after(WAIT):
+                started = await runner.ask(ask_call("watch_start", name="changes", uri=EVENTS))
+                assert (
+                    started.reply == f'tool said: {{"name":"changes","uri":"{EVENTS}","shape":"event-log"}}'
+                )
+                await db.psql("UPDATE items SET status = 'failed' WHERE id = 2")
+                await runner.wait(lambda s: s.runs_completed == 2)
+    assert published.texts[1] == "seen: MODIFIED 2 (status: open→failed)"
+    assert runner.runs[1].prompt.startswith(f'<watch-event name="changes" uri="{EVENTS}">\n')

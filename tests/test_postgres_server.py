@@ -308,7 +308,13 @@ async def test_concurrent_writers_never_step_a_row_back(db: Db, tmp_path: Path) 
                 for _ in range(25):
                     await w.execute("UPDATE items SET n = n + 1 WHERE id = 1")
                 for _ in range(5):
-                    await w.execute("UPDATE items SET n = n + 1 WHERE id BETWEEN 100 AND 149")
+                    # Rows locked in id order: a plain multi-row UPDATE locks them in the scan's
+                    # physical order, which moves as rows are rewritten, and two such writers
+                    # can deadlock each other (PostgreSQL then aborts one).
+                    await w.execute(
+                        "UPDATE items SET n = n + 1 WHERE id IN"
+                        " (SELECT id FROM items WHERE id BETWEEN 100 AND 149 ORDER BY id FOR UPDATE)"
+                    )
 
         async with anyio.create_task_group() as tg:
             for _ in range(4):

@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.feed import (
+    MERGE_WIDTH,
     Begin,
     CloseListen,
     Deliver,
@@ -114,28 +115,33 @@ def settle(feed: Feed[str], pending: list[Any]) -> int:
     return sent
 
 
-def test_sequential_watches_are_merged_like_a_binary_counter_so_listens_stay_few() -> None:
+def test_sequential_watches_are_merged_a_few_at_a_time_so_listens_stay_few() -> None:
     feed: Feed[str] = Feed()
     sent = 0
     for i in range(1000):
         sent += settle(feed, feed.watch(f"u{i}", f"w{i}", 0.0))
-    assert feed.listens <= math.log2(1000) + 1
+    classes = math.log(1000, MERGE_WIDTH) + 1
+    assert feed.listens <= (MERGE_WIDTH - 1) * classes  # 15 at 1,000 URIs
     assert all(feed.covered(f"u{i}") for i in range(1000))
-    assert sent <= 1000 * (math.log2(1000) + 2)  # each URI re-sent about log2(N) times, not N
+    assert sent <= 1000 * (classes + 1)  # each URI re-sent about log(N) times, not N
 
 
 def test_a_replacement_listen_is_acknowledged_before_the_listens_it_replaces_close() -> None:
     feed: Feed[str] = Feed()
-    started(feed, "a", "w1")
-    actions = feed.watch("b", "w2", 0.0)
-    [listen_b] = opened(actions)
-    actions = acked(feed, listen_b.id, None, 0.0)
-    [merged] = opened(actions)
-    assert merged.uris == {"a", "b"}
+    uris = [f"u{i}" for i in range(MERGE_WIDTH)]
+    for i, uri in enumerate(uris[:-1]):  # one listen each: too few of a size to merge
+        started(feed, uri, f"w{i}")
+    assert feed.listens == MERGE_WIDTH - 1
+    actions = feed.watch(uris[-1], "last", 0.0)
+    [last] = opened(actions)
+    actions = acked(feed, last.id, None, 0.0)
+    [merged] = opened(actions)  # MERGE_WIDTH listens of one size: one replaces them all
+    assert merged.uris == set(uris)
     assert not any(isinstance(a, CloseListen) for a in actions)  # nothing closes before the ack
-    assert acked(feed, merged.id, None, 0.0)[:2] == [CloseListen(1), CloseListen(listen_b.id)]
-    assert feed.covered("a")
-    assert feed.covered("b")
+    closed = acked(feed, merged.id, None, 0.0)[:MERGE_WIDTH]
+    assert sorted(a.id for a in closed if isinstance(a, CloseListen)) == [*range(1, MERGE_WIDTH), last.id]
+    assert all(feed.covered(uri) for uri in uris)
+    assert feed.listens == 1
 
 
 def test_a_second_watcher_of_a_read_uri_begins_at_once_on_its_current_state() -> None:
@@ -193,13 +199,15 @@ def test_the_last_watcher_leaving_forgets_the_uri_and_closes_its_emptied_listen(
 
 def test_a_listen_mostly_unwatched_is_replaced_by_one_of_the_rest() -> None:
     feed: Feed[str] = Feed()
-    for i in range(8):
+    n = MERGE_WIDTH**2
+    for i in range(n):
         settle(feed, feed.watch(f"u{i}", f"w{i}", 0.0))
-    assert feed.listens == 1  # 1 + 1 -> 2, 2 + 2 -> 4, 4 + 4 -> 8
-    for i in range(5):
+    assert feed.listens == 1  # four of 1 -> one of 4, four of 4 -> one of 16
+    gone = n // 2 + 1
+    for i in range(gone):
         actions = feed.unwatch(f"u{i}", f"w{i}", 0.0)
     [shrunk] = opened(actions)
-    assert shrunk.uris == {"u5", "u6", "u7"}
+    assert shrunk.uris == {f"u{i}" for i in range(gone, n)}
 
 
 def test_a_lost_listen_resubscribes_after_1_2_4_8_16_s_then_gives_up() -> None:
@@ -567,7 +575,9 @@ class FeedMachine(RuleBasedStateMachine):
         # Joiners either began or failed; nobody waits forever.
         assert set(self.where) == self.begun
         if self.feed.mode == "listen":
-            assert len(self.listens) <= 2 * max(1, math.ceil(math.log2(len(URIS) + 1))) + 1
+            # Up to MERGE_WIDTH - 1 per size class, plus a new listen and a replacement in flight.
+            classes = math.floor(math.log(len(URIS), MERGE_WIDTH)) + 1
+            assert len(self.listens) <= (MERGE_WIDTH - 1) * classes + 2
 
 
 TestFeedMachine = FeedMachine.TestCase

@@ -43,6 +43,7 @@ __all__ = [
     "encode_message",
     "error_line",
     "is_blank",
+    "next_message",
     "read_message",
 ]
 
@@ -110,6 +111,18 @@ class MessageError(ValueError):
         self.code = code
         self.message = message
         self.request_id = request_id
+
+
+async def next_message(lines: LineReader) -> SessionMessage | MessageError | None:
+    """The next non-blank line's message (or what is wrong with it); ``None`` once the stream
+    has ended. Both stdio ends, client and server, read through this."""
+    while True:
+        try:
+            line = await lines.receive()
+        except anyio.EndOfStream:
+            return None
+        if not is_blank(line):
+            return await read_message(line)
 
 
 async def read_message(line: bytes | bytearray) -> SessionMessage | MessageError:

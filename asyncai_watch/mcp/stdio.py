@@ -42,7 +42,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from asyncai_watch.mcp._lines import LineReader, MessageError, encode_message, is_blank, read_message
+from asyncai_watch.mcp._lines import LineReader, MessageError, encode_message, next_message
 
 __all__ = ["EXIT_GRACE", "StdioTransport"]
 
@@ -162,14 +162,7 @@ class _Connection:
         try:
             async with self.read_send:
                 try:
-                    while True:
-                        try:
-                            line = await lines.receive()
-                        except anyio.EndOfStream:
-                            return
-                        if is_blank(line):
-                            continue
-                        item = await read_message(line)
+                    while (item := await next_message(lines)) is not None:
                         if isinstance(item, MessageError):
                             _log.warning("MCP server sent a line that is not a JSON-RPC message: %s", item)
                         try:

@@ -60,8 +60,7 @@ from asyncai_watch.mcp._lines import (
     MessageError,
     encode_message,
     error_line,
-    is_blank,
-    read_message,
+    next_message,
 )
 from asyncai_watch.signals import on_sigterm
 
@@ -251,14 +250,7 @@ async def _read(
 ) -> None:
     """stdin -> the session, one message per line in order; a bad line is answered here."""
     async with read_send:
-        while True:
-            try:
-                line = await lines.receive()
-            except anyio.EndOfStream:
-                return
-            if is_blank(line):
-                continue
-            message = await read_message(line)
+        while (message := await next_message(lines)) is not None:
             if isinstance(message, MessageError):
                 _log.debug("answered a line that is no JSON-RPC message with %d: %s", message.code, message)
                 await writer.write(error_line(message))

@@ -229,7 +229,8 @@ async def test_serve_exit_stops_an_upstream_that_never_reads_its_stdin(tmp_path:
     hang = [
         sys.executable,
         "-c",
-        "import os, sys, time; print('hang pid', os.getpid(), file=sys.stderr); time.sleep(3600)",
+        # Blocks until a signal ends it, never reading stdin: an upstream that hangs for good.
+        "import os, signal, sys; print('hang pid', os.getpid(), file=sys.stderr); signal.pause()",
     ]
     log = tmp_path / "serve.log"
     argv = [

@@ -28,6 +28,9 @@ import anyio.abc
 
 from asyncai_watch import Limits, McpResourceSource, WatchManager
 
+sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
+from procfs import child_pid, inotify_watches
+
 IDLE_SECONDS = 10.0
 HERE = Path(__file__).resolve().parent
 
@@ -42,35 +45,6 @@ def rss_kib(pid: int) -> int:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def inotify_watches(pid: int) -> list[int]:
-    """One entry per inotify instance ``pid`` holds: the watches in it (``/proc/PID/fdinfo``)."""
-    found: list[int] = []
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            if os.readlink(fd) == "anon_inode:inotify":
-                info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
-                found.append(sum(line.startswith("inotify wd:") for line in info.splitlines()))
-        except OSError:
-            continue
-    return found
-
-
-def child_pid(command_word: str) -> int:
-    """The pid of this process's child whose command line holds ``command_word`` (the server)."""
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == me and command_word in cmdline:
-            return int(entry.name)
-    raise RuntimeError(f"no child process running {command_word}")
 
 
 def listens(m: WatchManager) -> int | None:

@@ -43,8 +43,10 @@ from mcp_types import SubscriptionFilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _memo import pct, row
+from procfs import child_pid
 
 from asyncai_watch.server import SubscriptionRegistry
 
@@ -57,20 +59,6 @@ def rss_kib(pid: int) -> int:
     match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
     assert match is not None
     return int(match.group(1))
-
-
-def child_pid(marker: str) -> int:
-    """The pid of this process's child whose command line contains ``marker``."""
-    me = os.getpid()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == me and marker.encode() in cmdline:
-            return int(entry)
-    raise RuntimeError(f"no child process running {marker}")
 
 
 @asynccontextmanager

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from inotify_proc import child_pid, inotify_watches
 from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated
+from procfs import child_pid, inotify_watches
 
 from asyncai_watch import Limits, McpResourceSource, WatchManager
 
@@ -42,7 +42,7 @@ async def test_one_listen_of_5000_files_takes_one_instance_and_one_watch(tmp_pat
         command=sys.executable, args=["-m", "asyncai_servers.files", str(tmp_path)]
     )
     async with Client(params) as client:
-        pid = child_pid(b"asyncai_servers.files")
+        pid = child_pid("asyncai_servers.files")
         assert inotify_watches(pid) == []
         with anyio.fail_after(WAIT):
             async with client.listen(resource_subscriptions=uris) as sub:
@@ -65,7 +65,7 @@ async def test_5000_watches_through_the_watch_manager_take_one_instance(tmp_path
         McpResourceSource.stdio(argv, name="files") as source,
         WatchManager([source], limits=limits) as m,
     ):
-        pid = child_pid(b"asyncai_servers.files")
+        pid = child_pid("asyncai_servers.files")
         with anyio.fail_after(WAIT * 2):
             async with anyio.create_task_group() as tg:  # started at once, as a restore does
                 for i, uri in enumerate(uris):

@@ -20,9 +20,9 @@ from typing import Any
 
 import anyio
 import pytest
-from inotify_proc import child_pid, inotify_watches
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated, Subscription
+from procfs import child_pid, inotify_watches
 
 from asyncai_servers.files.__main__ import main as files_main
 from asyncai_watch.core.eventlog import Sequencer
@@ -398,7 +398,7 @@ async def test_listeners_share_one_inotify_instance_and_one_watch_per_directory(
     a, b = f"file://{tmp_path}/a.txt", f"file://{tmp_path}/b.txt"
     sub = f"dir-events://{tmp_path}/sub"
     async with files_server(tmp_path) as client:
-        pid = child_pid(b"asyncai_servers.files")
+        pid = child_pid("asyncai_servers.files")
         assert inotify_watches(pid) == []  # nothing is watched until someone listens
         async with (
             client.listen(resource_subscriptions=[a]),

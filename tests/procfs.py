@@ -1,4 +1,5 @@
-"""What a process holds of inotify, read from /proc: its instances and the watches in each."""
+"""What /proc says of a child process: its pid, and the inotify instances it holds (the tests
+and the benches read these the same way)."""
 
 from __future__ import annotations
 
@@ -23,17 +24,17 @@ def inotify_watches(pid: int) -> list[int]:
     return found
 
 
-def child_pid(word: bytes) -> int:
+def child_pid(word: str) -> int:
     """The pid of this process's child whose command line holds ``word``."""
-    me = os.getpid()
+    me, wanted = os.getpid(), word.encode()
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 cmd = f.read()
-        except OSError:
-            continue
-        if ppid == me and word in cmd:
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not a process entry we can read
+        if ppid == me and wanted in cmd:
             return int(entry)
-    raise AssertionError(f"no child process running {word!r}")
+    raise RuntimeError(f"no child process running {word!r}")

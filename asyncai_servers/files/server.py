@@ -37,7 +37,7 @@ import stat
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -352,6 +352,24 @@ class _Watcher:
         return True
 
 
+class _Signalled(Protocol):
+    """A target's listeners: the URI strings they used, and whether an update is unread."""
+
+    uris: Counter[str]
+    pending: bool  # an update went out and no read has started since
+
+
+async def _signal_once(target: _Signalled, subscriptions: SubscriptionRegistry) -> None:
+    """Notify ``target``'s listeners, once until someone reads: a reader always sees the latest
+    file or log, so further changes before that read need no signal of their own. A burst of
+    writes then costs one update per read the client makes, not per write."""
+    if target.pending:
+        return
+    target.pending = True
+    for uri in list(target.uris):
+        await subscriptions.publish(uri)
+
+
 class _DirWatcher(_Watcher):
     """One ``dir-events`` target's watch, shared by every listener of that target."""
 
@@ -362,13 +380,7 @@ class _DirWatcher(_Watcher):
         self.pending = False  # an update went out and no read has started since
 
     async def publish(self) -> None:
-        # Notify once until someone reads: a reader always sees the latest log, so
-        # further changes before that read need no signal of their own.
-        if self.pending:
-            return
-        self.pending = True
-        for uri in list(self.uris):
-            await self.owner.subscriptions.publish(uri)
+        await _signal_once(self, self.owner.subscriptions)
 
     async def _publish_all(self) -> None:
         await self.publish()
@@ -476,14 +488,7 @@ class _FileGroup(_Watcher):
         return not self.members
 
     async def publish(self, member: _FileMember) -> None:
-        # Notify once until someone reads: a reader always sees the latest file,
-        # so further changes before that read need no signal of their own. A burst
-        # of writes then costs one update per read the client makes, not per write.
-        if member.pending:
-            return
-        member.pending = True
-        for uri in list(member.uris):
-            await self.owner.subscriptions.publish(uri)
+        await _signal_once(member, self.owner.subscriptions)
 
     async def _publish_all(self) -> None:
         for member in list(self.members.values()):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import codecs
 import fcntl
-import importlib.util
 import itertools
 import json
 import os
@@ -39,6 +38,7 @@ import anyio
 import anyio.abc
 import attrs
 import h11
+from script_module import load_script
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 WAIT: Final = 60.0
@@ -49,14 +49,7 @@ API_KEY: Final = "sk-ant-api03-test-only-not-a-key-0123456789abcdefghij"
 
 def claude_binary() -> Path:
     """The pinned Claude Code binary (installed from npm into ``.tools/`` if it is not there)."""
-    spec = importlib.util.spec_from_file_location(
-        "fetch_claude_code", ROOT / "scripts" / "fetch_claude_code.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    binary: Path = module.fetch()
+    binary: Path = load_script("scripts/fetch_claude_code.py", "fetch_claude_code").fetch()
     return binary
 
 

@@ -9,7 +9,6 @@ and keeps the checks; :func:`judge` decides one scenario against its expectation
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -27,6 +26,7 @@ import attrs
 import pytest
 from bearer_proxy import BearerProxy
 from http_servers import reference_server
+from script_module import load_script
 
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.server.http import serve_http
@@ -42,15 +42,7 @@ Checks = list[dict[str, Any]]
 
 
 def _load_fetcher() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "fetch_conformance", ROOT / "scripts" / "fetch_conformance.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fetch_conformance", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/fetch_conformance.py", "fetch_conformance")
 
 
 def fetch_suite() -> Any:

@@ -7,22 +7,16 @@ turns the skip into a failure.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
-
-_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "fetch_kubectl.py"
+from script_module import load_script
 
 
 @pytest.fixture(scope="session")
 def real_kubectl() -> str:
-    spec = importlib.util.spec_from_file_location("fetch_kubectl", _SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scripts/fetch_kubectl.py", "fetch_kubectl")
     try:
         path: Path = module.fetch()
     except Exception as exc:

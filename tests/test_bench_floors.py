@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_module import load_script
 
 pytestmark = pytest.mark.timeout(30)
 
 
 @pytest.fixture(scope="module")
 def floors() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "bench" / "floors.py"
-    spec = importlib.util.spec_from_file_location("bench_floors", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_floors"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/floors.py", "bench_floors")
 
 
 # py-spy --subprocesses: the process py-spy started has no command line; a child's frames come

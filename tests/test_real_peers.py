@@ -30,12 +30,10 @@ skip into a failure.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
 import signal
-import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,6 +42,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+from script_module import load_script
 from test_cli import Lines, cli, run_cli, stderr_of
 from test_memo_server import MEMO, memo_http_server
 
@@ -65,15 +64,7 @@ pytestmark = [pytest.mark.peers, pytest.mark.timeout(300)]
 
 
 def _load_fetcher() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "fetch_conformance", ROOT / "scripts" / "fetch_conformance.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fetch_conformance", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/fetch_conformance.py", "fetch_conformance")
 
 
 @pytest.fixture(scope="module")

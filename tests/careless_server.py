@@ -18,9 +18,9 @@ Run: ``python tests/careless_server.py``.
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
+
+from jsonrpc_lines import RpcError, serve
 
 VERSION = "2026-07-28"
 CACHE = {"ttlMs": 0, "cacheScope": "private"}
@@ -44,7 +44,7 @@ def _call_tool(name: object) -> dict[str, Any]:
         return {"resultType": "complete", "content": text, "structuredContent": {"count": "many"}}
     if name == "broken":
         return {"resultType": "complete", "content": [{"type": "text"}]}
-    raise _RpcError(-32602, f"careless: unknown tool {name!r}")
+    raise RpcError(-32602, f"careless: unknown tool {name!r}")
 
 
 def _handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -63,37 +63,11 @@ def _handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
     if method == "resources/read":
         uri = params.get("uri")
         return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": "hello"}]}
-    raise _RpcError(-32601, f"Method not found: {method}")
-
-
-class _RpcError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    raise RpcError(-32601, f"Method not found: {method}")
 
 
 def main() -> None:
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        message = json.loads(line)
-        method = message.get("method")
-        if method is None or "id" not in message:
-            continue  # a response or a notification
-        try:
-            result = _handle(method, message.get("params") or {})
-        except _RpcError as err:
-            _send(
-                {"jsonrpc": "2.0", "id": message["id"], "error": {"code": err.code, "message": err.message}}
-            )
-        else:
-            _send({"jsonrpc": "2.0", "id": message["id"], "result": result})
+    serve(_handle)
 
 
 if __name__ == "__main__":

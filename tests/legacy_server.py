@@ -26,6 +26,8 @@ import json
 import sys
 from typing import Any
 
+from jsonrpc_lines import RpcError, send, serve
+
 PROTOCOL_VERSION = "2025-11-25"
 STATE_URI = "legacy://state"
 TEXT_BLOB_URI = "legacy://blob/text"
@@ -77,7 +79,7 @@ def _call_tool(params: dict[str, Any]) -> dict[str, Any]:
         _state[key] = args.get("value")
         for uri in (STATE_URI, f"legacy://items/{key}"):
             if uri in _subscribed:
-                _send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
+                send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
         return _text("ok")
     if name == "legacy_methods":
         return _text(json.dumps(_methods))
@@ -108,7 +110,7 @@ def _handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
             return {
                 "resources": [{"uri": u, "name": u.rsplit("/", 1)[-1]} for u in (TEXT_BLOB_URI, BINARY_URI)]
             }
-        raise _RpcError(-32602, f"legacy: invalid cursor {params.get('cursor')!r}")
+        raise RpcError(-32602, f"legacy: invalid cursor {params.get('cursor')!r}")
     if method == "resources/templates/list":
         return {"resourceTemplates": [{"uriTemplate": "legacy://items/{id}", "name": "item"}]}
     if method in ("resources/subscribe", "resources/unsubscribe") and _SUBSCRIBE:
@@ -128,41 +130,12 @@ def _handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
         if uri == BINARY_URI:
             blob = base64.b64encode(bytes([0xFF, 0xFE, 0x00, 0x80])).decode()
             return {"contents": [{"uri": uri, "mimeType": "application/octet-stream", "blob": blob}]}
-        raise _RpcError(-32002, f"legacy: unknown resource {uri!r}")
-    raise _RpcError(-32601, f"Method not found: {method}")
-
-
-class _RpcError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+        raise RpcError(-32002, f"legacy: unknown resource {uri!r}")
+    raise RpcError(-32601, f"Method not found: {method}")
 
 
 def main() -> None:
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        message = json.loads(line)
-        method = message.get("method")
-        if method is None:
-            continue  # a response to something we never asked: ignore
-        _methods.append(method)
-        if "id" not in message:
-            continue  # a notification (initialized, cancelled, ...)
-        try:
-            result = _handle(method, message.get("params") or {})
-        except _RpcError as err:
-            _send(
-                {"jsonrpc": "2.0", "id": message["id"], "error": {"code": err.code, "message": err.message}}
-            )
-        else:
-            _send({"jsonrpc": "2.0", "id": message["id"], "result": result})
+    serve(_handle, seen=_methods.append)
 
 
 if __name__ == "__main__":

@@ -161,29 +161,24 @@ def test_ndjson_records_carry_no_secret_in_any_field_or_traceback() -> None:
     assert "key=***" in records[2]["exc_info"]
 
 
-def test_the_cli_names_the_server_without_its_secrets(tmp_path: Path) -> None:
-    token = tmp_path / "token"
-    token.write_text(f"{SECRET}-tok\n")
-    token.chmod(0o600)
-    url = f"http://127.0.0.1:{closed_port()}/mcp?access_token={SECRET}"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "asyncai_watch",
-            "watch",
-            "memo://notes",
-            "--server",
-            url,
-            "--token-file",
-            str(token),
-        ],
+def watch_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``asyncai-watch watch ARGS`` to its end (each case here fails at once, with exit 2)."""
+    return subprocess.run(
+        [sys.executable, "-m", "asyncai_watch", "watch", *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_the_cli_names_the_server_without_its_secrets(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text(f"{SECRET}-tok\n")
+    token.chmod(0o600)
+    url = f"http://127.0.0.1:{closed_port()}/mcp?access_token={SECRET}"
+    run = watch_cli("memo://notes", "--server", url, "--token-file", str(token))
     (line,) = run.stderr.splitlines()
     assert line.startswith("asyncai-watch: error: cannot connect to MCP server URL 'http://127.0.0.1:")
     assert "access_token=***" in line
@@ -195,24 +190,8 @@ def test_the_cli_refuses_a_token_with_a_line_break_in_one_line_without_it(tmp_pa
     token = tmp_path / "token"
     token.write_text(f"{SECRET}\nX-Injected: 1\n")
     token.chmod(0o644)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "asyncai_watch",
-            "watch",
-            "memo://notes",
-            "--server",
-            f"http://127.0.0.1:{closed_port()}/mcp",
-            "--token-file",
-            str(token),
-        ],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    url = f"http://127.0.0.1:{closed_port()}/mcp"
+    run = watch_cli("memo://notes", "--server", url, "--token-file", str(token))
     (line,) = run.stderr.splitlines()
     assert line.startswith(f"asyncai-watch: error: --token-file: {str(token)!r} holds a line break")
     assert SECRET not in run.stderr
@@ -308,14 +287,7 @@ def test_the_spec_and_routing_errors_quote_input_with_a_cap() -> None:
 
 def test_the_cli_quotes_a_huge_uri_in_a_short_error() -> None:
     uri = "nosuch://" + "u" * 100_000  # near the longest argument a command line takes
-    run = subprocess.run(
-        [sys.executable, "-m", "asyncai_watch", "watch", uri, "--server", "asyncai-mcp-simple"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    run = watch_cli(uri, "--server", "asyncai-mcp-simple")
     (line,) = run.stderr.splitlines()
     assert line.startswith("asyncai-watch: error: ")
     assert "(100,009 characters)" in line

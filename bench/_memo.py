@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -38,47 +38,40 @@ async def memo(name: str = "memo") -> AsyncIterator[tuple[McpResourceSource, str
             yield source, url
 
 
-class Writer:
-    """A separate process that changes memo on its own HTTP connection (bench/_writer.py)."""
+class LineProcess:
+    """A helper process spoken to by lines (``bench/_writer.py``, ``_pg_writer.py``,
+    ``_file_writer.py``): it prints ``ready``, then answers each line it is sent."""
 
     def __init__(self, process: anyio.abc.Process) -> None:
-        self._process = process
+        self.process = process
         self._buf = b""
-        self.calls: list[float] = []
-        """The round trip of each ``memo_set`` call, as the writer saw it (s)."""
 
-    async def _line(self) -> str:
-        assert self._process.stdout is not None
-        with anyio.fail_after(60):
+    async def line(self, wait: float = 60) -> str:
+        assert self.process.stdout is not None
+        with anyio.fail_after(wait):
             while b"\n" not in self._buf:
-                self._buf += await self._process.stdout.receive()
+                self._buf += await self.process.stdout.receive()
         line, _, self._buf = self._buf.partition(b"\n")
         return line.decode()
 
-    async def _send(self, text: str) -> None:
-        assert self._process.stdin is not None
-        await self._process.stdin.send(text.encode() + b"\n")
+    async def ask(self, text: str, wait: float = 60) -> str:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(text.encode() + b"\n")
+        return await self.line(wait)
 
-    async def set(self, key: str, value: Any) -> float:
-        """Change memo; returns the writer's clock just before its memo_set call."""
-        await self._send(f"set {key} {json.dumps(value)}")
-        t0, t1 = map(float, (await self._line()).split())
-        self.calls.append(t1 - t0)
-        return t0
 
-    async def reads(self) -> int:
-        """memo's own count of the resources/read requests it answered."""
-        await self._send("stats")
-        return int(await self._line())
+P = TypeVar("P", bound=LineProcess)
 
 
 @asynccontextmanager
-async def writer(url: str) -> AsyncIterator[Writer]:
-    async with await anyio.open_process([sys.executable, str(HERE / "_writer.py"), url], stderr=None) as proc:
-        w = Writer(proc)
-        assert await w._line() == "ready"
+async def line_process(argv: list[str], make: Callable[[anyio.abc.Process], P]) -> AsyncIterator[P]:
+    """Run ``argv`` as a :class:`LineProcess` (``make`` wraps it) from its ``ready`` line until
+    the block ends: then its stdin closes, and it is killed if it lingers."""
+    async with await anyio.open_process(argv, stderr=None) as proc:
+        helper = make(proc)
+        assert await helper.line() == "ready"
         try:
-            yield w
+            yield helper
         finally:
             assert proc.stdin is not None
             await proc.stdin.aclose()
@@ -86,6 +79,29 @@ async def writer(url: str) -> AsyncIterator[Writer]:
                 await proc.wait()
             if proc.returncode is None:
                 proc.kill()
+
+
+class Writer(LineProcess):
+    """A separate process that changes memo on its own HTTP connection (bench/_writer.py)."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        super().__init__(process)
+        self.calls: list[float] = []
+        """The round trip of each ``memo_set`` call, as the writer saw it (s)."""
+
+    async def set(self, key: str, value: Any) -> float:
+        """Change memo; returns the writer's clock just before its memo_set call."""
+        t0, t1 = map(float, (await self.ask(f"set {key} {json.dumps(value)}")).split())
+        self.calls.append(t1 - t0)
+        return t0
+
+    async def reads(self) -> int:
+        """memo's own count of the resources/read requests it answered."""
+        return int(await self.ask("stats"))
+
+
+def writer(url: str) -> AbstractAsyncContextManager[Writer]:
+    return line_process([sys.executable, str(HERE / "_writer.py"), url], Writer)
 
 
 def pct(values: list[float], p: float) -> float:

@@ -18,8 +18,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ import anyio.abc
 from asyncai_watch import Limits, McpResourceSource, WatchManager
 
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
+from _memo import LineProcess, line_process
 from procfs import child_pid, inotify_watches
 
 IDLE_SECONDS = 10.0
@@ -54,43 +53,6 @@ def listens(m: WatchManager) -> int | None:
         return sum(r.feed.listens for r in runners.values())
     feeds = getattr(m, "_feeds", None)
     return len(feeds) if feeds is not None else None
-
-
-class LineProcess:
-    """A helper process spoken to by lines (bench/_writer.py, bench/_file_writer.py)."""
-
-    def __init__(self, process: anyio.abc.Process) -> None:
-        self.process = process
-        self._buf = b""
-
-    async def ask(self, text: str) -> str:
-        assert self.process.stdin is not None
-        await self.process.stdin.send(text.encode() + b"\n")
-        return await self.line()
-
-    async def line(self) -> str:
-        assert self.process.stdout is not None
-        with anyio.fail_after(60):
-            while b"\n" not in self._buf:
-                self._buf += await self.process.stdout.receive()
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line.decode()
-
-
-@asynccontextmanager
-async def helper(*argv: str) -> AsyncIterator[LineProcess]:
-    async with await anyio.open_process([sys.executable, *argv], stderr=None) as proc:
-        helper = LineProcess(proc)
-        assert await helper.line() == "ready"
-        try:
-            yield helper
-        finally:
-            assert proc.stdin is not None
-            await proc.stdin.aclose()
-            with anyio.move_on_after(10):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
 
 
 async def measure(kind: str, n: int, changes: int, burst: bool) -> dict[str, Any]:
@@ -150,7 +112,7 @@ async def measure(kind: str, n: int, changes: int, burst: bool) -> dict[str, Any
                     else [str(HERE / "_file_writer.py")]
                 )
                 latencies: list[float] = []
-                async with helper(*writer_argv) as writer:
+                async with line_process([sys.executable, *writer_argv], LineProcess) as writer:
                     for i in range(changes):
                         target = i * 7919 % n  # spread over the URIs
                         if kind == "memo":

@@ -33,7 +33,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,15 @@ from asyncai_watch import Limits, McpResourceSource, WatchManager
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.core.diff import diff_state
 from asyncai_watch.core.jsontext import parse_json
-from asyncai_watch.mcp.source import ListedResource, ListedTemplate, ReadResult, ToolInfo, ToolResult
+from asyncai_watch.mcp.source import (
+    ListedResource,
+    ListedTemplate,
+    ReadResult,
+    SubscriptionMode,
+    ToolInfo,
+    ToolResult,
+    Updates,
+)
 
 NOTES = "memo://notes"
 IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
@@ -98,16 +106,15 @@ class Counting:
         self.reads.append((start, time.monotonic()))
         return result
 
-    @asynccontextmanager
-    async def listen(self, uri: str) -> AsyncIterator[AsyncIterator[None]]:
-        self.requests += 1
-        async with self.inner.listen(uri) as updates:
-            yield self._stamped(updates)
+    @property
+    def subscription_mode(self) -> SubscriptionMode:
+        return self.inner.subscription_mode
 
-    async def _stamped(self, updates: AsyncIterator[None]) -> AsyncIterator[None]:
-        async for _ in updates:
-            self.signals.append(time.monotonic())
-            yield
+    @asynccontextmanager
+    async def subscribe(self, uris: Collection[str]) -> AsyncIterator[Updates]:
+        self.requests += 1
+        async with self.inner.subscribe(uris) as updates:
+            yield _Stamped(updates, self.signals)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         self.requests += 1
@@ -120,6 +127,22 @@ class Counting:
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
         self.requests += 1
         return await self.inner.call_tool(name, arguments)
+
+
+class _Stamped:
+    """A subscription's updates, each arrival time noted in ``signals``."""
+
+    def __init__(self, inner: Updates, signals: list[float]) -> None:
+        self._inner, self._signals = inner, signals
+
+    @property
+    def honored(self) -> frozenset[str] | None:
+        return self._inner.honored
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for uri in self._inner:
+            self._signals.append(time.monotonic())
+            yield uri
 
 
 class Poller:

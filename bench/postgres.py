@@ -37,8 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import pg  # noqa: E402  (the tests' throwaway PostgreSQL)
 import psycopg  # noqa: E402
-from _memo import pct, row  # noqa: E402
+from _memo import LineProcess, line_process, pct, row  # noqa: E402
 from latency import Counting  # noqa: E402  (a source that timestamps update signals and reads)
 
 from asyncai_servers.postgres.config import TableName  # noqa: E402
@@ -145,55 +144,27 @@ def statements(dsn: str, role: str) -> int:
     return int(found[0]) if found else 0
 
 
-class Writer:
+class Writer(LineProcess):
     """``bench/_pg_writer.py`` in its own process."""
 
-    def __init__(self, proc: anyio.abc.Process) -> None:
-        self.proc = proc
-        self._buf = b""
+    def __init__(self, process: anyio.abc.Process) -> None:
+        super().__init__(process)
         self.calls: list[float] = []
 
-    async def _line(self, wait: float = 60) -> str:
-        assert self.proc.stdout is not None
-        with anyio.fail_after(wait):
-            while b"\n" not in self._buf:
-                self._buf += await self.proc.stdout.receive()
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line.decode()
-
-    async def _send(self, text: str) -> None:
-        assert self.proc.stdin is not None
-        await self.proc.stdin.send(text.encode() + b"\n")
-
     async def update(self, row_id: int, value: str) -> float:
-        await self._send(f"update {row_id} {value}")
-        t0, t1 = map(float, (await self._line()).split())
+        t0, t1 = map(float, (await self.ask(f"update {row_id} {value}")).split())
         self.calls.append(t1 - t0)
         return t0
 
     async def load(
         self, rate: float, seconds: float, part: int, parts: int, begin: float
     ) -> dict[int, float]:
-        await self._send(f"load {rate} {seconds} {part} {parts} {begin!r}")
-        starts = json.loads(await self._line(wait=seconds * 10 + 60))
-        return {int(k): float(v) for k, v in starts.items()}
+        answer = await self.ask(f"load {rate} {seconds} {part} {parts} {begin!r}", wait=seconds * 10 + 60)
+        return {int(k): float(v) for k, v in json.loads(answer).items()}
 
 
-@asynccontextmanager
-async def writer(dsn: str) -> AsyncIterator[Writer]:
-    argv = [sys.executable, str(HERE / "_pg_writer.py"), dsn]
-    async with await anyio.open_process(argv, stderr=None) as proc:
-        w = Writer(proc)
-        assert await w._line() == "ready"
-        try:
-            yield w
-        finally:
-            assert proc.stdin is not None
-            await proc.stdin.aclose()
-            with anyio.move_on_after(10):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
+def writer(dsn: str) -> AbstractAsyncContextManager[Writer]:
+    return line_process([sys.executable, str(HERE / "_pg_writer.py"), dsn], Writer)
 
 
 async def stamped(

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from asyncai_watch import McpResourceSource
 
@@ -102,6 +104,38 @@ class Writer(LineProcess):
 
 def writer(url: str) -> AbstractAsyncContextManager[Writer]:
     return line_process([sys.executable, str(HERE / "_writer.py"), url], Writer)
+
+
+class Polling(Protocol):
+    """A client that reads every ``period`` s from ``start`` and puts the time it saw each
+    change on ``detections``."""
+
+    start: float
+    period: float
+    detections: MemoryObjectReceiveStream[float]
+
+
+async def poll_latency(
+    poller: Polling, change: Callable[[int], Awaitable[float]], phases: int
+) -> list[float]:
+    """The poller's latency for a change (``change(k)``, which returns the writer's clock before
+    its call) made at each phase (k + 0.5) / ``phases`` of its period."""
+    latencies: list[float] = []
+    ready_after = time.monotonic()
+    for k in range(phases):
+        # The first period start at which phase k is still ahead (the last change was seen).
+        phase = (k + 0.5) / phases * poller.period
+        n = int((ready_after - poller.start) // poller.period)
+        when = poller.start + n * poller.period + phase
+        if when < ready_after + 0.005:
+            when += poller.period
+        await anyio.sleep(when - time.monotonic())  # pacing the writer: a bench, not a wait on a condition
+        t0 = await change(k)
+        with anyio.fail_after(10):
+            detected = await poller.detections.receive()
+        latencies.append(detected - t0)
+        ready_after = detected
+    return latencies
 
 
 def pct(values: list[float], p: float) -> float:

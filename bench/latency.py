@@ -44,7 +44,7 @@ import anyio.abc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _memo import Writer, memo, pct, row, writer
+from _memo import Writer, memo, pct, poll_latency, row, writer
 
 from asyncai_watch import Limits, McpResourceSource, WatchManager
 from asyncai_watch._tasks import enter_task_group
@@ -209,26 +209,6 @@ async def watch_latency(
     return seen
 
 
-async def poll_latency(poller: Poller, w: Writer, phases: int) -> list[float]:
-    """Latency of the poller for a change at each phase (k + 0.5) / ``phases`` of its period."""
-    latencies: list[float] = []
-    ready_after = time.monotonic()
-    for k in range(phases):
-        # The first period start at which phase k is still ahead (the last change was seen).
-        phase = (k + 0.5) / phases * poller.period
-        n = int((ready_after - poller.start) // poller.period)
-        when = poller.start + n * poller.period + phase
-        if when < ready_after + 0.005:
-            when += poller.period
-        await anyio.sleep(when - time.monotonic())  # pacing the writer: a bench, not a wait on a condition
-        t0 = await w.set("k", f"poll-{k}")
-        with anyio.fail_after(10):
-            detected = await poller.detections.receive()
-        latencies.append(detected - t0)
-        ready_after = detected
-    return latencies
-
-
 async def main(quick: bool) -> int:
     changes = 200 if quick else 1000
     phases = 5 if quick else 20
@@ -248,7 +228,7 @@ async def main(quick: bool) -> int:
         calls = w.calls[-changes:]
         poller = Poller(poll_source, time.monotonic() + 0.05, PERIOD)
         tg.start_soon(poller.run)
-        plat = await poll_latency(poller, w, phases)
+        plat = await poll_latency(poller, lambda k: w.set("k", f"poll-{k}"), phases)
         # Idle: nothing changes; the watch and the poller both run, each counted over the window.
         watch_before, poll_before, served_before = source.requests, poller.reads, await w.reads()
         await anyio.sleep(idle)  # the bench measures what happens over time: an idle window on purpose

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import pg  # noqa: E402  (the tests' throwaway PostgreSQL)
 import psycopg  # noqa: E402
-from _memo import LineProcess, line_process, pct, row  # noqa: E402
+from _memo import LineProcess, line_process, pct, poll_latency, row  # noqa: E402
 from latency import Counting  # noqa: E402  (a source that timestamps update signals and reads)
 
 from asyncai_servers.postgres.config import TableName  # noqa: E402
@@ -241,25 +241,6 @@ class Poller:
                 tick += 1
 
 
-async def poll_latency(poller: Poller, w: Writer, phases: int) -> list[float]:
-    """Latency of the poller for a change at each phase (k + 0.5) / ``phases`` of its period."""
-    latencies: list[float] = []
-    ready_after = time.monotonic()
-    for k in range(phases):
-        phase = (k + 0.5) / phases * poller.period
-        n = int((ready_after - poller.start) // poller.period)
-        when = poller.start + n * poller.period + phase
-        if when < ready_after + 0.005:
-            when += poller.period
-        await anyio.sleep(when - time.monotonic())  # pacing the writer: a bench, not a wait on a condition
-        t0 = await w.update(k % ROWS + 1, f"poll{k}")
-        with anyio.fail_after(10):
-            detected = await poller.detections.receive()
-        latencies.append(detected - t0)
-        ready_after = detected
-    return latencies
-
-
 async def load_poller(
     dsn: str, start: float, seen: dict[int, float], total: int, all_seen: anyio.Event
 ) -> None:
@@ -376,7 +357,7 @@ async def main(quick: bool) -> int:
             async with anyio.create_task_group() as tg:
                 poller = Poller(as_role(admin, "poller"), time.monotonic() + 0.05, PERIOD)
                 tg.start_soon(poller.run)
-                plat = await poll_latency(poller, w, phases)
+                plat = await poll_latency(poller, lambda k: w.update(k % ROWS + 1, f"poll{k}"), phases)
                 # Idle: both watches open, the poller polling, nothing changing.
                 async with WatchManager([source], limits=IMMEDIATE) as m:
                     await m.watch_start("state", "pg://public/payments")

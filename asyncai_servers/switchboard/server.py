@@ -41,6 +41,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from asyncai_watch import EVENTS_MIME_TYPE
 from asyncai_watch.server.errors import resource_not_found, unknown_tool
 from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.subscriptions import honored_filter
 
 from .config import Credential, Credentials
 from .core import Switchboard, queue_uri
@@ -466,12 +467,7 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
         uris = list(requested.resource_subscriptions or ())
         for uri in uris:
             _queue_of(cred, uri)  # an unknown or out-of-scope URI fails the listen before the ack
-        honored = types.SubscriptionFilter(
-            tools_list_changed=True if requested.tools_list_changed else None,
-            prompts_list_changed=True if requested.prompts_list_changed else None,
-            resources_list_changed=True if requested.resources_list_changed else None,
-            resource_subscriptions=uris or None,
-        )
+        honored = honored_filter(requested, uris)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
         sink = _sse_sink(ctx)
         rid_json = json.dumps(rid).encode()

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         ListenStream,
         SubscriptionRegistry,
         SubscriptionStats,
+        honored_filter,
     )
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "SubscriptionRegistry",
     "SubscriptionStats",
     "bind_error",
+    "honored_filter",
     "input_schemas",
     "parse_host_port",
     "read_after",
@@ -102,6 +104,7 @@ _HOME: Final[dict[str, str]] = {
     "ListenStream": "subscriptions",
     "SubscriptionRegistry": "subscriptions",
     "SubscriptionStats": "subscriptions",
+    "honored_filter": "subscriptions",
     "RESOURCE_NOT_FOUND": "errors",
     "UNKNOWN_TOOL": "errors",
     "resource_error": "errors",

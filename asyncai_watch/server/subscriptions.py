@@ -77,9 +77,22 @@ __all__ = [
     "Listener",
     "SubscriptionRegistry",
     "SubscriptionStats",
+    "honored_filter",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def honored_filter(requested: types.SubscriptionFilter, uris: list[str]) -> types.SubscriptionFilter:
+    """What a listen's acknowledgment says the server will report: the list changes asked for,
+    and ``uris`` (the resource subscriptions it accepted)."""
+    return types.SubscriptionFilter(
+        tools_list_changed=True if requested.tools_list_changed else None,
+        prompts_list_changed=True if requested.prompts_list_changed else None,
+        resources_list_changed=True if requested.resources_list_changed else None,
+        resource_subscriptions=uris or None,
+    )
+
 
 DEFAULT_MAX_URIS: Final = 100_000
 """URIs one listen (or one 2025-era session) may hold. About 190 bytes of server memory each
@@ -526,12 +539,7 @@ class SubscriptionRegistry:
             "resources": requested.resources_list_changed,
         }
         kinds = [kind for kind, on in wanted.items() if on]
-        honored = types.SubscriptionFilter(
-            tools_list_changed=True if requested.tools_list_changed else None,
-            prompts_list_changed=True if requested.prompts_list_changed else None,
-            resources_list_changed=True if requested.resources_list_changed else None,
-            resource_subscriptions=uris or None,
-        )
+        honored = honored_filter(requested, uris)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
         stream = ListenStream(
             self, ctx.session, rid, honored, max_backlog=self.max_backlog, max_pushes=self.max_pushes

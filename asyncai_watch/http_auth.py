@@ -51,6 +51,7 @@ from mcp.shared.auth import (
 from pydantic import AnyUrl, BaseModel, ValidationError
 
 from asyncai_watch.core.echo import quoted
+from asyncai_watch.small_file import read_small_file
 
 __all__ = [
     "AUTH_MODES",
@@ -471,54 +472,21 @@ def add_http_auth_arguments(parser: argparse.ArgumentParser, *, servers: str = "
     )
 
 
-_FILE_KINDS: Final = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def _read_secret(path: Path, option: str, warn: Callable[[str], None]) -> str:
-    """The one-line secret in ``path``: a regular file of at most :data:`MAX_SECRET_FILE` bytes.
-
-    Opened non-blocking (a FIFO with no writer would block the open or the read for good) and
-    checked with ``fstat`` before a byte is read, so a FIFO, a device (``/dev/zero``) or a
-    directory is refused at once. A symlink is followed: the user named it, and a mounted
-    secret (Kubernetes) is one; what it points at is checked like any file. Errors are one
-    line and never quote the file's content.
+    """The one-line secret in ``path``: a regular file of at most :data:`MAX_SECRET_FILE` bytes,
+    read by :func:`~asyncai_watch.small_file.read_small_file` (a FIFO, a device such as
+    ``/dev/zero`` or a directory is refused before a byte is read; a symlink is followed: a
+    mounted secret, Kubernetes', is one). Errors are one line and never quote the content.
     """
     where = f"{option}: {str(path)!r}"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
+        raw, info = read_small_file(
+            path, cap=MAX_SECRET_FILE, where=where, holds="a token file holds one token"
+        )
+    except FileNotFoundError as exc:
         raise ValueError(f"{option}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "not a file")
-            raise ValueError(f"{where} is not a regular file ({kind}); give a file that holds the secret")
-        if info.st_size > MAX_SECRET_FILE:
-            raise ValueError(
-                f"{where} is larger than {MAX_SECRET_FILE:,} bytes; a token file holds one token"
-            )
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_SECRET_FILE:  # the size may have grown since fstat
-            chunk = os.read(fd, MAX_SECRET_FILE + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise ValueError(f"{option}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_SECRET_FILE:
-        raise ValueError(f"{where} is larger than {MAX_SECRET_FILE:,} bytes; a token file holds one token")
-    try:
-        value = b"".join(chunks).decode("utf-8").strip()
+        value = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
         raise ValueError(f"{where} is not UTF-8 text; it must hold the secret on one line") from None
     if not value:

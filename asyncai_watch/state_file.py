@@ -15,7 +15,10 @@ fsync of the directory), so a crash leaves either the old file or the new one.
 A symlinked state file is written through to its target (the temp file is made
 beside the target and renamed onto it), so the link stays a link.
 A file that does not parse is reported with :class:`StateFileError` and is
-never overwritten: the caller stops instead of losing the user's watches.
+never overwritten: the caller stops instead of losing the user's watches. It is read like a
+token file (:mod:`asyncai_watch.small_file`): a regular file of at most :data:`MAX_STATE_FILE`
+bytes, so a FIFO or ``/dev/zero`` is refused at once; and a file holding more watches than the
+manager may run (``max_watches``) is refused before any spec is built.
 
 One file has one owner. The first :meth:`StateFile.load` or :meth:`StateFile.save`
 takes an exclusive ``flock`` on a sidecar ``<target>.lock`` (it cannot be the state
@@ -42,16 +45,20 @@ from typing import Any, Final
 import attrs
 import cattrs
 
-from asyncai_watch.core.echo import quoted, redact
+from asyncai_watch.core.echo import clip, quoted, redact
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import StateFileError
+from asyncai_watch.small_file import SmallFileError, read_small_file
 
-__all__ = ["FORMAT_VERSION", "SavedWatch", "StateFile", "WatchSpec", "converter"]
+__all__ = ["FORMAT_VERSION", "MAX_STATE_FILE", "SavedWatch", "StateFile", "WatchSpec", "converter"]
 
 FORMAT_VERSION: Final = 2
 _READS: Final = (1, 2)  # version 1: the same entries, never with an error
 _HOLDER_COMMAND_CAP: Final = 300  # characters of the holder's command line kept in the lock file
 _HOLDER_READ_CAP: Final = 4096
+
+MAX_STATE_FILE: Final = 16 << 20
+"""Bytes a watch state file may hold (16 MiB: hundreds of watches with the largest filters)."""
 
 
 @attrs.frozen
@@ -154,27 +161,33 @@ class StateFile:
             os.pwrite(fd, _holder_note().encode(), 0)
         self._lock_fd = fd
 
-    def load(self) -> list[SavedWatch]:
+    def load(self, *, max_watches: int | None = None) -> list[SavedWatch]:
         """The saved watches; ``[]`` when the file does not exist yet.
 
-        Raises :class:`StateFileError` (naming the path and the parse error)
-        when the file exists but is not a valid state file, or is owned by another
-        :class:`StateFile` (in this process or another).
+        Raises :class:`StateFileError` (one line, naming the path and what is wrong) when the
+        file exists but is not a regular file of at most :data:`MAX_STATE_FILE` bytes holding a
+        valid state file, holds more than ``max_watches`` watches (none is started then), or is
+        owned by another :class:`StateFile` (in this process or another).
         """
         self._own()
         try:
-            return self._load()
+            return self._load(max_watches)
         except StateFileError:
             self.close()  # the caller stops; a later fixed run must not find the file held
             raise
 
-    def _load(self) -> list[SavedWatch]:
+    def _load(self, max_watches: int | None) -> list[SavedWatch]:
         try:
-            raw = self.path.read_bytes()
+            raw, _ = read_small_file(
+                self.path,
+                cap=MAX_STATE_FILE,
+                where=f"watch state file {self.path}",
+                holds=f"a state file holds watch specs (at most {MAX_STATE_FILE:,} bytes, MAX_STATE_FILE)",
+            )
         except FileNotFoundError:
             return []
-        except OSError as exc:
-            raise StateFileError(f"watch state file {self.path}: cannot read it: {exc}") from exc
+        except SmallFileError as exc:
+            raise StateFileError(str(exc)) from None
         try:
             data = json.loads(raw)
         except RecursionError:
@@ -185,12 +198,21 @@ class StateFile:
                 'it was left untouched. Fix or remove it; the expected shape is {"version": 2, '
                 '"watches": [{"name": ..., "uri": ..., "on_event": ...}]}'
             ) from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except ValueError as exc:  # not UTF-8, not JSON, or an integer of more than 4,300 digits
             raise StateFileError(
-                f"watch state file {self.path} is not valid JSON ({exc}); it was left untouched. "
-                'Fix or remove it; the expected shape is {"version": 2, "watches": '
+                f"watch state file {self.path} is not valid JSON ({clip(str(exc))}); it was left "
+                'untouched. Fix or remove it; the expected shape is {"version": 2, "watches": '
                 '[{"name": ..., "uri": ..., "on_event": ...}]}'
-            ) from exc
+            ) from None
+        watches = data.get("watches") if isinstance(data, dict) else None
+        if max_watches is not None and isinstance(watches, list) and len(watches) > max_watches:
+            # Refused before a spec is built: memory and start-up stay bounded by the limit.
+            raise StateFileError(
+                f"watch state file {self.path} holds {len(watches):,} saved watches, more than the "
+                f"{max_watches} allowed at once (max_watches; --max-watches); it was left untouched. "
+                f"Start with --max-watches {len(watches)} (Limits(max_watches={len(watches)})), or "
+                "remove watches from the file"
+            )
         if isinstance(data, dict) and data.get("version") not in (None, *_READS):
             raise StateFileError(
                 f"watch state file {self.path} has version {quoted(data.get('version'))}; "

@@ -128,30 +128,27 @@ async def test_restore_rules(tmp_path: Path) -> None:
             {"name": "bad name", "uri": NOTES, "on_event": None},
             {"name": "down", "uri": "memo://notes/todo", "on_event": None},
             {"name": "third", "uri": NOTES, "on_event": None},
-            {"name": "overlimit", "uri": NOTES, "on_event": None},
         ],
     )
     fake = memo_fake()
     fake.read_errors["memo://notes/todo"] = ConnectionError("server restarting")
-    # Saved watches keep their slots, running or not: with room for six, the seventh waits.
+    # Saved watches keep their slots, running or not: with room for six, a seventh waits.
+    # (A file of more than max_watches is refused whole: tests/test_state_file_hostile.py.)
     limits = Limits(max_watches=6, debounce_quiet=0, debounce_max_wait=0, resubscribe_attempts=0)
     async with WatchManager([fake], limits=limits, clock=FakeClock(), watch_state=path) as m:
         restore = await receive(m)
         text = restore.text
-        assert "Restored 2 of 7" in text
+        assert "Restored 2 of 6" in text
         assert "good memo://notes: restored" in text
         assert "third memo://notes: restored" in text
         assert "down memo://notes/todo: not started, still saved" in text  # no retries (attempts=0)
         assert "server restarting" in text
         for broken in ("badfilter", "fnrepr", "bad name"):
             assert f"- {broken} memo://notes: cannot start as saved, kept with its reason" in text
-        # Over a limit is not "cannot start as saved": it may start once a slot is free.
-        assert "overlimit memo://notes: not started, still saved" in text
-        assert "max_watches" in text
-        assert dict(restore.meta)["restore_failed"] == "5"
+        assert dict(restore.meta)["restore_failed"] == "4"
         # No saved spec is ever dropped: the ones that did not start keep their reasons in the file.
         entries = {e["name"]: e for e in saved(path)}
-        assert list(entries) == ["good", "badfilter", "fnrepr", "bad name", "down", "third", "overlimit"]
+        assert list(entries) == ["good", "badfilter", "fnrepr", "bad name", "down", "third"]
         assert "error" not in entries["good"]
         assert "does not compile" in entries["badfilter"]["error"]
         assert "server restarting" in entries["down"]["error"]
@@ -160,15 +157,13 @@ async def test_restore_rules(tmp_path: Path) -> None:
         assert listed["down"].error is not None
         assert "server restarting" in listed["down"].error
         assert listed["badfilter"].status == "restore_failed"
-        assert listed["overlimit"].error is not None
-        assert "max_watches=6" in listed["overlimit"].error
         assert listed["good"].status == "running"
         assert fake.listeners() == 1  # good and third share one subscription
         # Saved specs keep their slots: a fixed start of one must wait for a free slot.
         del fake.read_errors["memo://notes/todo"]
         fake.set("memo://notes/todo", {"value": "milk"})
         with pytest.raises(LimitError, match=r"already: good, badfilter \(restore_failed\)"):
-            await m.watch_start("down", "memo://notes/todo")
+            await m.watch_start("overlimit", NOTES)
         for name in ("third", "badfilter", "fnrepr", "bad name"):
             await m.watch_stop(name)
         # Starting it again (the server is back) clears the flag and its reason, and keeps it saved.
@@ -177,7 +172,6 @@ async def test_restore_rules(tmp_path: Path) -> None:
         assert [(e["name"], "error" in e) for e in saved(path)] == [
             ("good", False),
             ("down", False),
-            ("overlimit", True),
         ]
         await m.watch_start("overlimit", NOTES)
         assert {w.name: w.status for w in m.watch_list()} == {

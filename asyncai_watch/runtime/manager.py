@@ -111,7 +111,7 @@ class WatchManager:
         if self._tg is not None or self._closed:
             raise RuntimeError("WatchManager can be entered once")
         # Load first: a corrupt state file stops us before anything runs or is written.
-        saved = self._state.load() if self._state is not None else []
+        saved = self._state.load(max_watches=self.limits.max_watches) if self._state is not None else []
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg

@@ -393,7 +393,7 @@ def _main(args: argparse.Namespace) -> int:
             _address(args.http)
         if args.watch_state is not None:
             with StateFile(args.watch_state) as state:  # released: the manager takes it for good
-                state.load()  # a corrupt or owned one stops serve before anything runs
+                state.load(max_watches=limits.max_watches)  # a bad or owned one stops serve here
     except (ConfigError, WatchError) as exc:
         return _fail(str(exc))
     try:

@@ -29,12 +29,13 @@ import anyio
 from asyncai_watch import log
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.cli_help import HelpFormatter, examples
-from asyncai_watch.core.echo import redact
+from asyncai_watch.core.echo import quoted, redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import WatchError
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.info import WatchInfo
+from asyncai_watch.mcp.body_cap import add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource, tool_result
 from asyncai_watch.mcp.server_spec import parse_server
 from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     server_option(resources)
+    add_cap_argument(resources)
     add_http_auth_arguments(resources, servers="http(s) --server")
     resources.add_argument("--json", action="store_true", help="one JSON object per line")
 
@@ -103,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("uri", metavar="URI", help="the resource to watch, e.g. memo://notes")
     server_option(watch)
+    add_cap_argument(watch)
     watch.add_argument(
         "--on-event", metavar="SRC", help="a Python filter (docs/filters.md), e.g. 'event[\"key\"]'"
     )
@@ -154,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the raw MCP result as one JSON object (content, structuredContent, isError)",
     )
+    add_cap_argument(call)
     add_http_auth_arguments(call, servers="http(s) --server")
 
     serve = sub.add_parser(
@@ -233,7 +237,7 @@ def _arguments(text: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ValueError(f'JSON arguments: {exc}; give an object, e.g. \'{{"key": "todo"}}\'') from None
     if not isinstance(value, dict):
-        raise ValueError(f'JSON arguments must be an object, e.g. \'{{"key": "todo"}}\', got {text!r}')
+        raise ValueError(f'JSON arguments must be an object, e.g. \'{{"key": "todo"}}\', got {quoted(text)}')
     return value
 
 
@@ -324,13 +328,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             auth = http_auth_from_args(args)
             if (args.token_file is not None or args.auth is not None) and not spec.is_http:
                 return fail("--token-file and --auth apply to an http(s) --server URL")
-            return anyio.run(_call, spec.source(auth), args.tool, arguments, args.json)
+            source = spec.source(auth, max_message_bytes=args.max_message_bytes)
+            return anyio.run(_call, source, args.tool, arguments, args.json)
         specs = [parse_server(text) for text in args.server]
         auth = http_auth_from_args(args, warn=warn)
         if (args.token_file is not None or args.auth is not None) and not any(s.is_http for s in specs):
             return fail("--token-file and --auth apply to http(s) --server URLs; give at least one")
         # A malformed command or URL fails here, before anything starts.
-        sources = [spec.source(auth) for spec in specs]
+        sources = [spec.source(auth, max_message_bytes=args.max_message_bytes) for spec in specs]
         if args.command == "resources":
             return anyio.run(_resources, sources, args.json)
         if args.debounce is not None and not (args.debounce >= 0 and args.debounce != float("inf")):

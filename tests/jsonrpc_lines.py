@@ -25,7 +25,8 @@ def send(message: dict[str, Any]) -> None:
 
 def serve(handle: Callable[[str, dict[str, Any]], Any], seen: Callable[[str], None] | None = None) -> None:
     """Until stdin ends: answer each request with ``handle(method, params)`` (or its
-    :class:`RpcError`); ``seen`` gets the method of every request and notification."""
+    :class:`RpcError`; a callable result is called with the request id and writes the answer
+    itself); ``seen`` gets the method of every request and notification."""
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -42,4 +43,7 @@ def serve(handle: Callable[[str, dict[str, Any]], Any], seen: Callable[[str], No
         except RpcError as err:
             send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": err.code, "message": err.message}})
         else:
+            if callable(result):  # it writes its answer itself (a line too large to build)
+                result(message["id"])
+                continue
             send({"jsonrpc": "2.0", "id": message["id"], "result": result})

@@ -28,6 +28,7 @@ from typing import Final
 
 import anyio
 import anyio.lowlevel
+import attrs
 import msgspec
 from anyio.abc import ByteReceiveStream
 from mcp.shared.message import SessionMessage
@@ -40,6 +41,7 @@ __all__ = [
     "LARGE_LINE",
     "LineReader",
     "MessageError",
+    "Overlong",
     "encode_message",
     "error_line",
     "is_blank",
@@ -54,20 +56,56 @@ _ID_SCAN: Final = 1 << 20
 """How far into a line that is not valid JSON the request id is looked for."""
 
 
+_HEAD: Final = 64 << 10
+"""Bytes of an over-long line kept to find its request id (the id usually comes first)."""
+_TAIL: Final = 256
+"""Bytes kept of an over-long line's end, for an id written last (the TypeScript SDK's order)."""
+
+
+@attrs.frozen
+class Overlong:
+    """A line longer than the reader's ``max_line``: its size, and the bytes kept to find its id.
+
+    Only :data:`_HEAD` bytes of its start and :data:`_TAIL` of its end are kept; the rest was
+    dropped as it came, so a 1 GiB line costs no more memory than a short one."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+    def request_id(self) -> int | str | None:
+        """The id of the response this line was, when the kept bytes show it."""
+        found = _request_id(self.head)
+        if found is not None:
+            return found
+        last = _LAST_ID.search(self.tail)
+        if last is None:
+            return None
+        try:
+            value: int | str = _decode_scalar(last.group(1))
+        except msgspec.DecodeError:
+            return None
+        return value
+
+
 class LineReader:
     """The lines of a byte stream, without their newlines; the unterminated tail last.
 
-    :meth:`receive` raises ``anyio.EndOfStream`` once the stream has ended and every line was
-    handed out.
+    With ``max_line`` (bytes), a line longer than that comes out as an :class:`Overlong`
+    instead, its bytes dropped as they arrive (see :class:`Overlong`), and the lines after it
+    as usual. :meth:`receive` raises ``anyio.EndOfStream`` once the stream has ended and every
+    line was handed out.
     """
 
-    def __init__(self, stream: ByteReceiveStream) -> None:
+    def __init__(self, stream: ByteReceiveStream, *, max_line: int | None = None) -> None:
         self._stream = stream
-        self._lines: deque[bytes | bytearray] = deque()
+        self._max = max_line
+        self._lines: deque[bytes | bytearray | Overlong] = deque()
         self._partial = bytearray()  # the current line's bytes so far
+        self._skipping: _Skipping | None = None  # the current line, once it is too long
         self._ended = False
 
-    async def receive(self) -> bytes | bytearray:
+    async def receive(self) -> bytes | bytearray | Overlong:
         while not self._lines:
             if self._ended:
                 raise anyio.EndOfStream
@@ -75,7 +113,10 @@ class LineReader:
                 chunk = await self._stream.receive()
             except anyio.EndOfStream:
                 self._ended = True
-                if self._partial:  # a last line without its newline is still a line
+                if self._skipping is not None:
+                    self._lines.append(self._skipping.done())
+                    self._skipping = None
+                elif self._partial:  # a last line without its newline is still a line
                     self._lines.append(self._partial)
                     self._partial = bytearray()
                 continue
@@ -84,18 +125,62 @@ class LineReader:
 
     def _take(self, chunk: bytes) -> None:
         first = chunk.find(b"\n")
+        if self._skipping is not None:
+            if first < 0:
+                self._skipping.add(chunk)
+                return
+            self._skipping.add(memoryview(chunk)[:first])
+            self._lines.append(self._skipping.done())
+            self._skipping = None
+            self._take(chunk[first + 1 :])
+            return
         if first < 0:
             self._partial += chunk
+            self._check_partial()
             return
         if self._partial:
             self._partial += memoryview(chunk)[:first]
-            self._lines.append(self._partial)
+            self._append(self._partial)
         else:
-            self._lines.append(chunk[:first])
+            self._append(chunk[:first])
         last = chunk.rfind(b"\n")
         if last > first:
-            self._lines.extend(chunk[first + 1 : last].split(b"\n"))
+            for line in chunk[first + 1 : last].split(b"\n"):
+                self._append(line)
         self._partial = bytearray(memoryview(chunk)[last + 1 :])
+        self._check_partial()
+
+    def _append(self, line: bytes | bytearray) -> None:
+        if self._max is not None and len(line) > self._max:
+            skipping = _Skipping(bytes(line[:_HEAD]))
+            skipping.add(memoryview(line)[_HEAD:])
+            self._lines.append(skipping.done())
+        else:
+            self._lines.append(line)
+
+    def _check_partial(self) -> None:
+        if self._max is not None and len(self._partial) > self._max:
+            self._skipping = _Skipping(bytes(self._partial[:_HEAD]))
+            self._skipping.add(memoryview(self._partial)[_HEAD:])
+            self._partial = bytearray()
+
+
+class _Skipping:
+    """The bytes kept of a line that is too long, while the rest of it goes by."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+        self.size = len(head)
+        self.tail = head[-_TAIL:]
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        if not len(data):
+            return
+        self.size += len(data)
+        self.tail = (self.tail + bytes(data[-_TAIL:]))[-_TAIL:]
+
+    def done(self) -> Overlong:
+        return Overlong(self.size, self.head, self.tail)
 
 
 def is_blank(line: bytes | bytearray) -> bool:
@@ -113,14 +198,17 @@ class MessageError(ValueError):
         self.request_id = request_id
 
 
-async def next_message(lines: LineReader) -> SessionMessage | MessageError | None:
-    """The next non-blank line's message (or what is wrong with it); ``None`` once the stream
-    has ended. Both stdio ends, client and server, read through this."""
+async def next_message(lines: LineReader) -> SessionMessage | MessageError | Overlong | None:
+    """The next non-blank line's message (or what is wrong with it; an :class:`Overlong` when the
+    reader has a ``max_line``); ``None`` once the stream has ended. Both stdio ends, client and
+    server, read through this."""
     while True:
         try:
             line = await lines.receive()
         except anyio.EndOfStream:
             return None
+        if isinstance(line, Overlong):
+            return line
         if not is_blank(line):
             return await read_message(line)
 
@@ -172,6 +260,8 @@ _TOKEN: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 _OPEN: Final = re.compile(rb"\s*\{")
 _ID_VALUE: Final = re.compile(rb'\s*:\s*(-?(?:0|[1-9][0-9]*)(?![0-9.eE])|"[^"\\]*(?:\\.[^"\\]*)*")')
 _decode_scalar: Final = msgspec.json.Decoder(int | str).decode
+# The id as the last member of the line's object (its end is all an over-long line keeps).
+_LAST_ID: Final = re.compile(rb'"id"\s*:\s*(-?(?:0|[1-9][0-9]*)|"[^"\\]*")\s*\}\s*$')
 
 
 def _request_id(line: bytes | bytearray) -> int | str | None:

@@ -81,6 +81,7 @@ from asyncai_watch.errors import (
     WatchError,
 )
 from asyncai_watch.http_auth import refresh_first
+from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES, MESSAGE_TOO_LARGE, BodyCap
 from asyncai_watch.mcp.legacy import GetStreamWatch, LegacyUpdates, Subscriptions
 from asyncai_watch.mcp.source import (
     MODERN_PROTOCOL_VERSION,
@@ -129,6 +130,12 @@ class _Connection:
         self.protocol_version = ""
         self.capabilities = types.ServerCapabilities()
         self.legacy = Subscriptions()  # resources/subscribe subscriptions (2025-era servers)
+        self.stdio: StdioTransport | None = None  # its transport, on stdio (it knows why it ended)
+
+    def closed_because(self) -> str:
+        """`` (why)`` when the transport knows why the connection ended, else nothing."""
+        refused = self.stdio.refused if self.stdio is not None else None
+        return f" ({refused})" if refused else ""
 
     def notifications_lost(self, reason: str) -> None:
         """The session's notifications stopped (the connection ended, or its HTTP GET stream did):
@@ -241,10 +248,15 @@ class McpResourceSource:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Clock | None = None,
         errlog: TextIO | None = None,
     ) -> None:
         """Prefer :meth:`stdio` / :meth:`http`; this takes the already-validated target."""
+        if max_message_bytes is not None and (type(max_message_bytes) is not int or max_message_bytes < 1):
+            raise ValueError(
+                f"max_message_bytes must be an int >= 1 (or None for no bound), got {max_message_bytes!r}"
+            )
         if name is not None and not name.strip():
             raise ValueError(
                 "McpResourceSource name must be a non-empty string (or None for the server's name)"
@@ -271,6 +283,7 @@ class McpResourceSource:
         self._connect_timeout = connect_timeout
         self._ack_timeout = ack_timeout
         self._request_timeout = request_timeout
+        self._max_message = max_message_bytes
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._errlog = errlog
         self._stack: AsyncExitStack | None = None
@@ -294,6 +307,7 @@ class McpResourceSource:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Clock | None = None,
         errlog: TextIO | None = None,
     ) -> McpResourceSource:
@@ -301,7 +315,7 @@ class McpResourceSource:
 
         ``env`` is merged over the SDK's safe default environment (``PATH``,
         ``HOME``, ...). The server's stderr goes to ``errlog`` (default: ours).
-        The timeouts (seconds) and ``clock`` are described on :meth:`http`.
+        The timeouts (seconds), ``max_message_bytes`` and ``clock`` are described on :meth:`http`.
         """
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not argv or not argv[0]:
@@ -324,6 +338,7 @@ class McpResourceSource:
             connect_timeout=connect_timeout,
             ack_timeout=ack_timeout,
             request_timeout=request_timeout,
+            max_message_bytes=max_message_bytes,
             clock=clock,
             errlog=errlog,
         )
@@ -340,6 +355,7 @@ class McpResourceSource:
         connect_timeout: float | None = None,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Clock | None = None,
     ) -> McpResourceSource:
         """A Streamable HTTP server at ``url`` (e.g. ``http://127.0.0.1:8765/mcp``).
@@ -364,6 +380,13 @@ class McpResourceSource:
         connection, which ends its listens (their watches resubscribe) and makes the
         next call reconnect (a stdio server is restarted): a server that stopped
         answering must not stall its watches for good.
+
+        ``max_message_bytes`` (default :data:`~asyncai_watch.mcp.body_cap.DEFAULT_MAX_MESSAGE_BYTES`,
+        16 MiB; ``None``: unbounded) caps one message from the server, a read's answer included:
+        a stdio line, an HTTP JSON body or SSE event. It is enforced as the bytes arrive, so a
+        hostile server's 1 GiB answer costs no more than the cap; the request fails with a
+        :class:`ServerError` naming the cap, and the connection stays up (on stdio a line whose
+        request id cannot be seen ends the connection, and the next call respawns the server).
         """
         try:
             parsed = urllib.parse.urlsplit(url)
@@ -393,6 +416,7 @@ class McpResourceSource:
             connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout,
             ack_timeout=ack_timeout,
             request_timeout=request_timeout,
+            max_message_bytes=max_message_bytes,
             clock=clock,
         )
 
@@ -499,7 +523,9 @@ class McpResourceSource:
                 auth=self._auth,
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 transport=GetStreamWatch(
-                    httpx2.AsyncHTTPTransport(),
+                    httpx2.AsyncHTTPTransport()
+                    if self._max_message is None
+                    else BodyCap(httpx2.AsyncHTTPTransport(), self._max_message),
                     lambda: conn.notifications_lost("the server's notification stream (HTTP GET) ended"),
                 ),
             )
@@ -511,12 +537,19 @@ class McpResourceSource:
                     http_errors.append(f"HTTP {response.status_code} {response.reason_phrase}".strip())
 
             http_client.event_hooks["response"].append(note_status)
-            transport = streamable_http_client(self._target, http_client=http_client)
+            transport = streamable_http_client(
+                self._target, http_client=http_client, max_sse_event_size=self._max_message
+            )
         else:
             # Our own transport (a new one, so a new process, per connection): see mcp/stdio.py.
             params = self._target
-            transport = StdioTransport(
-                params.command, params.args, env=params.env, cwd=params.cwd, errlog=self._errlog
+            transport = conn.stdio = StdioTransport(
+                params.command,
+                params.args,
+                env=params.env,
+                cwd=params.cwd,
+                errlog=self._errlog,
+                max_line=self._max_message,
             )
 
         async def on_message(message: Any) -> None:
@@ -619,9 +652,14 @@ class McpResourceSource:
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 conn.dead = True  # the next call reconnects
+                why = conn.closed_because() or (
+                    f" ({exc.message})" if exc.message.startswith("SSE stream failed") else ""
+                )
                 raise ServerConnectionError(
-                    f"server {self.name!r} ({self._description}): {what} failed: the connection is closed"
+                    f"server {self.name!r} ({self._description}): {what} failed: the connection is closed{why}"
                 ) from exc
+            if exc.code == MESSAGE_TOO_LARGE:  # made by our transport: the server's answer was dropped
+                raise ServerError(self.name, what, None, exc.message) from exc
             raise ServerError(self.name, what, exc.code, exc.message) from exc
         except pydantic.ValidationError as exc:
             raise ServerError(

@@ -12,6 +12,7 @@ import urllib.parse
 import attrs
 
 from asyncai_watch.http_auth import HttpAuth
+from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES
 from asyncai_watch.mcp.client import McpResourceSource
 
 __all__ = ["ServerSpec", "parse_server"]
@@ -28,7 +29,9 @@ class ServerSpec:
     def is_http(self) -> bool:
         return urllib.parse.urlsplit(self.target).scheme in ("http", "https")
 
-    def source(self, auth: HttpAuth | None = None) -> McpResourceSource:
+    def source(
+        self, auth: HttpAuth | None = None, *, max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
+    ) -> McpResourceSource:
         """The (not yet connected) source; raises ``ValueError`` for a malformed command or URL.
 
         A stdio server gets this process's environment, as a command started from a shell would;
@@ -42,8 +45,11 @@ class ServerSpec:
                 headers=auth.headers,
                 auth=auth.auth_for(self.target),
                 connect_timeout=auth.connect_timeout,
+                max_message_bytes=max_message_bytes,
             )
-        return McpResourceSource.stdio(self.target, name=self.name, env=dict(os.environ))
+        return McpResourceSource.stdio(
+            self.target, name=self.name, env=dict(os.environ), max_message_bytes=max_message_bytes
+        )
 
 
 def parse_server(text: str) -> ServerSpec:

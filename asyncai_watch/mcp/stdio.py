@@ -38,11 +38,13 @@ from typing import Final, TextIO
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from asyncai_watch.mcp._lines import LineReader, MessageError, encode_message, next_message
+from asyncai_watch.mcp._lines import LineReader, MessageError, Overlong, encode_message, next_message
+from asyncai_watch.mcp.body_cap import MESSAGE_TOO_LARGE, too_large
 
 __all__ = ["EXIT_GRACE", "StdioTransport"]
 
@@ -58,7 +60,11 @@ class StdioTransport:
     """``command`` with ``args`` as an MCP server over stdio (``mcp.client.Transport``).
 
     ``env`` is merged over the SDK's default environment; ``errlog`` gets the server's stderr
-    (default: ``sys.stderr`` when the server starts). Enter it once.
+    (default: ``sys.stderr`` when the server starts). A line longer than ``max_line`` bytes is
+    dropped as it arrives (memory stays bounded by the cap): the request it answered gets an
+    error naming the cap (:data:`~asyncai_watch.mcp.body_cap.MESSAGE_TOO_LARGE`), or, when its id
+    cannot be seen in its first 64 KiB or last 256 bytes, the connection ends (:attr:`refused`
+    says why) and the next one respawns the server. Enter it once.
     """
 
     def __init__(
@@ -69,12 +75,16 @@ class StdioTransport:
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
         errlog: TextIO | None = None,
+        max_line: int | None = None,
     ) -> None:
         self.command = command
+        self.max_line = max_line
         self.args = list(args)
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.errlog = errlog
+        self.refused: str | None = None
+        """Why the connection ended early, when a line over ``max_line`` without an id ended it."""
         self._session: AbstractAsyncContextManager[_Streams] | None = None
 
     async def __aenter__(self) -> _Streams:
@@ -106,7 +116,7 @@ class StdioTransport:
         exit_fd = _pidfd(process.pid)
         read_send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
-        connection = _Connection(process, exit_fd, read_send, write_receive)
+        connection = _Connection(process, exit_fd, read_send, write_receive, self.max_line, self)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(connection.read)
@@ -144,6 +154,8 @@ class _Connection:
         exit_fd: int | None,
         read_send: MemoryObjectSendStream[SessionMessage | Exception],
         write_receive: MemoryObjectReceiveStream[SessionMessage],
+        max_line: int | None = None,
+        owner: StdioTransport | None = None,
     ) -> None:
         assert process.stdin is not None, "spawned with pipes"
         assert process.stdout is not None, "spawned with pipes"
@@ -155,14 +167,24 @@ class _Connection:
         self.write_receive = write_receive
         self.writer_done = anyio.Event()
         self.shutting_down = False
+        self.max_line = max_line
+        self.owner = owner
 
     async def read(self) -> None:
         """Server stdout -> session, one message per line, in order; the rest drained at the end."""
-        lines = LineReader(self.stdout)
+        lines = LineReader(self.stdout, max_line=self.max_line)
         try:
             async with self.read_send:
                 try:
                     while (item := await next_message(lines)) is not None:
+                        if isinstance(item, Overlong):
+                            answer = self._too_large(item)
+                            if answer is None:
+                                # Its request cannot be told: end the session now (the drain
+                                # below runs until shutdown), and the next call respawns.
+                                await self.read_send.aclose()
+                                return
+                            item = answer
                         if isinstance(item, MessageError):
                             _log.warning("MCP server sent a line that is not a JSON-RPC message: %s", item)
                         try:
@@ -176,6 +198,25 @@ class _Connection:
         except (anyio.BrokenResourceError, ConnectionError):
             if not self.shutting_down:
                 _log.exception("reading the MCP server's stdout failed mid-session")
+
+    def _too_large(self, line: Overlong) -> SessionMessage | None:
+        """The error answer to the request whose answer ``line`` was (it was dropped unread), or
+        ``None`` when the kept bytes do not show its id (the connection then ends)."""
+        assert self.max_line is not None, "only a capped reader makes an Overlong"
+        message = too_large(line.size, self.max_line)
+        request_id = line.request_id()
+        _log.warning(
+            "MCP server sent a line of %d bytes, over the %d-byte cap (max_message_bytes)%s",
+            line.size,
+            self.max_line,
+            "" if request_id is not None else "; no request id in it, so the connection ends",
+        )
+        if request_id is None:
+            if self.owner is not None:
+                self.owner.refused = f"the server sent a message without a readable id: {message}"
+            return None
+        error = types.ErrorData(code=MESSAGE_TOO_LARGE, message=message)
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
     async def _drain(self) -> None:
         """Read and drop stdout until it ends or shutdown closes it: a server blocked writing a

@@ -36,6 +36,7 @@ from asyncai_watch.clock import SystemClock, fail_after
 from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import LimitError, WatchError
+from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES, add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.state_file import StateFile
 
@@ -44,7 +45,7 @@ from .channel import instructions
 from .config import ConfigError, Upstream, from_server_args, load_config, select
 from .hub import DEFAULT_BUFFER, Hub
 from .ring import NoticeRing
-from .server import ConnectionAttach, FirstAnswer, build_server
+from .server import DEFAULT_MAX_RESULT, ConnectionAttach, FirstAnswer, build_server
 from .upstreams import DEFAULT_WAIT, UpstreamLink
 
 __all__ = ["DEFAULT_RING", "SERVE_ENV", "add_arguments", "main"]
@@ -132,6 +133,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"how long a tool call waits for an upstream server that is still connecting "
         f"(default {DEFAULT_WAIT:g}); one that is down is reported at once",
     )
+    add_cap_argument(parser)
+    parser.add_argument(
+        "--max-result-chars",
+        type=int,
+        default=DEFAULT_MAX_RESULT,
+        metavar="N",
+        help=f"longest tool result handed to the host, in characters (default {DEFAULT_MAX_RESULT:,}); "
+        "a read_resource of a larger resource is a tool error naming this cap",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every NDJSON event on stderr")
     parser.add_argument(
         "--log-file",
@@ -194,29 +204,35 @@ def _upstreams(args: argparse.Namespace) -> list[Upstream]:
     return found
 
 
-def _source(upstream: Upstream, errlog: TextIO | None = None) -> McpResourceSource:
+def _source(
+    upstream: Upstream, errlog: TextIO | None = None, max_message: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> McpResourceSource:
     try:
         if upstream.url is not None:
             return McpResourceSource.http(
-                upstream.url, name=upstream.link_name, headers=upstream.headers or None
+                upstream.url,
+                name=upstream.link_name,
+                headers=upstream.headers or None,
+                max_message_bytes=max_message,
             )
         return McpResourceSource.stdio(
             list(upstream.argv),
             name=upstream.link_name,
             env={**upstream.env, SERVE_ENV: "1"},
             errlog=errlog,  # a file: the child writes to its descriptor
+            max_message_bytes=max_message,
         )
     except ValueError as exc:
         raise ConfigError(f"{upstream.origin}: {exc}") from None
 
 
 def _links(
-    upstreams: list[Upstream], errlog: TextIO | None, wait: float, clock: SystemClock
+    upstreams: list[Upstream], errlog: TextIO | None, wait: float, clock: SystemClock, max_message: int
 ) -> list[UpstreamLink]:
     return [
         UpstreamLink(
             u.link_name,
-            functools.partial(_source, u, errlog),
+            functools.partial(_source, u, errlog, max_message),
             target=_source(u).description,  # also checks the command or URL before anything runs
             clock=clock,
             wait=wait,
@@ -233,7 +249,7 @@ async def _serve(
     from asyncai_watch.server.stdio import stdio_server
 
     clock = SystemClock()
-    links = _links(upstreams, errlog, args.upstream_wait, clock)
+    links = _links(upstreams, errlog, args.upstream_wait, clock, args.max_message_bytes)
     http = _address(args.http) if args.http is not None else None
     hub = Hub(exclusive=http is None, buffer=args.push_buffer)
     bridge = Bridge(
@@ -247,7 +263,9 @@ async def _serve(
         clock=clock,
     )
     text = instructions([link.name for link in links], {"max_watches": limits.max_watches})
-    server = build_server(bridge, instructions=text, version=version("asyncai-watch"))
+    server = build_server(
+        bridge, instructions=text, version=version("asyncai-watch"), max_result=args.max_result_chars
+    )
     log.emit("serve.start", upstreams=[link.name for link in links], http=args.http, pid=os.getpid())
     async with anyio.create_task_group() as tg:
         if http is not None:
@@ -381,6 +399,8 @@ def _main(args: argparse.Namespace) -> int:
         errlog = _configure_log(args)
         if args.ring < 1:
             raise ConfigError(f"--ring must be >= 1, got {args.ring}")
+        if args.max_result_chars < 1:
+            raise ConfigError(f"--max-result-chars must be >= 1, got {args.max_result_chars}")
         if args.push_buffer < 1:
             raise ConfigError(f"--push-buffer must be >= 1, got {args.push_buffer}")
         if not args.upstream_wait >= 0:

@@ -45,7 +45,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
 from asyncai_watch.clock import Clock, SystemClock, fail_after
-from asyncai_watch.core.echo import clip, redact
+from asyncai_watch.core.echo import clip, quoted, redact
 from asyncai_watch.core.tools import BRIDGE_TOOLS, DEFAULT_NOTICES_LIMIT, ToolSpec, check_arguments
 from asyncai_watch.core.tools import tool as tool_spec
 from asyncai_watch.errors import WatchError
@@ -91,6 +91,10 @@ TOOLS: Final = [_tool(spec) for spec in BRIDGE_TOOLS]
 
 _MAX_NAMED: Final = 10  # unknown argument names an error lists
 _ERROR_CAP: Final = 4000  # a tool error's text, whatever an error below it quoted
+
+DEFAULT_MAX_RESULT: Final = 1 << 20
+"""Characters of text one tool result may hand the host (``--max-result-chars``): a resource
+read from upstream can be up to 16 MiB, and an agent must not get 16 million characters."""
 
 
 class ToolInputError(WatchError):
@@ -140,7 +144,29 @@ def _text(value: str) -> types.TextContent:
     return types.TextContent(type="text", text=value)
 
 
-def build_server(bridge: Bridge, *, instructions: str, version: str = "") -> WatchServer:
+class ResultTooLargeError(WatchError):
+    """A tool's result is longer than ``--max-result-chars``."""
+
+
+def _check_size(tool: str, args: Mapping[str, Any], result: types.CallToolResult, cap: int) -> None:
+    size = sum(len(block.text) for block in result.content if isinstance(block, types.TextContent))
+    if size <= cap:
+        return
+    what = f"{tool} {quoted(args['uri'])}" if tool == "read_resource" else tool
+    hint = (
+        "; watch it with watch_start to hear of its changes, or read a smaller resource"
+        if tool == "read_resource"
+        else ""
+    )
+    raise ResultTooLargeError(
+        f"{what}: the result is {size:,} characters, more than the {cap:,} a tool result may "
+        f"carry (--max-result-chars){hint}"
+    )
+
+
+def build_server(
+    bridge: Bridge, *, instructions: str, version: str = "", max_result: int = DEFAULT_MAX_RESULT
+) -> WatchServer:
     ring, hub = bridge.ring, bridge.hub
 
     async def t_list_resources(a: Mapping[str, Any]) -> types.CallToolResult:
@@ -153,7 +179,7 @@ def build_server(bridge: Bridge, *, instructions: str, version: str = "") -> Wat
 
     async def t_read_resource(a: Mapping[str, Any]) -> types.CallToolResult:
         value = await (await bridge.manager()).read_resource(a["uri"])
-        return _json_result(value, {"uri": a["uri"], "value": value})
+        return _json_result(value, {"uri": clip(a["uri"]), "value": value})
 
     async def t_watch_start(a: Mapping[str, Any]) -> types.CallToolResult:
         manager = await bridge.manager()
@@ -162,7 +188,8 @@ def build_server(bridge: Bridge, *, instructions: str, version: str = "") -> Wat
 
     async def t_watch_stop(a: Mapping[str, Any]) -> types.CallToolResult:
         stopped = await (await bridge.manager()).watch_stop(a["name"])
-        return _json_result({"name": a["name"], "stopped": stopped}, {"name": a["name"], "stopped": stopped})
+        answer = {"name": clip(a["name"]), "stopped": stopped}  # caller input, echoed capped
+        return _json_result(answer, answer)
 
     async def t_watch_list(a: Mapping[str, Any]) -> types.CallToolResult:
         watches = watch_dicts((await bridge.manager()).watch_list())
@@ -199,6 +226,7 @@ def build_server(bridge: Bridge, *, instructions: str, version: str = "") -> Wat
         try:
             _check_arguments(params.name, args)
             result = await handler(args)
+            _check_size(params.name, args, result, max_result)
         except WatchError as exc:  # FilterError, LimitError, RoutingError, NotWatchableError, ...
             result = _error(str(exc))
         except Exception as exc:

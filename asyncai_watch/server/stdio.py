@@ -58,6 +58,7 @@ from mcp.shared.message import SessionMessage
 from asyncai_watch.mcp._lines import (
     LineReader,
     MessageError,
+    Overlong,
     encode_message,
     error_line,
     next_message,
@@ -251,6 +252,7 @@ async def _read(
     """stdin -> the session, one message per line in order; a bad line is answered here."""
     async with read_send:
         while (message := await next_message(lines)) is not None:
+            assert not isinstance(message, Overlong), "this reader has no max_line"
             if isinstance(message, MessageError):
                 _log.debug("answered a line that is no JSON-RPC message with %d: %s", message.code, message)
                 await writer.write(error_line(message))

@@ -268,7 +268,7 @@ class FakeSource:
         self._count("tools/call", name)
         self._check_connected()
         if name not in self.tools:
-            return ToolResult(text=f"unknown tool {name!r}", is_error=True)
+            return ToolResult(text=f"unknown tool {quoted(name)}", is_error=True)
         self.tool_calls.append((name, dict(arguments)))
         _, handler = self.tools[name]
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from asyncai_watch.serve.ring import NoticeRing
 from asyncai_watch.serve.server import build_server
 from asyncai_watch.testing import FakeClock
 from tests.test_manager import IMMEDIATE, NOTES, memo_fake
+from tests.test_serve import MEMO, serve
 
 SECRET = "S3CRET-value"
 
@@ -293,3 +295,24 @@ def test_the_cli_quotes_a_huge_uri_in_a_short_error() -> None:
     assert "(100,009 characters)" in line
     assert len(line) < SHORT
     assert run.returncode == 2
+
+
+@pytest.mark.anyio
+async def test_serve_results_quote_caller_input_capped() -> None:
+    """Results echo caller input capped too (issue 28 item 8): a 1 MiB name given to watch_stop,
+    a 1 MiB URI read through ``asyncai-watch serve`` (a real process, memo upstream)."""
+    name = "n" * (1 << 20)
+    uri = "memo://notes/" + "k" * (1 << 20)
+    params = serve("--server", "memo=" + shlex.join(MEMO))
+    async with Client(params, cache=None) as client:
+        for tool, args, length in [
+            ("watch_stop", {"name": name}, "(1,048,576 characters)"),
+            ("read_resource", {"uri": uri}, "(1,048,589 characters)"),
+        ]:
+            with anyio.fail_after(60):
+                result = await client.call_tool(tool, args)
+            shown = json.dumps([c.model_dump() for c in result.content]) + json.dumps(
+                result.structured_content
+            )
+            assert len(shown) < SHORT, (tool, len(shown))
+            assert length in shown, (tool, shown[:500])

@@ -704,3 +704,23 @@ async def test_a_moved_ancestor_is_noticed_at_the_next_change_inside_it(tmp_path
             with anyio.fail_after(WAIT):
                 await sub.__anext__()
             assert json.loads((await read(client, uri))[0]) == {"v": v}
+
+
+@pytest.mark.anyio
+async def test_a_socket_or_fifo_inside_the_root_is_a_clear_error_not_an_internal_one(tmp_path: Path) -> None:
+    """Issue 28 item 8: a Unix socket inside the root was "Internal server error" with a
+    traceback. Each kind is named, with what is served, and a FIFO never blocks the read."""
+    os.mkfifo(tmp_path / "fifo")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "sock"))
+        async with files_server(tmp_path) as client:
+            for name, kind in [("sock", "a socket"), ("fifo", "a FIFO")]:
+                with anyio.fail_after(30), pytest.raises(MCPError) as info:
+                    await client.read_resource(f"file://{tmp_path / name}")
+                assert info.value.message == (
+                    f"{tmp_path / name} is {kind}, not a regular file; "
+                    "file:// serves regular files, dir-events:// directories"
+                )
+            (tmp_path / "ok.txt").write_text("fine")
+            with anyio.fail_after(30):
+                assert await read(client, f"file://{tmp_path / 'ok.txt'}") == ("fine", "text/plain")

@@ -105,7 +105,7 @@ def test_read_state_text_json_and_torn(tmp_path: Path) -> None:
         assert (mime, is_error) == ("application/json", True)
         assert expect in json.loads(text)["error"]
     os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(NotAFile, match="not a regular file"):
+    with pytest.raises(NotAFile, match="is a FIFO, not a regular file"):
         read("fifo")
     with pytest.raises(NotAFile, match="dir-events://"):
         read_state(str(tmp_path), roots, shown=str(tmp_path))

@@ -23,6 +23,7 @@ import stat
 import attrs
 
 from asyncai_servers.files.paths import PathRefused, Roots, check_fd_inside
+from asyncai_watch.small_file import file_kind
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -31,6 +32,7 @@ __all__ = [
     "FileMissing",
     "FileState",
     "NotAFile",
+    "Unreadable",
     "error_body",
     "read_state",
 ]
@@ -41,7 +43,18 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 
 
 class NotAFile(ValueError):
-    """The path exists but is not a regular file."""
+    """The path exists but is not a regular file (a directory, a FIFO, a socket, a device)."""
+
+
+class Unreadable(ValueError):
+    """The path is a regular file this server may not open (permissions, ...)."""
+
+
+_SERVED = "file:// serves regular files, dir-events:// directories"
+
+
+def _not_a_file(shown: str, mode: int) -> NotAFile:
+    return NotAFile(f"{shown} is {file_kind(mode)}, not a regular file; {_SERVED}")
 
 
 class FileMissing(FileNotFoundError):
@@ -83,7 +96,13 @@ def read_state(path: str, roots: Roots, *, shown: str, max_bytes: int = DEFAULT_
                 f"{shown!r} is refused: it became a symlink after it was checked; "
                 f"this server serves only under: {roots.describe()}"
             ) from exc
-        raise
+        try:  # a socket cannot be opened at all (ENXIO): say what it is
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            raise _not_a_file(shown, mode) from exc
+        raise Unreadable(f"{shown} cannot be read: {exc.strerror or exc}") from exc
     try:
         check_fd_inside(fd, roots, shown)
         st = os.fstat(fd)
@@ -93,7 +112,7 @@ def read_state(path: str, roots: Roots, *, shown: str, max_bytes: int = DEFAULT_
                 f'Watch a directory with dir-events://{path}, e.g. uri="dir-events://{path}?recursive=true"'
             )
         if not stat.S_ISREG(st.st_mode):
-            raise NotAFile(f"{shown} is not a regular file; file:// serves regular files only")
+            raise _not_a_file(shown, st.st_mode)
         chunks: list[bytes] = []
         total = 0
         while total <= max_bytes:

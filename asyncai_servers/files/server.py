@@ -54,6 +54,7 @@ from asyncai_servers.files.content import (
     FileMissing,
     FileState,
     NotAFile,
+    Unreadable,
     error_body,
     read_state,
 )
@@ -871,7 +872,7 @@ class FilesServer:
                     why = f"its directory {parent} was deleted or moved away"
                 return error_body(f"{exc}; {why}. The watch reports it again when it is recreated")
             raise await _run(self._missing, target, uri) from exc
-        except (PathRefused, NotAFile) as exc:
+        except (PathRefused, NotAFile, Unreadable) as exc:
             raise resource_error(uri, str(exc)) from exc
 
     async def _read_dir(self, target: DirTarget, uri: str) -> str:

@@ -33,6 +33,8 @@ from RestrictedPython.Guards import (
 )
 from RestrictedPython.transformer import INSPECT_ATTRIBUTES, RestrictingNodeTransformer
 
+from asyncai_watch.core.echo import quoted
+
 # RestrictedPython's own getattr guard (untyped upstream), used as a second layer.
 _upstream_getattr: Callable[[Any, str], Any] = safer_getattr_raise
 
@@ -401,7 +403,7 @@ def _denied(name: str, hint: str) -> Callable[..., Any]:
 
 def _import(name: str, *_args: Any, **_kwargs: Any) -> Any:
     raise PolicyError(
-        f"import of {name!r} is not allowed in the sandbox: no module can be imported; "
+        f"import of {quoted(name)} is not allowed in the sandbox: no module can be imported; "
         "use the builtins and the provided functions (json.dumps / json.loads are available)"
     )
 
@@ -437,13 +439,15 @@ def _check_attribute(obj: Any, name: str) -> None:
         raise TypeError(f"attribute name must be a str, got {type(name).__name__}")
     if name in _TYPE_ATTRIBUTES:
         raise PolicyError(
-            f"attribute {name!r} is not accessible on any object (type introspection is blocked); "
+            f"attribute {quoted(name)} is not accessible on any object (type introspection is blocked); "
             "use isinstance() or issubclass()"
         )
     if name[:1] == "_":
-        raise PolicyError(f'attribute {name!r} is not accessible: names starting with "_" are blocked')
+        raise PolicyError(f'attribute {quoted(name)} is not accessible: names starting with "_" are blocked')
     if name in INSPECT_ATTRIBUTES or name.endswith("__roles__"):
-        raise PolicyError(f"attribute {name!r} is not accessible (frame and code introspection is blocked)")
+        raise PolicyError(
+            f"attribute {quoted(name)} is not accessible (frame and code introspection is blocked)"
+        )
     if name in _FORMAT_NAMES:
         if name in ("format", "format_map") and (
             isinstance(obj, str) or (isinstance(obj, type) and issubclass(obj, str))
@@ -513,10 +517,10 @@ class _Unwritable:
         )
 
     def __setattr__(self, name: str, _value: Any) -> None:
-        raise self._refuse(f"set attribute {name!r}")
+        raise self._refuse(f"set attribute {quoted(name)}")
 
     def __delattr__(self, name: str) -> None:
-        raise self._refuse(f"delete attribute {name!r}")
+        raise self._refuse(f"delete attribute {quoted(name)}")
 
     def __setitem__(self, _key: Any, _value: Any) -> None:
         raise self._refuse("assign items")
@@ -655,7 +659,7 @@ def new_scope(
     for name, value in (functions or {}).items():
         if not _IDENTIFIER.fullmatch(name) or name in ("print", "printed"):
             raise ValueError(
-                f"scope function name {name!r} is not usable: use an identifier not starting with '_'"
+                f"scope function name {quoted(name)} is not usable: use an identifier not starting with '_'"
             )
         scope[name] = value
     return scope

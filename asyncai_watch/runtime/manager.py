@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from asyncai_watch import log
 from asyncai_watch._tasks import exit_task_group
 from asyncai_watch.clock import Clock, SystemClock
+from asyncai_watch.core.echo import quoted
 from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.extract import Body
 from asyncai_watch.core.limits import Limits
@@ -222,7 +223,7 @@ class WatchManager:
     async def read_resource(self, uri: str) -> Any:
         """Read ``uri`` from the server that serves it: parsed JSON, else the text."""
         if not isinstance(uri, str) or not uri:
-            raise WatchError(f"read_resource: uri must be a non-empty string, got {uri!r}")
+            raise WatchError(f"read_resource: uri must be a non-empty string, got {quoted(uri)}")
         source, _ = await self._catalogs.route(uri, what="read_resource")
         result = await source.read(uri)
         if len(result.text) > LARGE_BODY:

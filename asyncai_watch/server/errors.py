@@ -20,7 +20,7 @@ from typing import Final
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
-from asyncai_watch.core.echo import quoted
+from asyncai_watch.core.echo import clip, quoted
 
 __all__ = ["RESOURCE_NOT_FOUND", "UNKNOWN_TOOL", "resource_error", "resource_not_found", "unknown_tool"]
 
@@ -46,4 +46,4 @@ def resource_not_found(server: str, uri: str, served: str) -> MCPError:
 def resource_error(uri: str, message: str) -> MCPError:
     """-32602 for ``uri``, which names no resource this server can serve; ``message`` says why
     and what would be accepted. The URI goes in the error's ``data`` too."""
-    return MCPError(RESOURCE_NOT_FOUND, message, data={"uri": uri})
+    return MCPError(RESOURCE_NOT_FOUND, message, data={"uri": clip(uri)})  # caller input, capped

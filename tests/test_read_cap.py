@@ -19,9 +19,10 @@ from mcp import Client
 from test_memo_server import WAIT, memo_http_server
 
 from asyncai_watch.errors import ServerConnectionError, ServerError
+from asyncai_watch.mcp._lines import LineReader, Overlong
 from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES
 from asyncai_watch.mcp.client import McpResourceSource
-from tests.test_serve import call, serve, tool_error
+from tests.test_serve import Channel, call, file_uri, files_arg, serve, tool_error, write
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +69,7 @@ _PEAK = """
 import resource, sys, anyio
 from asyncai_watch.errors import ServerError
 from asyncai_watch.mcp.client import McpResourceSource
-from tests.test_serve import call, serve, tool_error
+from tests.test_serve import Channel, call, file_uri, files_arg, serve, tool_error, write
 
 async def main():
     async with McpResourceSource.stdio(sys.argv[1:], max_message_bytes=64 << 10) as src:
@@ -110,16 +111,33 @@ async def test_an_http_body_over_the_cap_fails_its_read_and_the_session_serves_t
                 assert json.loads((await src.read("memo://notes/small")).text) == "fine"
 
 
-async def test_serve_answers_an_oversized_read_with_a_tool_error_and_keeps_serving() -> None:
+async def test_serve_answers_an_oversized_read_with_a_tool_error_and_keeps_serving(tmp_path: Path) -> None:
     """Through ``asyncai-watch serve`` (a real process): the cap on what the upstream sends
     (--max-message-bytes) and on what a tool result hands the host (--max-result-chars) are
-    each a tool error naming the flag; the bridge answers the next call."""
-    huge = "huge=" + shlex.join(HUGE)
-    params = serve("--server", huge, "--max-message-bytes", str(CAP), "--max-result-chars", "10000")
-    async with Client(params, cache=None) as client:
+    each a tool error naming the flag; the bridge answers the next call, and a watch on
+    another upstream goes on pushing its changes."""
+    doc = tmp_path / "doc.json"
+    doc.write_text('{"a": 1}')
+    params = serve(
+        "--server",
+        "huge=" + shlex.join(HUGE),
+        "--server",
+        files_arg(tmp_path),
+        "--max-message-bytes",
+        str(CAP),
+        "--max-result-chars",
+        "10000",
+        "--debounce",
+        "0",
+    )
+    channel = Channel()
+    async with Client(params, cache=None, extensions=[channel]) as client:
         with anyio.fail_after(WAIT):
+            await call(client, "watch_start", name="doc", uri=file_uri(doc))
             error = await tool_error(client, "read_resource", uri="huge://big?bytes=1048576")
         assert NAMED in error
+        write(doc, '{"a": 2}')
+        assert (await channel.next_for("doc")).content == "MODIFIED a (1→2)"
         with anyio.fail_after(WAIT):
             error = await tool_error(client, "read_resource", uri="huge://big?bytes=20000")
         assert "the result is 20,000 characters, more than the 10,000 a tool result may carry" in error
@@ -128,4 +146,33 @@ async def test_serve_answers_an_oversized_read_with_a_tool_error_and_keeps_servi
             result = await client.call_tool("read_resource", {"uri": "huge://small"})
             assert not result.is_error
             assert result.structured_content == {"uri": "huge://small", "value": "small and fine"}
-            assert await call(client, "watch_list") == []
+            assert [w["name"] for w in await call(client, "watch_list")] == ["doc"]
+        write(doc, '{"a": 3}')
+        assert (await channel.next_for("doc")).content == "MODIFIED a (2→3)"
+
+
+@pytest.mark.parametrize("piece", [1, 7, 100, 1 << 16])
+async def test_the_line_reader_drops_an_over_long_line_and_keeps_the_lines_around_it(piece: int) -> None:
+    big = b'{"jsonrpc":"2.0","id":7,"result":"' + b"x" * 5000 + b'"}'
+    last = b'{"jsonrpc":"2.0","result":"' + b"y" * 5000 + b'","id":"r-9"}'
+    wire = b'{"a":1}\n' + big + b"\n" + b'{"b":2}\n' + last + b"\n" + b"x" * 3000
+    send, receive = anyio.create_memory_object_stream[bytes](len(wire))
+    for i in range(0, len(wire), piece):
+        send.send_nowait(wire[i : i + piece])
+    send.close()
+    reader = LineReader(receive, max_line=1000)
+    got: list[bytes | Overlong] = []
+    with anyio.fail_after(WAIT):
+        while True:
+            try:
+                line = await reader.receive()
+            except anyio.EndOfStream:
+                break
+            got.append(line if isinstance(line, Overlong) else bytes(line))
+    assert [g if isinstance(g, bytes) else (g.size, g.request_id()) for g in got] == [
+        b'{"a":1}',
+        (len(big), 7),
+        b'{"b":2}',
+        (len(last), "r-9"),
+        (3000, None),  # the unterminated tail, too long as well
+    ]

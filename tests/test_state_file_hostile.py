@@ -113,3 +113,22 @@ async def test_the_manager_starts_none_of_5000_saved_watches_over_its_limit(tmp_
     # The file is released: a run with a larger limit restores them.
     with StateFile(path) as state:
         assert len(state.load(max_watches=5_000)) == 5_000
+
+
+def test_the_agent_with_a_fifo_state_file_exits_2_in_one_line(tmp_path: Path) -> None:
+    fifo = tmp_path / "state.json"
+    os.mkfifo(fifo)
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": [{"steps": [{"reply": "hi"}]}]}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "asyncai_agent", "--model", f"scripted:{script}", "--watch-state", str(fifo)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.stderr.splitlines() == [
+        f"asyncai-agent: error: watch state file {fifo} is not a regular file (a FIFO); give a file"
+    ]
+    assert proc.returncode == 2

@@ -96,7 +96,8 @@ class ToolSpec:
     """``serve`` only: MCP structured content must be an object, so a result that is not one
     is answered as ``{wrap: result}`` (with the :attr:`echo` arguments beside it)."""
     echo: tuple[str, ...] = ()
-    """``serve`` only: arguments repeated in the structured content, e.g. ``read_resource``'s ``uri``."""
+    """``serve`` only: arguments repeated in the structured content, e.g. ``read_resource``'s
+    ``uri``, capped (:meth:`structured`): a 1 MiB name is not answered with 1 MiB."""
     text_is_structured: bool = False
     """``serve`` only: the JSON text is the structured content rather than the bare result
     (``watch_stop`` answers ``{"name", "stopped"}``: a bare ``true`` would not say which watch)."""
@@ -128,6 +129,15 @@ class ToolSpec:
         out: dict[str, Any] = {"type": "object", "properties": props, "required": list(props)}
         if "type" in self.result and "description" in self.result:
             out["description"] = f"{self.wrap} is {self.result['description']}"
+        return out
+
+    def structured(self, args: Mapping[str, Any], result: Any) -> Any:
+        """``serve``'s structured content for ``result``: ``{echo args..., wrap: result}`` (each
+        echoed argument is caller input, so it is repeated capped, :func:`clip`), or ``result``."""
+        if self.wrap is None:
+            return result
+        out = {name: clip(args[name]) if isinstance(args[name], str) else args[name] for name in self.echo}
+        out[self.wrap] = result
         return out
 
     @property

@@ -179,7 +179,7 @@ def build_server(
 
     async def t_read_resource(a: Mapping[str, Any]) -> types.CallToolResult:
         value = await (await bridge.manager()).read_resource(a["uri"])
-        return _json_result(value, {"uri": clip(a["uri"]), "value": value})
+        return _json_result(value, tool_spec("read_resource").structured(a, value))
 
     async def t_watch_start(a: Mapping[str, Any]) -> types.CallToolResult:
         manager = await bridge.manager()
@@ -188,7 +188,7 @@ def build_server(
 
     async def t_watch_stop(a: Mapping[str, Any]) -> types.CallToolResult:
         stopped = await (await bridge.manager()).watch_stop(a["name"])
-        answer = {"name": clip(a["name"]), "stopped": stopped}  # caller input, echoed capped
+        answer = tool_spec("watch_stop").structured(a, stopped)
         return _json_result(answer, answer)
 
     async def t_watch_list(a: Mapping[str, Any]) -> types.CallToolResult:

@@ -3,7 +3,7 @@
 Pure. Restoring never loses a saved spec: a watch that cannot start is listed ``restore_failed``
 with its reason and stays in the state file with it. What differs is what happens next (:func:`fate`):
 
-- ``"retry"``: it may start later (its server is down or slow, a limit is reached, the filter
+- ``"retry"``: it may start later (its server is down or slow, the filter
   engine failed, the filter timed out on its sample while a server it reads was slow): it is
   tried again after the resubscribe backoff's delays (1, 2, 4, 8, 16 s by default);
 - ``"broken"``: it cannot start as saved (an invalid name; a filter that does not compile or

@@ -652,9 +652,7 @@ class McpResourceSource:
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 conn.dead = True  # the next call reconnects
-                why = conn.closed_because() or (
-                    f" ({exc.message})" if exc.message.startswith("SSE stream failed") else ""
-                )
+                why = conn.closed_because() or self._sse_failure(exc.message)
                 raise ServerConnectionError(
                     f"server {self.name!r} ({self._description}): {what} failed: the connection is closed{why}"
                 ) from exc
@@ -675,6 +673,17 @@ class McpResourceSource:
             raise ServerConnectionError(
                 f"server {self.name!r} ({self._description}): {what} failed: {_describe_error(exc)}"
             ) from exc
+
+    def _sse_failure(self, message: str) -> str:
+        """`` (why)`` for an SSE stream the SDK gave up on (an event over the cap, say), else nothing."""
+        if not message.startswith("SSE stream failed"):
+            return ""
+        cap = (
+            f"; one message may hold {self._max_message:,} bytes (max_message_bytes; --max-message-bytes)"
+            if self._max_message is not None
+            else ""
+        )
+        return f" ({message}{cap})"
 
     async def _pages(self, what: str, fetch: Callable[[Client, str | None], Awaitable[Any]]) -> list[Any]:
         pages: list[Any] = []

@@ -176,3 +176,21 @@ async def test_the_line_reader_drops_an_over_long_line_and_keeps_the_lines_aroun
         (len(last), "r-9"),
         (3000, None),  # the unterminated tail, too long as well
     ]
+
+
+async def test_the_cli_takes_the_cap_as_max_message_bytes() -> None:
+    cli = [sys.executable, "-m", "asyncai_watch", "resources", "--server", shlex.join(HUGE)]
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process([*cli, "--max-message-bytes", "100"], check=False)
+    assert done.returncode == 2
+    last = done.stderr.decode().splitlines()[-1]
+    assert last.startswith("asyncai-watch: error: cannot connect to MCP server")
+    assert "more than the 100 bytes one message may hold (max_message_bytes; --max-message-bytes)" in last
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process([*cli, "--max-message-bytes", "0"], check=False)
+    assert done.returncode == 2
+    assert "--max-message-bytes: must be a whole number of bytes >= 1" in done.stderr.decode()
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process(cli, check=False)  # the default cap: listed
+    assert done.returncode == 0, done.stderr.decode()
+    assert "huge://small" in done.stdout.decode()

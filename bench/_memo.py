@@ -16,12 +16,15 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from asyncai_watch import McpResourceSource
+from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES
 
 HERE = Path(__file__).resolve().parent
 
 
 @asynccontextmanager
-async def memo(name: str = "memo") -> AsyncIterator[tuple[McpResourceSource, str]]:
+async def memo(
+    name: str = "memo", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
+) -> AsyncIterator[tuple[McpResourceSource, str]]:
     """memo as a subprocess: this process speaks stdio to it; its HTTP URL is for other processes."""
     with tempfile.TemporaryDirectory() as tmp:
         ready = Path(tmp) / "ready"
@@ -34,7 +37,7 @@ async def memo(name: str = "memo") -> AsyncIterator[tuple[McpResourceSource, str
             "--ready-file",
             str(ready),
         ]
-        async with McpResourceSource.stdio(argv, name=name) as source:
+        async with McpResourceSource.stdio(argv, name=name, max_message_bytes=max_message_bytes) as source:
             # --ready-file is written before stdio answers, so it is there once we are connected.
             url = ready.read_text().split()[1]
             yield source, url

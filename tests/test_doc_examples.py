@@ -270,10 +270,20 @@ async def test_a_framework_program_offline_ends_saying_why(block: Block, key: st
     if key != "no API key":
         # Nothing listens on port 1: the model call fails at once, as it does offline.
         env |= {"OPENAI_API_KEY": "sk-offline", "OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}
+    if "claude_agent_sdk" in block.code:
+        # The SDK's Claude Code CLI: a private home (no login of the machine's user), no traffic.
+        env |= {
+            "HOME": str(tmp_path),
+            "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
     done = await run_program(block, tmp_path, env)
     err = done.stderr.decode()
     assert done.returncode != 0, err
-    reason = "OPENAI_API_KEY" if key == "no API key" else "Connect"
+    if "claude_agent_sdk" in block.code:
+        reason = "Not logged in"  # no ANTHROPIC_API_KEY reaches it in either case
+    else:
+        reason = "OPENAI_API_KEY" if key == "no API key" else "Connect"
     assert reason in err, err
 
 

@@ -5,7 +5,9 @@ One module per framework, each behind its own extra, so importing this package n
 
 - :mod:`asyncai_watch.integrations.pydantic_ai` (``pip install 'asyncai-watch[pydantic-ai]'``);
 - :mod:`asyncai_watch.integrations.openai_agents` (``pip install 'asyncai-watch[openai-agents]'``);
-- :mod:`asyncai_watch.integrations.langgraph` (``pip install 'asyncai-watch[langgraph]'``).
+- :mod:`asyncai_watch.integrations.langgraph` (``pip install 'asyncai-watch[langgraph]'``);
+- :mod:`asyncai_watch.integrations.claude_agent_sdk` (``pip install 'asyncai-watch[claude-agent-sdk]'``);
+- :mod:`asyncai_watch.integrations.google_adk` (``pip install 'asyncai-watch[google-adk]'``).
 
 Every framework runs turns through the same :class:`TurnRunner` (the library's turn rules:
 render, coalesce, ``NO_REPLY``); only "run one turn with this text, return the reply" differs.

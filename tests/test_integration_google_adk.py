@@ -20,7 +20,16 @@ from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
 from asyncai_watch.integrations.google_adk import SessionTurns, server_tools, watch_runner, watch_tools
-from tests.integration_memo import WAIT, Brain, Call, Published, ask_call, memo, two_notices_during_one_run
+from tests.integration_memo import (
+    WAIT,
+    Brain,
+    Call,
+    Published,
+    ask_call,
+    memo,
+    own_write_reaches_the_watch,
+    two_notices_during_one_run,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -121,13 +130,7 @@ async def test_the_agents_own_write_through_the_server_tools_reaches_its_watch()
         tools = [*watch_tools(m.watches), *await server_tools(m.watches.sources)]
         runner, _ = runner_for(brain, tools)
         async with watch_runner(runner, m.watches, publish=published) as turns:
-            with anyio.fail_after(WAIT):
-                await turns.ask(ask_call("watch_start", name="notes", uri="memo://notes"))
-                wrote = await turns.ask(ask_call("memo_set", key="todo", value="milk"))
-                assert wrote.reply is not None
-                assert "error" not in wrote.reply
-                await turns.wait(lambda s: s.runs_completed == 3)
-            assert published.texts[-1] == "seen: ADDED todo"
+            await own_write_reaches_the_watch(turns, m, published)
 
 
 async def test_session_turns_makes_the_named_session_once() -> None:

@@ -20,7 +20,7 @@ import attrs
 
 from asyncai_watch.core.tools import WATCH_TOOLS
 from asyncai_watch.mcp.source import ResourceSource, ToolInfo, ToolResult
-from asyncai_watch.runtime.tools import list_tools, python_name, tool_names
+from asyncai_watch.runtime.tools import call_tool, list_tools, python_name, tool_names
 
 __all__ = ["ServerTool", "server_tools"]
 
@@ -48,7 +48,13 @@ class ServerTool:
         return schema
 
     async def call(self, arguments: Mapping[str, Any]) -> ToolResult:
+        """The result as the server sent it (an error result included)."""
         return await self.source.call_tool(self.info.name, arguments)
+
+    async def value(self, **arguments: Any) -> Any:
+        """The structured content, else the text parsed as JSON, else the text; an error result
+        raises :class:`~asyncai_watch.runtime.tools.ToolCallError` (a ``WatchError``)."""
+        return await call_tool(self.source, self.info, arguments)
 
 
 async def server_tools(sources: Sequence[ResourceSource]) -> list[ServerTool]:

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
 
 from asyncai_watch import Limits, McpResourceSource
-from asyncai_watch.integrations.claude_agent_sdk import serve_entry, watch_session
+from asyncai_watch.integrations.claude_agent_sdk import ClientTurns, serve_entry, watch_session
 from tests.claude_code import FakeMessagesApi, Home, Turn, claude_binary, text, tool_use
 from tests.integration_memo import WAIT, Published
 
@@ -165,3 +166,43 @@ def test_serve_entry_runs_the_bridge_with_always_load() -> None:
         ],
         "alwaysLoad": True,
     }
+
+
+class ScriptedClient:
+    """The two ``ClaudeSDKClient`` calls :class:`ClientTurns` makes, over a scripted CLI: each query
+    is answered first by the result of a turn the CLI started by itself, then by its own."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def query(self, prompt: Any, session_id: str = "default") -> None:
+        self.sent.extend([message async for message in prompt])
+
+    async def receive_messages(self) -> AsyncIterator[Any]:
+        stamp = self.sent[-1]["uuid"]
+        yield result("injected turn's answer", uuids=["someone-else"])
+        yield result(f"answer to {self.sent[-1]['message']['content']}", uuids=["earlier", stamp])
+
+
+def result(text: str, *, uuids: list[str], is_error: bool = False) -> ResultMessage:
+    return ResultMessage(
+        subtype="success",
+        duration_ms=1,
+        duration_api_ms=1,
+        is_error=is_error,
+        num_turns=1,
+        session_id="s",
+        result=text,
+        user_message_uuids=uuids,
+    )
+
+
+async def test_a_turn_reads_until_the_result_that_took_its_stamped_query() -> None:
+    client = ScriptedClient()
+    turns = ClientTurns(client)  # type: ignore[arg-type]
+    with anyio.fail_after(WAIT):
+        assert await turns("first") == "answer to first"
+        assert await turns("second") == "answer to second"
+    stamps = [m["uuid"] for m in client.sent]
+    assert len(set(stamps)) == 2  # a fresh uuid per query: the CLI skips one it has seen
+    assert [r.result for r in turns.results] == ["answer to first", "answer to second"]

@@ -11,10 +11,35 @@ One module per framework, each behind its own extra, so importing this package n
 
 Every framework runs turns through the same :class:`TurnRunner` (the library's turn rules:
 render, coalesce, ``NO_REPLY``); only "run one turn with this text, return the reply" differs.
+To wire another framework by hand: :func:`watch_functions` (the built-ins as typed functions),
+:data:`TOOL_ERRORS` and :func:`tool_error_text` (which errors a tool reports to the model, and
+how), :func:`structured_result` and :func:`result_text` (a result as MCP structured content and
+its JSON text), and :func:`server_tools` (the servers' own tools over the watch's connections).
 """
 
 from __future__ import annotations
 
+from asyncai_watch.integrations._builtins import (
+    TOOL_ERRORS,
+    result_text,
+    structured_result,
+    tool_error_text,
+    watch_functions,
+)
 from asyncai_watch.integrations._runner import Publish, RunnerStats, RunRecord, TurnFn, TurnRunner
+from asyncai_watch.integrations._server_tools import ServerTool, server_tools
 
-__all__ = ["Publish", "RunRecord", "RunnerStats", "TurnFn", "TurnRunner"]
+__all__ = [
+    "TOOL_ERRORS",
+    "Publish",
+    "RunRecord",
+    "RunnerStats",
+    "ServerTool",
+    "TurnFn",
+    "TurnRunner",
+    "result_text",
+    "server_tools",
+    "structured_result",
+    "tool_error_text",
+    "watch_functions",
+]

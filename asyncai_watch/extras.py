@@ -27,6 +27,8 @@ EXTRAS: Final = {
     "pydantic-ai": "pydantic_ai",
     "openai-agents": "agents",
     "langgraph": "langgraph",
+    "claude-agent-sdk": "claude_agent_sdk",
+    "google-adk": "google.adk",
 }
 """Each extra of ``pyproject.toml`` with a runtime feature, and the top-level module it provides.
 

@@ -148,3 +148,20 @@ async def two_notices_during_one_run(runner: TurnRunner, m: Memo, brain: Brain, 
     assert (stats.runs_started, stats.runs_completed) == (3, 3)
     assert [len(r.notices) for r in runner.runs] == [0, 1, 2]
     assert published.texts[1:] == ["seen: ADDED a", "seen: ADDED b; ADDED c"]
+
+
+async def own_write_reaches_the_watch(runner: TurnRunner, m: Memo, published: Published) -> None:
+    """The one-connection scenario every framework runs: the model starts a watch, then writes
+    with the memo's own ``memo_set`` offered over the watch's stdio connection; the write is a
+    change the watch sees, so a notice and a third run follow (a second connection to a stdio
+    server would be a second, private memo, and nothing would follow)."""
+    with anyio.fail_after(WAIT):
+        await runner.ask(ask_call("watch_start", name="notes", uri="memo://notes"))
+        wrote = await runner.ask(ask_call("memo_set", key="todo", value="milk"))
+        assert wrote.error is None, wrote
+        assert wrote.reply is not None
+        assert wrote.reply.startswith("tool said: ")
+        assert "rror" not in wrote.reply, wrote.reply
+        await runner.wait(lambda s: s.runs_completed == 3)
+    assert await m.notes() == {"todo": "milk"}
+    assert published.texts[-1] == "seen: ADDED todo"

@@ -305,8 +305,8 @@ def test_watch_notice_is_exactly_the_adr_message() -> None:
     r = render_notice(watch_notice("added default/final-check", name="cm", uri=uri))
     assert r.text == (
         f'<watch-event name="cm" uri="{uri}">\nadded default/final-check\n</watch-event>\n'
-        "This is a watch notification, not a user message. Tell the channel only if the change "
-        "matters to what was asked; otherwise reply exactly NO_REPLY."
+        "This is a notice from a watch, not a user message. Reply only if the change matters to what "
+        "was asked; otherwise reply exactly NO_REPLY."
     )
     assert (r.task_id, r.description, r.note) == ("watch-cm", f"watch cm {uri}", WATCH_INSTRUCTION)
 

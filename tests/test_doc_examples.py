@@ -267,13 +267,27 @@ async def test_a_python_program_runs(block: Block, tmp_path: Path) -> None:
 @pytest.mark.parametrize("block", OFFLINE, ids=lambda b: b.id)
 async def test_a_framework_program_offline_ends_saying_why(block: Block, key: str, tmp_path: Path) -> None:
     env = environment()
-    if key != "no API key":
-        # Nothing listens on port 1: the model call fails at once, as it does offline.
-        env |= {"OPENAI_API_KEY": "sk-offline", "OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}
+    if "claude_agent_sdk" in block.code:
+        # The SDK's Claude Code CLI: a private home (no login of the machine's user), no traffic;
+        # no ANTHROPIC_API_KEY reaches it in either case.
+        env |= {
+            "HOME": str(tmp_path),
+            "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
+        reason = "Not logged in"
+    elif "google.adk" in block.code:
+        if key != "no API key":  # nothing listens on port 1: the model call fails at once
+            env |= {"GOOGLE_API_KEY": "offline", "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:1"}
+        reason = "No API key was provided" if key == "no API key" else "Connect"
+    else:
+        if key != "no API key":
+            # Nothing listens on port 1: the model call fails at once, as it does offline.
+            env |= {"OPENAI_API_KEY": "sk-offline", "OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}
+        reason = "OPENAI_API_KEY" if key == "no API key" else "Connect"
     done = await run_program(block, tmp_path, env)
     err = done.stderr.decode()
     assert done.returncode != 0, err
-    reason = "OPENAI_API_KEY" if key == "no API key" else "Connect"
     assert reason in err, err
 
 

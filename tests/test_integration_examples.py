@@ -20,7 +20,9 @@ EXPECTED = [
 ]
 
 
-@pytest.mark.parametrize("script", ["pydantic_ai_agent.py", "openai_agents_agent.py", "langgraph_agent.py"])
+@pytest.mark.parametrize(
+    "script", ["pydantic_ai_agent.py", "openai_agents_agent.py", "langgraph_agent.py", "google_adk_agent.py"]
+)
 async def test_the_example_runs_and_prints_the_reply_to_its_change(script: str) -> None:
     with anyio.fail_after(100):  # the whole run of a fresh interpreter importing the framework
         done = await anyio.run_process(

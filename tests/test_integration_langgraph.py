@@ -21,8 +21,17 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic import ConfigDict, Field
 
 from asyncai_watch import WatchManager
-from asyncai_watch.integrations.langgraph import GraphTurns, watch_runner, watch_tools
-from tests.integration_memo import WAIT, Brain, Call, Published, ask_call, memo, two_notices_during_one_run
+from asyncai_watch.integrations.langgraph import GraphTurns, server_tools, watch_runner, watch_tools
+from tests.integration_memo import (
+    WAIT,
+    Brain,
+    Call,
+    Published,
+    ask_call,
+    memo,
+    own_write_reaches_the_watch,
+    two_notices_during_one_run,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -194,3 +203,12 @@ async def test_graph_turns_without_a_checkpointer_keeps_the_messages_itself() ->
         assert await turns("again") == "ok"
     assert human_texts(model.inputs[-1]) == ["hello", "again"]
     assert human_texts(turns.messages) == ["hello", "again"]
+
+
+async def test_the_agents_own_write_through_the_server_tools_reaches_its_watch() -> None:
+    brain, published = Brain(), Published()
+    async with memo() as m:
+        tools = [*watch_tools(m.watches), *await server_tools(m.watches.sources)]
+        graph = react_graph(FakeChatModel(brain=brain), tools, InMemorySaver())
+        async with watch_runner(graph, m.watches, publish=published) as runner:
+            await own_write_reaches_the_watch(runner, m, published)

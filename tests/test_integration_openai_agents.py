@@ -18,8 +18,17 @@ from agents.testing import assistant_message, function_call
 from agents.usage import Usage
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
-from asyncai_watch.integrations.openai_agents import AgentTurns, watch_runner, watch_tools
-from tests.integration_memo import WAIT, Brain, Call, Published, ask_call, memo, two_notices_during_one_run
+from asyncai_watch.integrations.openai_agents import AgentTurns, server_tools, watch_runner, watch_tools
+from tests.integration_memo import (
+    WAIT,
+    Brain,
+    Call,
+    Published,
+    ask_call,
+    memo,
+    own_write_reaches_the_watch,
+    two_notices_during_one_run,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -171,3 +180,12 @@ async def test_agent_turns_keeps_the_history_between_calls() -> None:
         assert await turns("again") == "ok"
     assert user_texts(model.inputs[-1]) == ["hello", "again"]
     assert user_texts(turns.items) == ["hello", "again"]
+
+
+async def test_the_agents_own_write_through_the_server_tools_reaches_its_watch() -> None:
+    brain, published = Brain(), Published()
+    async with memo() as m:
+        tools = [*watch_tools(m.watches), *await server_tools(m.watches.sources)]
+        agent = Agent(name="watcher", model=FakeModel(brain), tools=tools)
+        async with watch_runner(agent, m.watches, publish=published, run_config=OFFLINE) as runner:
+            await own_write_reaches_the_watch(runner, m, published)

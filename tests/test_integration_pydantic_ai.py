@@ -18,8 +18,17 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from asyncai_watch.integrations.pydantic_ai import AgentTurns, watch_runner, watch_toolset
-from tests.integration_memo import WAIT, Brain, Call, Published, ask_call, memo, two_notices_during_one_run
+from asyncai_watch.integrations.pydantic_ai import AgentTurns, server_toolset, watch_runner, watch_toolset
+from tests.integration_memo import (
+    WAIT,
+    Brain,
+    Call,
+    Published,
+    ask_call,
+    memo,
+    own_write_reaches_the_watch,
+    two_notices_during_one_run,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -175,3 +184,12 @@ async def test_agent_turns_keeps_the_message_history_between_calls() -> None:
     assert first == 2
     assert len(turns.messages) == 4
     assert user_prompts(turns.messages) == ["hello", "again"]
+
+
+async def test_the_agents_own_write_through_the_server_toolset_reaches_its_watch() -> None:
+    brain, published = Brain(), Published()
+    async with memo() as m:
+        toolsets = [watch_toolset(m.watches), await server_toolset(m.watches.sources)]
+        agent = Agent(FunctionModel(Model(brain).respond), toolsets=toolsets)
+        async with watch_runner(agent, m.watches, publish=published) as runner:
+            await own_write_reaches_the_watch(runner, m, published)

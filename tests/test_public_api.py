@@ -28,6 +28,8 @@ PUBLIC_SUBMODULES = {
     "asyncai_watch.integrations.pydantic_ai",
     "asyncai_watch.integrations.openai_agents",
     "asyncai_watch.integrations.langgraph",
+    "asyncai_watch.integrations.claude_agent_sdk",
+    "asyncai_watch.integrations.google_adk",
     "asyncai_watch.server.errors",
     "asyncai_watch.server.eventlog",
     "asyncai_watch.server.http",

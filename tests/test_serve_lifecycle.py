@@ -125,6 +125,43 @@ async def test_serve_answers_at_once_and_outlives_upstreams_that_cannot_connect(
     assert any(e["event"] == "serve.exit" for e in events)
 
 
+async def test_a_stock_client_sees_a_dead_upstream_and_new_notices_in_the_structured_content(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"port": 1}')
+    dead = f"http://127.0.0.1:{closed_port()}/mcp"
+    args = ("--server", files_arg(tmp_path), "--server", f"dead={dead}", "--debounce", "0")
+    channel = Channel()
+    async with Client(serve(*args, "--upstream-wait", "60"), mode="legacy", extensions=[channel]) as client:
+        listed = await client.call_tool("list_resources", {})
+        assert not listed.is_error
+        assert listed.structured_content is not None
+        assert {r["server"] for r in listed.structured_content["resources"]} == {"files"}
+        upstreams = {u["name"]: u for u in listed.structured_content["upstreams"]}
+        assert upstreams["files"]["state"] == "connected"
+        assert upstreams["dead"]["state"] in ("failed", "connecting"), upstreams["dead"]
+        assert f"cannot connect to MCP server URL '{dead}'" in upstreams["dead"]["error"]
+        assert "new_notices" not in listed.structured_content
+
+        uri = file_uri(cfg)
+        await call(client, "watch_start", name="cfg", uri=uri)
+        write(cfg, '{"port": 2}')
+        await channel.next_for("cfg")  # the notice is in the ring
+        result = await client.call_tool("watch_list", {})
+        assert result.structured_content is not None
+        assert result.structured_content["new_notices"] == {
+            "count": 1,
+            "first_id": 1,
+            "last_id": 1,
+            "message": "1 notice(s) arrived that no tool result showed: watch_notices(after_id=0) returns them",
+        }
+        # Told once: the next result does not repeat it.
+        again = await client.call_tool("watch_list", {})
+        assert again.structured_content is not None
+        assert "new_notices" not in again.structured_content
+
+
 async def test_the_restore_notice_waits_for_the_first_answer_and_the_first_tool_result_reports_it(
     tmp_path: Path,
 ) -> None:
@@ -146,6 +183,12 @@ async def test_the_restore_notice_waits_for_the_first_answer_and_the_first_tool_
         assert [w["name"] for w in json.loads(getattr(result.content[0], "text", ""))] == ["doc"]
         report = getattr(result.content[-1], "text", "")
         assert report.startswith("Notice 1 (kind=restore, also pushed as a <channel> tag):\nRestored 1 of 1")
+        # And in the structured content, which is all Claude Code shows the model.
+        assert result.structured_content is not None
+        [restore] = result.structured_content["restore"]
+        assert (restore["id"], restore["kind"]) == (1, "restore")
+        assert restore["text"].startswith("Restored 1 of 1")
+        assert result.structured_content["new_notices"]["last_id"] == 1
         # And the push comes, shortly after.
         pushed = await channel.next()
         assert pushed.meta is not None

@@ -58,3 +58,19 @@ def test_no_reply_and_a_coalesced_turn() -> None:
     assert text.count("<watch-event") == 2
     assert text.count("</watch-event>") == 2  # the forged closing tag in the body is escaped
     assert "DELETED b &lt;/watch-event&gt;" in text
+
+
+def test_each_turn_text_names_its_source_and_no_hosts_wording() -> None:
+    said = {
+        "watch": Notice(Notice.WATCH, "ADDED todo", meta={"name": "notes", "uri": "memo://notes"}),
+        "watch restore": Notice(Notice.RESTORE, "Restored 1 of 1"),
+        "doorbell": Notice(Notice.CHANNEL, "new todo", meta={"server": "switchboard"}),
+        "background notice": Notice("cron", "tick"),
+    }
+    for source, notice in said.items():
+        text = render_turn([notice])
+        instruction = text.splitlines()[-1]
+        assert instruction.startswith("This is a "), instruction
+        assert source in instruction, instruction
+        assert "channel" not in instruction, instruction  # the switchboard's word, not every host's
+        assert instruction.endswith("otherwise reply exactly NO_REPLY.")

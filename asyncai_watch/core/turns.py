@@ -49,22 +49,25 @@ T = TypeVar("T")
 
 NO_REPLY: Final = "NO_REPLY"
 
+# Each sentence names where the notice came from (a watch, a restore, a server's doorbell) and says
+# what to do with it in any host: reply, or NO_REPLY. No host's wording ("the channel" was the
+# switchboard's): the same text reaches a chat, a framework run, an Agent SDK session.
 WATCH_INSTRUCTION: Final = (
-    "This is a watch notification, not a user message. Tell the channel only if the change "
-    "matters to what was asked; otherwise reply exactly NO_REPLY."
+    "This is a notice from a watch, not a user message. Reply only if the change matters to what "
+    "was asked; otherwise reply exactly NO_REPLY."
 )
 RESTORE_INSTRUCTION: Final = (
-    "This is a watch restore notification, not a user message: these watches were restarted from "
+    "This is a notice from a watch restore, not a user message: these watches were restarted from "
     "the saved watch state with fresh baselines, so changes made while the agent was down may be "
-    "missing. Tell the channel only if something needs attention; otherwise reply exactly NO_REPLY."
+    "missing. Reply only if something needs attention; otherwise reply exactly NO_REPLY."
 )
 CHANNEL_INSTRUCTION: Final = (
-    "This is a channel notification, not a user message. Act on it or tell the channel only if it "
+    "This is a doorbell from an MCP server, not a user message. Act on it or reply only if it "
     "matters to what was asked; otherwise reply exactly NO_REPLY."
 )
 OTHER_INSTRUCTION: Final = (
-    "This is a background notification, not a user message. Tell the channel only if it matters "
-    "to what was asked; otherwise reply exactly NO_REPLY."
+    "This is a background notice, not a user message. Reply only if it matters to what was "
+    "asked; otherwise reply exactly NO_REPLY."
 )
 
 # An attribute name from a doorbell's meta is only used if it is a plain

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import operator
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -26,7 +27,16 @@ from asyncai_watch.core.tools import WATCH_TOOLS, ToolSpec
 from asyncai_watch.errors import WatchError, describe
 from asyncai_watch.runtime.tools import AsyncFn
 
-__all__ = ["TOOL_ERRORS", "docstring", "signature", "tool_error_text", "typed_function", "watch_functions"]
+__all__ = [
+    "TOOL_ERRORS",
+    "docstring",
+    "result_text",
+    "signature",
+    "structured_result",
+    "tool_error_text",
+    "typed_function",
+    "watch_functions",
+]
 
 TOOL_ERRORS: Final = (WatchError, TypeError)
 """What a tool reports to the model as a failed call (a bad URI, a duplicate name, a bad filter,
@@ -38,6 +48,20 @@ _PY_TYPES: Final[Mapping[str, Any]] = {"string": str, "integer": int, "boolean":
 def tool_error_text(exc: BaseException) -> str:
     """The message the model sees for a failed call: ``Type: message``, the library's wording."""
     return describe(exc)
+
+
+def structured_result(spec: ToolSpec, arguments: Mapping[str, Any], result: Any) -> dict[str, Any]:
+    """``result`` as MCP structured content (an object, per :attr:`ToolSpec.structured_schema`):
+    ``{"resources": [...]}`` for ``list_resources``, ``{"uri", "value"}`` for ``read_resource``."""
+    if spec.wrap is None:
+        return dict(result)
+    return {**{name: arguments.get(name) for name in spec.echo}, spec.wrap: result}
+
+
+def result_text(spec: ToolSpec, arguments: Mapping[str, Any], result: Any) -> str:
+    """The JSON text beside the structured content, as ``serve`` answers it."""
+    value = structured_result(spec, arguments, result) if spec.text_is_structured else result
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _result_type(schema: Mapping[str, Any]) -> Any:

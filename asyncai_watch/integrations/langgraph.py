@@ -2,13 +2,14 @@
 
 ::
 
-    tools = watch_tools(watches)
+    tools = [*watch_tools(watches), *await server_tools(watches.sources)]
     graph = ...  # a compiled graph over MessagesState that calls `tools` (see the docs)
     async with watch_runner(graph, watches, publish=send) as runner:
         await runner.ask("Watch memo://notes and tell me when the todo changes.")
 
 :func:`watch_tools` gives ``list_resources``, ``read_resource``, ``watch_start``, ``watch_stop`` and
-``watch_list`` as ``StructuredTool`` values. A call the library refuses raises ``ToolException``
+``watch_list`` as ``StructuredTool`` values; :func:`server_tools` the watched servers' own tools
+over the watch's connections (one connection per server: the agent hears its own changes). A call the library refuses raises ``ToolException``
 with the library's message, and ``handle_tool_error`` turns it into a ``ToolMessage`` with
 ``status="error"`` the model reads. :class:`GraphTurns` runs the graph once per turn: with a
 checkpointer on one ``thread_id`` (the graph keeps the history), else with the message list
@@ -20,13 +21,16 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from asyncai_watch.codemode import WatchApi
 from asyncai_watch.extras import require
 from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
 from asyncai_watch.integrations._runner import Publish, TurnRunner
+from asyncai_watch.integrations._server_tools import ServerTool
+from asyncai_watch.integrations._server_tools import server_tools as _server_tools
+from asyncai_watch.mcp.source import ResourceSource
 from asyncai_watch.runtime.manager import WatchManager
 
 try:
@@ -39,7 +43,7 @@ except ImportError:  # pragma: no cover - exercised with the framework hidden
     require("langgraph", feature=__name__)  # absent: one line naming the extra
     raise  # installed but broken: the import's own error
 
-__all__ = ["GraphTurns", "watch_runner", "watch_tools"]
+__all__ = ["GraphTurns", "server_tools", "watch_runner", "watch_tools"]
 
 
 def _tool(fn: Callable[..., Awaitable[Any]]) -> StructuredTool:
@@ -57,6 +61,28 @@ def _tool(fn: Callable[..., Awaitable[Any]]) -> StructuredTool:
 def watch_tools(watches: WatchApi) -> list[BaseTool]:
     """The watch built-ins over ``watches`` (a :class:`~asyncai_watch.WatchManager`) as LangChain tools."""
     return [_tool(fn) for fn in watch_functions(watches)]
+
+
+def _forward(found: ServerTool) -> StructuredTool:
+    async def call(**kwargs: Any) -> Any:
+        try:
+            return await found.value(**kwargs)
+        except TOOL_ERRORS as exc:  # the server's error result, or a refused call
+            raise ToolException(tool_error_text(exc)) from exc
+
+    return StructuredTool(
+        name=found.name,
+        description=found.description,
+        args_schema=found.input_schema,
+        coroutine=call,
+        handle_tool_error=True,
+    )
+
+
+async def server_tools(sources: Sequence[ResourceSource]) -> list[BaseTool]:
+    """Every tool of ``sources`` (e.g. ``watches.sources``) as a LangChain tool called over that
+    connection: one connection per server, so the agent's own writes reach its watches."""
+    return [_forward(found) for found in await _server_tools(sources)]
 
 
 class GraphTurns:

@@ -2,7 +2,7 @@
 
 ::
 
-    agent = Agent(name="watcher", model=model, tools=watch_tools(watches))
+    agent = Agent(name="watcher", model=model, tools=[*watch_tools(watches), *await server_tools(watches.sources)])
     async with watch_runner(agent, watches, publish=send) as runner:
         await runner.ask("Watch memo://notes and tell me when the todo changes.")
 
@@ -10,6 +10,8 @@
 ``watch_list`` as ``FunctionTool`` values (``function_tool`` over typed functions). A tool answers
 compact JSON text in the design's shapes; a call the library refuses answers its error message
 (``Type: message``) instead of the SDK's generic one, so the model can fix its next call.
+:func:`server_tools` offers the watched servers' own tools over the watch's connections (one
+connection per server: the agent hears its own changes).
 :class:`AgentTurns` runs ``Runner.run`` once per turn with the history so far
 (``result.to_input_list()``); :func:`watch_runner` puts it behind the shared
 :class:`~asyncai_watch.integrations.TurnRunner`. Docs: docs/integrations/openai-agents.md.
@@ -19,13 +21,16 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from asyncai_watch.codemode import WatchApi
 from asyncai_watch.extras import require
 from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
 from asyncai_watch.integrations._runner import Publish, TurnRunner
+from asyncai_watch.integrations._server_tools import ServerTool
+from asyncai_watch.integrations._server_tools import server_tools as _server_tools
+from asyncai_watch.mcp.source import ResourceSource
 from asyncai_watch.runtime.manager import WatchManager
 
 try:
@@ -37,7 +42,7 @@ except ImportError:  # pragma: no cover - exercised with the framework hidden
     require("openai-agents", feature=__name__)  # absent: one line naming the extra
     raise  # installed but broken: the import's own error
 
-__all__ = ["AgentTurns", "watch_runner", "watch_tools"]
+__all__ = ["AgentTurns", "server_tools", "watch_runner", "watch_tools"]
 
 
 def _tool_error(ctx: RunContextWrapper[Any], exc: Exception) -> str:
@@ -59,6 +64,30 @@ def _json_tool(fn: Callable[..., Awaitable[Any]]) -> FunctionTool:
 def watch_tools(watches: WatchApi) -> list[Tool]:
     """The watch built-ins over ``watches`` (a :class:`~asyncai_watch.WatchManager`) as function tools."""
     return [_json_tool(fn) for fn in watch_functions(watches)]
+
+
+def _forward(found: ServerTool) -> FunctionTool:
+    async def invoke(ctx: Any, raw: str) -> str:
+        try:
+            value = await found.value(**(json.loads(raw) if raw.strip() else {}))
+        except TOOL_ERRORS as exc:  # the server's error result, or a refused call
+            return tool_error_text(exc)
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+    # The server's schema as it is: MCP schemas are not written for the SDK's strict mode.
+    return FunctionTool(
+        name=found.name,
+        description=found.description,
+        params_json_schema=found.input_schema,
+        on_invoke_tool=invoke,
+        strict_json_schema=False,
+    )
+
+
+async def server_tools(sources: Sequence[ResourceSource]) -> list[Tool]:
+    """Every tool of ``sources`` (e.g. ``watches.sources``) as a function tool called over that
+    connection: one connection per server, so the agent's own writes reach its watches."""
+    return [_forward(found) for found in await _server_tools(sources)]
 
 
 class AgentTurns:

@@ -2,12 +2,13 @@
 
 ::
 
-    agent = Agent(model, toolsets=[watch_toolset(watches)])
+    agent = Agent(model, toolsets=[watch_toolset(watches), await server_toolset(watches.sources)])
     async with watch_runner(agent, watches, publish=send) as runner:
         await runner.ask("Watch memo://notes and tell me when the todo changes.")
 
 :func:`watch_toolset` is a ``FunctionToolset`` with ``list_resources``, ``read_resource``,
-``watch_start``, ``watch_stop`` and ``watch_list``. A call the library refuses (unknown URI,
+``watch_start``, ``watch_stop`` and ``watch_list``; :func:`server_toolset` the watched servers' own tools over the watch's
+connections (one connection per server: the agent hears its own changes). A call the library refuses (unknown URI,
 duplicate name, bad filter) is a ``ToolFailed`` the model sees and adapts to; a bad argument is a
 ``ModelRetry``. :class:`AgentTurns` runs the agent once per turn with the message history so far;
 :func:`watch_runner` puts it behind the shared :class:`~asyncai_watch.integrations.TurnRunner`
@@ -17,24 +18,26 @@ duplicate name, bad filter) is a ``ToolFailed`` the model sees and adapts to; a 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from asyncai_watch.codemode import WatchApi
 from asyncai_watch.extras import require
 from asyncai_watch.integrations._builtins import TOOL_ERRORS, tool_error_text, watch_functions
 from asyncai_watch.integrations._runner import Publish, TurnRunner
+from asyncai_watch.integrations._server_tools import server_tools
+from asyncai_watch.mcp.source import ResourceSource
 from asyncai_watch.runtime.manager import WatchManager
 
 try:
-    from pydantic_ai import FunctionToolset, ModelRetry, ToolFailed
+    from pydantic_ai import FunctionToolset, ModelRetry, Tool, ToolFailed
     from pydantic_ai.agent import AbstractAgent
     from pydantic_ai.messages import ModelMessage
 except ImportError:  # pragma: no cover - exercised with the framework hidden
     require("pydantic-ai", feature=__name__)  # absent: one line naming the extra
     raise  # installed but broken: the import's own error
 
-__all__ = ["AgentTurns", "watch_runner", "watch_toolset"]
+__all__ = ["AgentTurns", "server_toolset", "watch_runner", "watch_toolset"]
 
 
 def _as_tool(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -53,6 +56,22 @@ def _as_tool(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
 def watch_toolset(watches: WatchApi) -> FunctionToolset[Any]:
     """The watch built-ins over ``watches`` (a :class:`~asyncai_watch.WatchManager`) as a toolset."""
     return FunctionToolset([_as_tool(fn) for fn in watch_functions(watches)], id="asyncai_watch")
+
+
+async def server_toolset(sources: Sequence[ResourceSource]) -> FunctionToolset[Any]:
+    """Every tool of ``sources`` (e.g. ``watches.sources``), called over that connection: one
+    connection per server, so the agent's own writes reach its watches. A tool's error result is
+    a ``ToolFailed`` with the server's text."""
+    tools = [
+        Tool.from_schema(
+            _as_tool(found.value),
+            name=found.name,
+            description=found.description,
+            json_schema=found.input_schema,
+        )
+        for found in await server_tools(sources)
+    ]
+    return FunctionToolset(tools, id="asyncai_watch_servers")
 
 
 class AgentTurns:

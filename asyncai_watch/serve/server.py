@@ -55,7 +55,14 @@ from asyncai_watch.server.subscriptions import ListenStream, SubscriptionRegistr
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
 
 from .bridge import Bridge
-from .channel import CHANNEL_CAPABILITY, CHANNEL_METHOD, catchup_dict, channel_params, restore_report
+from .channel import (
+    CHANNEL_CAPABILITY,
+    CHANNEL_METHOD,
+    catchup_dict,
+    channel_params,
+    entry_dict,
+    restore_report,
+)
 from .hub import Hub, Outlet
 from .ring import Entry
 
@@ -171,7 +178,9 @@ def build_server(
 
     async def t_list_resources(a: Mapping[str, Any]) -> types.CallToolResult:
         resources = resource_dicts(await (await bridge.manager()).list_resources())
-        result = _json_result(resources, {"resources": resources})
+        # Each upstream's state rides in the structured content, the only part some hosts (Claude
+        # Code) show the model: a server that is down is then not just "fewer resources".
+        result = _json_result(resources, {"resources": resources, "upstreams": bridge.upstream_dicts()})
         missing = bridge.unavailable()
         if missing:  # the list is only what the connected servers offer: say who is missing
             result.content.append(_text("Not listed: " + "; ".join(missing)))
@@ -199,10 +208,30 @@ def build_server(
         result.content.append(_text("Upstream servers: " + json.dumps(upstreams, ensure_ascii=False)))
         return result
 
+    reported = 0  # the highest notice id a tool result has told the client about
+
     async def t_watch_notices(a: Mapping[str, Any]) -> types.CallToolResult:
+        nonlocal reported
         catchup = ring.since(a.get("after_id", 0), a.get("limit", DEFAULT_NOTICES_LIMIT))
         answer = catchup_dict(catchup, ring.size)
+        reported = max(reported, catchup.next_after)
         return _json_result(answer, answer)
+
+    def new_notices() -> dict[str, Any] | None:
+        """Notices no tool result has mentioned yet, once: a host may drop or never deliver pushes
+        (Claude Code in print mode, an Agent SDK session), and the model sees only structured content."""
+        nonlocal reported
+        last, after = ring.last_id, reported
+        if last <= after:
+            return None
+        reported = last
+        return {
+            "count": last - after,
+            "first_id": after + 1,
+            "last_id": last,
+            "message": f"{last - after} notice(s) arrived that no tool result showed: "
+            f"watch_notices(after_id={after}) returns them",
+        }
 
     handlers: dict[str, Callable[[Mapping[str, Any]], Awaitable[types.CallToolResult]]] = {
         "list_resources": t_list_resources,
@@ -240,8 +269,16 @@ def build_server(
         # A restore notice is pushed, and a push can be dropped unheard: the next tool result
         # says it too (a watch_notices answer that holds it already says it).
         held = [n["id"] for n in (result.structured_content or {}).get("notices", [])]
-        for entry in bridge.take_restores(held if params.name == "watch_notices" else ()):
+        restores = bridge.take_restores(held if params.name == "watch_notices" else ())
+        for entry in restores:
             result.content.append(_text(restore_report(entry)))
+        if result.structured_content is not None and params.name != "watch_notices":
+            # The same in the structured content, which is all some hosts show the model.
+            if restores:
+                result.structured_content["restore"] = [entry_dict(e) for e in restores]
+            pending = new_notices()
+            if pending is not None:
+                result.structured_content["new_notices"] = pending
         return result
 
     @contextmanager

@@ -48,7 +48,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapp
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TextIO, TypeVar
+from typing import Any, Final, Literal, TextIO, TypeVar
 
 import anyio
 import anyio.abc
@@ -68,7 +68,7 @@ from mcp.client.subscriptions import (
 
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.clock import Clock, SystemClock, fail_after
-from asyncai_watch.core.echo import quoted, redact, redact_url
+from asyncai_watch.core.echo import clip, quoted, redact, redact_url
 from asyncai_watch.core.eventlog import AFTER_META_KEY
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import (
@@ -89,6 +89,7 @@ from asyncai_watch.mcp.source import (
     ToolInfo,
     ToolResult,
     Updates,
+    Watchability,
 )
 from asyncai_watch.mcp.stdio import StdioTransport
 
@@ -278,6 +279,10 @@ class McpResourceSource:
         self._conn: _Connection | None = None
         self._reconnect_lock = anyio.Lock()
         self._reconnects = 0
+        # The capability fallback: a server that does not advertise resources.subscribe is
+        # tried once; its answer holds for the source's life (a respawn runs the same server).
+        self._trial: Literal["accepted", "refused"] | None = None
+        self._refusal = ""
         self._name: str = name if name is not None else fallback_name
 
     # -- construction ---------------------------------------------------------------------------
@@ -516,7 +521,14 @@ class McpResourceSource:
             # Our own transport (a new one, so a new process, per connection): see mcp/stdio.py.
             params = self._target
             transport = StdioTransport(
-                params.command, params.args, env=params.env, cwd=params.cwd, errlog=self._errlog
+                params.command,
+                params.args,
+                env=params.env,
+                cwd=params.cwd,
+                errlog=self._errlog,
+                # Nothing else tells a 2025-era session with no request in flight that its
+                # server died: its subscriptions would stay silent for good.
+                on_exit=lambda: conn.notifications_lost("the server process exited"),
             )
 
         async def on_message(message: Any) -> None:
@@ -588,9 +600,40 @@ class McpResourceSource:
     def watchable(self) -> bool:
         """Whether a watch can work here: the server advertises ``capabilities.resources.subscribe``
         (MCP 2026-07-28 serves it with ``subscriptions/listen``, older versions with
-        ``resources/subscribe``)."""
-        resources = self._current().capabilities.resources
+        ``resources/subscribe``), or it does not but accepted the subscription it was tried with
+        (:meth:`try_subscription`)."""
+        return self.watchability in ("advertised", "accepted")
+
+    @property
+    def watchability(self) -> Watchability:
+        """Why the server is, or is not, watchable (see :data:`~asyncai_watch.mcp.source.Watchability`)."""
+        if self._advertised(self._current()):
+            return "advertised"
+        return self._trial if self._trial is not None else "untried"
+
+    @staticmethod
+    def _advertised(conn: _Connection) -> bool:
+        resources = conn.capabilities.resources
         return resources is not None and bool(resources.subscribe)
+
+    async def try_subscription(self, uri: str) -> None:
+        """The capability fallback: on a server that does not advertise ``resources.subscribe``,
+        subscribe to ``uri`` once (``subscriptions/listen`` or ``resources/subscribe``, as the
+        server's era has it) and end it. Success makes the source :attr:`watchable`; a refusal
+        raises :class:`NotWatchableError`, now and on every later try."""
+        if self.watchability in ("advertised", "accepted"):
+            return
+        async with self.subscribe([uri]):
+            pass
+
+    def _refused(self, conn: _Connection, method: str, reason: str) -> NotWatchableError:
+        self._trial = "refused"
+        self._refusal = (
+            f"server {self.name!r} is not watchable: it speaks MCP {conn.protocol_version} and does not "
+            f"advertise resources.subscribe, and refused the {method} it was tried with ({reason}); "
+            "its tools and reads still work (docs/existing-servers.md says what makes a server watchable)"
+        )
+        return NotWatchableError(self._refusal)
 
     @property
     def subscription_mode(self) -> SubscriptionMode:
@@ -739,13 +782,9 @@ class McpResourceSource:
     @asynccontextmanager
     async def _legacy_subscribe(self, uri: str) -> AsyncIterator[LegacyUpdates]:
         conn = await self._live()
-        resources = conn.capabilities.resources
-        if resources is None or not resources.subscribe:
-            raise NotWatchableError(
-                f"server {self.name!r} is not watchable: it speaks MCP {conn.protocol_version} and "
-                "does not advertise resources.subscribe (docs/server-contract.md says what makes a "
-                "server watchable)"
-            )
+        advertised = self._advertised(conn)
+        if not advertised and self._trial == "refused":
+            raise NotWatchableError(self._refusal)
         what = f"resources/subscribe {quoted(uri)}"
         updates = conn.legacy.add(uri)  # before the request: an update right after it is kept
         try:
@@ -759,6 +798,8 @@ class McpResourceSource:
                     conn=conn,
                 )
             except ServerError as exc:
+                if not advertised:
+                    raise self._refused(conn, "resources/subscribe", clip(exc.server_message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
                     raise NotWatchableError(
                         f"server {self.name!r} is not watchable: it advertises resources.subscribe but "
@@ -766,9 +807,11 @@ class McpResourceSource:
                         "says what makes a server watchable"
                     ) from exc
                 raise
+            if not advertised:
+                self._trial = "accepted"
             yield updates
         finally:
-            if conn.legacy.remove(updates) and not conn.dead:
+            if conn.legacy.remove(updates) and not conn.dead and not conn.closing.is_set():
                 # Best effort: a session that is going away takes its subscriptions with it.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._ack_timeout):
                     try:
@@ -780,8 +823,10 @@ class McpResourceSource:
                             ),
                             conn=conn,
                         )
-                    except WatchError:
-                        _log.debug("unsubscribing %s failed", uri, exc_info=True)
+                    except ServerConnectionError:
+                        pass  # the session is gone, and its subscriptions with it
+                    except WatchError as exc:
+                        _log.debug("unsubscribing %s failed: %s", uri, exc)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``notifications/resources/list_changed``."""
@@ -797,10 +842,12 @@ class McpResourceSource:
                 f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
             )
         resources = conn.capabilities.resources
-        advertised = resources is not None and (
+        advertised = resources is not None and bool(
             resources.subscribe if uris is not None else resources.list_changed
         )
-        if not advertised:
+        if not advertised and uris is not None and self._trial == "refused":
+            raise NotWatchableError(self._refusal)
+        if not advertised and uris is None:
             raise NotWatchableError(
                 f"server {self.name!r} is not watchable: it does not advertise "
                 + ("resources.subscribe" if uris is not None else "resources.listChanged")
@@ -833,6 +880,8 @@ class McpResourceSource:
                     raise ServerConnectionError(
                         f"server {self.name!r} ({self._description}): {what} failed: the connection is closed"
                     ) from exc
+                if not advertised:
+                    raise self._refused(conn, "subscriptions/listen", clip(exc.message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
                     raise NotWatchableError(
                         f"server {self.name!r} is not watchable: it advertises resources.subscribe but "
@@ -843,6 +892,10 @@ class McpResourceSource:
             honored: frozenset[str] | None = None
             if uris is not None:
                 honored = frozenset(subscription.honored.resource_subscriptions or ()) & uris
+                if not advertised:
+                    if not honored:
+                        raise self._refused(conn, "subscriptions/listen", "it honored none of its URIs")
+                    self._trial = "accepted"
             elif not subscription.honored.resources_list_changed:
                 raise NotWatchableError(f"server {self.name!r} did not honor resourcesListChanged")
             yield _Updates(self, conn, uris, subscription, honored)

@@ -29,7 +29,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from pathlib import Path
 from types import TracebackType
@@ -58,7 +58,10 @@ class StdioTransport:
     """``command`` with ``args`` as an MCP server over stdio (``mcp.client.Transport``).
 
     ``env`` is merged over the SDK's default environment; ``errlog`` gets the server's stderr
-    (default: ``sys.stderr`` when the server starts). Enter it once.
+    (default: ``sys.stderr`` when the server starts). ``on_exit`` is called when the server's
+    stdout ends while the connection is in use (the server exited): a session with no request
+    in flight would not learn it otherwise, and its 2025-era subscriptions would stay silent.
+    Enter it once.
     """
 
     def __init__(
@@ -69,12 +72,14 @@ class StdioTransport:
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
         errlog: TextIO | None = None,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
         self.command = command
         self.args = list(args)
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.errlog = errlog
+        self.on_exit = on_exit
         self._session: AbstractAsyncContextManager[_Streams] | None = None
 
     async def __aenter__(self) -> _Streams:
@@ -106,7 +111,7 @@ class StdioTransport:
         exit_fd = _pidfd(process.pid)
         read_send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
-        connection = _Connection(process, exit_fd, read_send, write_receive)
+        connection = _Connection(process, exit_fd, read_send, write_receive, self.on_exit)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(connection.read)
@@ -144,6 +149,7 @@ class _Connection:
         exit_fd: int | None,
         read_send: MemoryObjectSendStream[SessionMessage | Exception],
         write_receive: MemoryObjectReceiveStream[SessionMessage],
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
         assert process.stdin is not None, "spawned with pipes"
         assert process.stdout is not None, "spawned with pipes"
@@ -155,6 +161,7 @@ class _Connection:
         self.write_receive = write_receive
         self.writer_done = anyio.Event()
         self.shutting_down = False
+        self.on_exit = on_exit
 
     async def read(self) -> None:
         """Server stdout -> session, one message per line, in order; the rest drained at the end."""
@@ -169,6 +176,8 @@ class _Connection:
                             await self.read_send.send(item)
                         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                             return  # the session is gone; only the drain below remains
+                    if not self.shutting_down and self.on_exit is not None:
+                        self.on_exit()  # stdout ended under a live session: the server is gone
                 finally:
                     await self._drain()
         except anyio.ClosedResourceError:

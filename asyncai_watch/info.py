@@ -72,6 +72,9 @@ class ResourceInfo:
     protocol: str = ""
     """The MCP version its server speaks: ``2026-07-28`` watches ride ``subscriptions/listen``,
     older ones ``resources/subscribe``."""
+    never_notified: bool = False
+    """Its server subscribes but says no change of it was announced yet (a server whose tools
+    never notify would look just like this: docs/existing-servers.md)."""
 
     @property
     def example(self) -> str | None:
@@ -92,6 +95,7 @@ def resource_infos(catalog: ServerCatalog) -> list[ResourceInfo]:
             watchable=catalog.subscribable,
             watchable_by_trial=catalog.by_trial,
             protocol=catalog.protocol,
+            never_notified=r.never_notified,
         )
         for r in catalog.resources
     ]
@@ -106,6 +110,7 @@ def resource_infos(catalog: ServerCatalog) -> list[ResourceInfo]:
             watchable=catalog.subscribable,
             watchable_by_trial=catalog.by_trial,
             protocol=catalog.protocol,
+            never_notified=t.never_notified,
         )
         for t in catalog.templates
     ]

@@ -30,17 +30,21 @@ converter: Final = cattrs.Converter()
 
 
 def _resource(info: ResourceInfo) -> dict[str, Any]:
-    return {
-        "uri": info.uri,
-        "template": info.template,
-        "name": info.name,
-        "description": info.description,
-        "example": info.example,
-        "mime_type": info.mime_type,
-        "server": info.server,
-        "subscribable": info.watchable,
-        "protocol": info.protocol,
-    } | ({"watchable_by_trial": True} if info.watchable_by_trial else {})
+    return (
+        {
+            "uri": info.uri,
+            "template": info.template,
+            "name": info.name,
+            "description": info.description,
+            "example": info.example,
+            "mime_type": info.mime_type,
+            "server": info.server,
+            "subscribable": info.watchable,
+            "protocol": info.protocol,
+        }
+        | ({"watchable_by_trial": True} if info.watchable_by_trial else {})
+        | ({"never_notified": True} if info.never_notified and info.watchable else {})
+    )
 
 
 def _watch(info: WatchInfo) -> dict[str, Any]:

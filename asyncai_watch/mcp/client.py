@@ -244,6 +244,7 @@ class McpResourceSource:
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
         clock: Clock | None = None,
         errlog: TextIO | None = None,
+        legacy: bool = False,
     ) -> None:
         """Prefer :meth:`stdio` / :meth:`http`; this takes the already-validated target."""
         if name is not None and not name.strip():
@@ -274,6 +275,7 @@ class McpResourceSource:
         self._request_timeout = request_timeout
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._errlog = errlog
+        self._legacy = legacy
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._conn: _Connection | None = None
@@ -301,12 +303,13 @@ class McpResourceSource:
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
         clock: Clock | None = None,
         errlog: TextIO | None = None,
+        legacy: bool = False,
     ) -> McpResourceSource:
         """A server started as ``command`` (a string is split like a shell would), spoken to over stdio.
 
         ``env`` is merged over the SDK's safe default environment (``PATH``,
         ``HOME``, ...). The server's stderr goes to ``errlog`` (default: ours).
-        The timeouts (seconds) and ``clock`` are described on :meth:`http`.
+        The timeouts (seconds), ``clock`` and ``legacy`` are described on :meth:`http`.
         """
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not argv or not argv[0]:
@@ -331,6 +334,7 @@ class McpResourceSource:
             request_timeout=request_timeout,
             clock=clock,
             errlog=errlog,
+            legacy=legacy,
         )
 
     @classmethod
@@ -346,6 +350,7 @@ class McpResourceSource:
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
         clock: Clock | None = None,
+        legacy: bool = False,
     ) -> McpResourceSource:
         """A Streamable HTTP server at ``url`` (e.g. ``http://127.0.0.1:8765/mcp``).
 
@@ -369,6 +374,9 @@ class McpResourceSource:
         connection, which ends its listens (their watches resubscribe) and makes the
         next call reconnect (a stdio server is restarted): a server that stopped
         answering must not stall its watches for good.
+
+        ``legacy=True`` connects with the 2025 ``initialize`` handshake only, never probing with
+        ``server/discover``: watches then ride ``resources/subscribe``, as a 2025-era host's do.
         """
         try:
             parsed = urllib.parse.urlsplit(url)
@@ -399,6 +407,7 @@ class McpResourceSource:
             ack_timeout=ack_timeout,
             request_timeout=request_timeout,
             clock=clock,
+            legacy=legacy,
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -539,7 +548,7 @@ class McpResourceSource:
 
         client = Client(
             transport,
-            mode="auto",
+            mode="legacy" if self._legacy else "auto",
             cache=None,  # a cached read would hide the change just announced
             extensions=self._extensions or None,
             message_handler=on_message,
@@ -713,7 +722,13 @@ class McpResourceSource:
             "resources/list", lambda client, c: client.list_resources(cursor=c)
         )
         return [
-            ListedResource(uri=r.uri, name=r.name, description=r.description or "", mime_type=r.mime_type)
+            ListedResource(
+                uri=r.uri,
+                name=r.name,
+                description=r.description or "",
+                mime_type=r.mime_type,
+                never_notified=_never_notified(r.meta),
+            )
             for page in pages
             for r in page.resources
         ]
@@ -729,6 +744,7 @@ class McpResourceSource:
                 name=t.name,
                 description=t.description or "",
                 mime_type=t.mime_type,
+                never_notified=_never_notified(t.meta),
             )
             for page in pages
             for t in page.resource_templates
@@ -932,6 +948,14 @@ async def _with_cursor(
     fetch: Callable[[Client, str | None], Awaitable[_T]], cursor: str | None, client: Client
 ) -> _T:
     return await fetch(client, cursor)
+
+
+_NOTIFIED_META_KEY: Final = "io.github.asyncai-watch/notified"  # asyncai_watch.server.kit.NOTIFIED_META_KEY
+
+
+def _never_notified(meta: Mapping[str, Any] | None) -> bool:
+    """Whether a listed entry's ``_meta`` says no change of it was announced yet."""
+    return meta is not None and meta.get(_NOTIFIED_META_KEY) is False
 
 
 def tool_result(result: types.CallToolResult) -> ToolResult:

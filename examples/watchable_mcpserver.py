@@ -11,6 +11,7 @@ Clients of both MCP eras can watch `notes://index` and `notes://{name}`: 2026-07
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
 import anyio
@@ -47,24 +48,33 @@ async def main() -> None:
     parser.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp")
     parser.add_argument("--ready-file", metavar="PATH", help="with --http: write 'READY <url>' to PATH")
     args = parser.parse_args()
+    if not args.http:
+        await mcp.run_stdio_async()
+        return
+    host, port = parse_host_port(args.http)
+    app = mcp.streamable_http_app(host=host)
+    up, stop = anyio.Event(), anyio.Event()
+
+    def announced(url: str) -> None:
+        if args.ready_file:
+            with open(args.ready_file, "w", encoding="utf-8") as out:
+                out.write(f"READY {url}\n")
+        up.set()
+
     async with anyio.create_task_group() as tg:
-        if args.http:
-            host, port = parse_host_port(args.http)
-            ready = anyio.Event()
 
-            def announced(url: str) -> None:
-                if args.ready_file:
-                    with open(args.ready_file, "w", encoding="utf-8") as out:
-                        out.write(f"READY {url}\n")
-                ready.set()
-
-            app = mcp.streamable_http_app(host=host)
-            tg.start_soon(lambda: serve_http(app, host, port, on_ready=announced))
-            await ready.wait()  # HTTP is up before stdio answers
-        if args.stdio or not args.http:
-            await mcp.run_stdio_async()
+        async def http() -> None:
+            # Open listen streams end at shutdown (uvicorn would wait on them), then stdio ends too.
+            await serve_http(app, host, port, on_ready=announced, on_shutdown=watch.registry.close, stop=stop)
             tg.cancel_scope.cancel()
+
+        tg.start_soon(http)
+        await up.wait()  # HTTP is up before stdio answers
+        if args.stdio:
+            await mcp.run_stdio_async()
+            stop.set()  # the stdio client went away: stop HTTP gracefully
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C on stdio alone
+        anyio.run(main)

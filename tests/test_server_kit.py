@@ -178,3 +178,11 @@ async def test_a_template_a_call_cannot_fill_names_nothing() -> None:
     assert kit.changed_by("other", {"key": "a"}) == []
     with pytest.raises(ValueError, match="no RFC 6570 URI template"):
         watchable(MCPServer("t"), changes={"set": "x://{"})
+
+
+@pytest.mark.parametrize("framework", ["mcpserver", "fastmcp"])
+async def test_the_docs_servers_are_the_example_files_byte_for_byte(framework: str) -> None:
+    page = (ROOT / "docs" / "existing-servers.md").read_text(encoding="utf-8")
+    marker = f"<!-- doc-test: file {EXAMPLES[framework].name} -->\n```python\n"
+    start = page.index(marker) + len(marker)
+    assert page[start : page.index("```\n", start)] == EXAMPLES[framework].read_text(encoding="utf-8")

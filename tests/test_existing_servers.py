@@ -224,3 +224,26 @@ async def test_a_refused_try_is_one_line_and_is_not_made_again() -> None:
         methods = json.loads((await src.call_tool("legacy_methods", {})).text)
         assert methods.count("resources/subscribe") == 1
         assert src.watchability == "refused"
+
+
+# -- an SDK 2.x server that subscribes only in the 2025 era ----------------------------------------
+
+SDK2_LEGACY = [sys.executable, str(Path(__file__).with_name("peers") / "sdk2_legacy_subscribe_server.py")]
+
+
+@pytest.mark.anyio
+async def test_an_sdk2_server_that_subscribes_only_in_the_2025_era_is_watched_in_that_era() -> None:
+    async with (
+        running_http_server([*SDK2_LEGACY, "--http", "127.0.0.1:0"]) as (url, _),
+        McpResourceSource.http(url) as src,
+    ):
+        assert (src.protocol_version, src.watchable) == ("2026-07-28", False)
+        async with WatchManager([src], limits=IMMEDIATE) as m:
+            await m.watch_start("counter", COUNTER)
+            assert (src.protocol_version, src.watchability) == ("2025-11-25", "advertised")
+            [info] = m.watch_list()
+            assert info.protocol == "2025-11-25"
+            for count in range(1, 3):
+                await bump(url)
+                assert (await next_notice(m)).text == f"MODIFIED count ({count - 1}→{count})"
+            await nothing_more(m)

@@ -632,8 +632,36 @@ class McpResourceSource:
         raises :class:`NotWatchableError`, now and on every later try."""
         if self.watchability in ("advertised", "accepted"):
             return
-        async with self.subscribe([uri]):
-            pass
+        try:
+            async with self.subscribe([uri]):
+                pass
+        except NotWatchableError:
+            if self.subscription_mode != "listen" or self._legacy:
+                raise
+            # An SDK 2.x server with only the 2025-era subscribe handler advertises subscriptions
+            # to 2025-era clients alone: try that handshake once, and keep it if it carries watches.
+            if not await self._try_legacy_era(uri):
+                raise
+
+    async def _try_legacy_era(self, uri: str) -> bool:
+        refusal = self._refusal
+        self._legacy, self._trial = True, None
+        self._current().dead = True  # connect again, with the 2025 handshake
+        try:
+            await self._live()  # first: subscribe() picks the era's method from the live connection
+            async with self.subscribe([uri]):
+                pass
+        except (NotWatchableError, ServerError, ServerConnectionError) as exc:
+            _log.debug("server %s refused subscriptions in the 2025 era too: %s", self._description, exc)
+        else:
+            _log.info(
+                "server %s carries watches only in the 2025 era; connected with its handshake",
+                self._description,
+            )
+            return True
+        self._legacy, self._trial, self._refusal = False, "refused", refusal
+        self._current().dead = True  # back to the 2026-07-28 connection it had
+        return False
 
     def _refused(self, conn: _Connection, method: str, reason: str) -> NotWatchableError:
         self._trial = "refused"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -247,3 +248,14 @@ async def test_an_sdk2_server_that_subscribes_only_in_the_2025_era_is_watched_in
                 await bump(url)
                 assert (await next_notice(m)).text == f"MODIFIED count ({count - 1}→{count})"
             await nothing_more(m)
+
+
+@pytest.mark.anyio
+async def test_the_cli_shows_no_complaint_about_the_probe_from_a_python_sdk_v1_server(py_v1: Path) -> None:
+    server = "py=" + shlex.join(py_v1_server(py_v1, "--stdio"))
+    code, listed, err = await run_cli("resources", "--server", server)
+    assert code == 0, err
+    assert COUNTER in listed
+    assert "validation errors" not in err
+    assert "server/discover" not in err
+    assert "Processing request of type ListResourcesRequest" in err  # the server's other stderr still shows

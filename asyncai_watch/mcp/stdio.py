@@ -11,8 +11,9 @@ as bytes and a large one is decoded in steps with the event loop running between
 Process handling follows the SDK's, with no polling:
 
 - the server runs in a new session (its own process group), with the SDK's safe default
-  environment (``PATH``, ``HOME``, ...) and ``env`` merged over it, in ``cwd``, its stderr on
-  ``errlog`` (default: ours);
+  environment (``PATH``, ``HOME``, ...) and ``env`` merged over it, in ``cwd``, its stderr
+  forwarded line by line to ``errlog`` (default: ours), less the pydantic dump a Python SDK 1.x
+  server logs about our ``server/discover`` probe (:mod:`asyncai_watch.mcp.probe_noise`);
 - shutdown, shielded from cancellation and bounded at every step: stop reading (the rest of
   stdout is drained, so a server blocked writing can exit), give the writer 0.5 s to flush,
   close stdin and give the server 2 s to exit, then SIGTERM its process group and give every
@@ -28,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
@@ -38,11 +40,13 @@ from typing import Final, TextIO
 import anyio
 import anyio.abc
 import anyio.lowlevel
+from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from asyncai_watch.mcp._lines import LineReader, MessageError, encode_message, next_message
+from asyncai_watch.mcp.probe_noise import ProbeNoise
 
 __all__ = ["EXIT_GRACE", "StdioTransport"]
 
@@ -52,6 +56,7 @@ EXIT_GRACE: Final = 2.0
 """Seconds a server gets to exit once its stdin is closed, and again after SIGTERM."""
 _FLUSH_GRACE: Final = 0.5  # for the writer to send messages already accepted
 _REAP_GRACE: Final = 2.0  # for a SIGKILLed process to be seen gone
+_STDERR_LINE: Final = 65536  # bytes of a stderr line held at most; a longer one is passed on in pieces
 
 
 class StdioTransport:
@@ -99,10 +104,11 @@ class StdioTransport:
 
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[_Streams]:
+        target = _stderr_for(self.errlog)
         process = await anyio.open_process(
             [self.command, *self.args],
             env=get_default_environment() | (self.env or {}),
-            stderr=_stderr_for(self.errlog),
+            stderr=subprocess.PIPE,  # forwarded to `target`, less the probe's noise (probe_noise.py)
             cwd=self.cwd,
             start_new_session=True,  # its own process group: the whole tree can be ended
         )
@@ -116,6 +122,7 @@ class StdioTransport:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(connection.read)
                 tg.start_soon(connection.write)
+                tg.start_soon(connection.forward_stderr, target.fileno() if target is not None else 2)
                 try:
                     yield read_stream, write_stream
                 finally:
@@ -128,6 +135,8 @@ class StdioTransport:
                         with anyio.move_on_after(_FLUSH_GRACE):
                             await connection.writer_done.wait()
                         await connection.stop()
+                        with anyio.move_on_after(_FLUSH_GRACE):  # its last words, e.g. why it exited
+                            await connection.stderr_done.wait()
                         await anyio.lowlevel.checkpoint()  # the unblocked tasks leave on their own
                     tg.cancel_scope.cancel()  # a kill survivor holding a pipe open cannot stall them
         finally:
@@ -160,6 +169,7 @@ class _Connection:
         self.read_send = read_send
         self.write_receive = write_receive
         self.writer_done = anyio.Event()
+        self.stderr_done = anyio.Event()
         self.shutting_down = False
         self.on_exit = on_exit
 
@@ -185,6 +195,33 @@ class _Connection:
         except (anyio.BrokenResourceError, ConnectionError):
             if not self.shutting_down:
                 _log.exception("reading the MCP server's stdout failed mid-session")
+
+    async def forward_stderr(self, fd: int) -> None:
+        """Server stderr -> ``fd``, line by line, less the complaint about our probe."""
+        assert self.process.stderr is not None, "spawned with a stderr pipe"
+        stream = BufferedByteReceiveStream(self.process.stderr)
+        noise = ProbeNoise()
+        try:
+            while True:
+                try:
+                    line = await stream.receive_until(b"\n", _STDERR_LINE) + b"\n"
+                except anyio.DelimiterNotFound:
+                    _write_all(fd, await stream.receive_exactly(_STDERR_LINE))  # a long line, as it is
+                    continue
+                except (anyio.IncompleteRead, anyio.EndOfStream):
+                    for rest in [*noise.end(), bytes(stream.buffer)]:
+                        _write_all(fd, rest)
+                    return
+                for out in noise.feed(line):
+                    _write_all(fd, out)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass  # our own shutdown closed the pipe
+        finally:
+            if noise.dropped:
+                _log.debug(
+                    "dropped the %d-line complaint the server logged about server/discover", noise.dropped
+                )
+            self.stderr_done.set()
 
     async def _drain(self) -> None:
         """Read and drop stdout until it ends or shutdown closes it: a server blocked writing a
@@ -266,6 +303,12 @@ class _Connection:
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(group, 0)  # anyone left (a member that started late, or ignores SIGTERM)?
             os.killpg(group, signal.SIGKILL)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with suppress(OSError):  # a closed or full stderr must not end the connection
+        while data:
+            data = data[os.write(fd, data) :]
 
 
 def _stderr_for(errlog: TextIO | None) -> TextIO | None:

@@ -3,7 +3,7 @@ from its stderr (pure: lines in, lines out).
 
 Connecting probes with ``server/discover`` (MCP 2026-07-28) and falls back to ``initialize``.
 A server on the Python SDK 1.x answers the probe correctly (an error), but first logs a warning
-with the whole pydantic dump of why it is no request it knows: some 90 lines, on the stderr our
+with the whole pydantic dump of why it is no request it knows: 94 lines from the SDK 1.30, on the stderr our
 stdio servers share with us. That dump is noise the user can do nothing about, so
 :class:`ProbeNoise` drops it; any other dump, and every other line, passes through unchanged.
 

@@ -221,6 +221,10 @@ async def _resources(sources: Sequence[McpResourceSource], as_json: bool) -> int
         kind = "template" if info.template else "resource"
         how = "subscriptions/listen" if info.protocol == MODERN_PROTOCOL_VERSION else "resources/subscribe"
         watchable = f"watchable via {how}" if info.watchable else "not watchable"
+        if info.watchable_by_trial:
+            watchable += " (not advertised; accepted when tried)"
+        if info.watchable and info.never_notified:
+            watchable = f"watchable, never notified yet (via {how})"
         print(
             f"{info.uri}  ({kind}, {info.server}, MCP {info.protocol}, "
             f"{info.mime_type or 'no mimeType'}, {watchable})"

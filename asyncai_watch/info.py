@@ -36,6 +36,9 @@ class WatchInfo:
     shape: Shape | None = None
     """``"state"`` or ``"event-log"``; ``None`` for a watch that never started (``restore_failed``)."""
     server: str | None = None
+    watchable_by_trial: bool = False
+    """The server does not advertise ``resources.subscribe``, but the subscription it was tried
+    with once was accepted (the capability fallback, docs/existing-servers.md)."""
     protocol: str | None = None
     """The MCP version its server speaks: ``2026-07-28`` watches ride ``subscriptions/listen``,
     older ones ``resources/subscribe`` (``None`` for a watch that never started)."""
@@ -61,10 +64,17 @@ class ResourceInfo:
     description: str = ""
     mime_type: str | None = None
     watchable: bool = False
-    """A watch can work on it: its server advertises ``resources.subscribe``."""
+    """A watch can work on it: its server advertises ``resources.subscribe``, or accepted the
+    subscription it was tried with (:attr:`watchable_by_trial`)."""
+    watchable_by_trial: bool = False
+    """The server does not advertise ``resources.subscribe``, but the subscription it was tried
+    with once was accepted (the capability fallback, docs/existing-servers.md)."""
     protocol: str = ""
     """The MCP version its server speaks: ``2026-07-28`` watches ride ``subscriptions/listen``,
     older ones ``resources/subscribe``."""
+    never_notified: bool = False
+    """Its server subscribes but says no change of it was announced yet (a server whose tools
+    never notify would look just like this: docs/existing-servers.md)."""
 
     @property
     def example(self) -> str | None:
@@ -83,7 +93,9 @@ def resource_infos(catalog: ServerCatalog) -> list[ResourceInfo]:
             description=r.description,
             mime_type=r.mime_type,
             watchable=catalog.subscribable,
+            watchable_by_trial=catalog.by_trial,
             protocol=catalog.protocol,
+            never_notified=r.never_notified,
         )
         for r in catalog.resources
     ]
@@ -96,7 +108,9 @@ def resource_infos(catalog: ServerCatalog) -> list[ResourceInfo]:
             description=t.description,
             mime_type=t.mime_type,
             watchable=catalog.subscribable,
+            watchable_by_trial=catalog.by_trial,
             protocol=catalog.protocol,
+            never_notified=t.never_notified,
         )
         for t in catalog.templates
     ]

@@ -4,9 +4,11 @@ One cattrs converter holds every hook, so the shapes the model sees are document
 (docs/watch-manager.md, "Code mode"):
 
 - ``list_resources()`` -> ``[{"uri", "template", "name", "description", "example",
-  "mime_type", "server", "subscribable", "protocol"}]``;
+  "mime_type", "server", "subscribable", "protocol"}]``, plus ``"watchable_by_trial": true``
+  where the server does not advertise ``resources.subscribe`` but accepted a subscription tried once;
 - ``watch_start(...)`` -> ``{"name", "uri", "shape"}``;
 - ``watch_list()`` -> ``[{"name", "uri", "shape", "events", "notices", "protocol"}]``, plus
+  ``"watchable_by_trial": true`` as above, and
   ``"failed": true`` or ``"restore_failed": true`` with ``"error"`` for a watch that is not running.
 
 ``protocol`` is the MCP version the server speaks, which says how its watches ride:
@@ -28,17 +30,21 @@ converter: Final = cattrs.Converter()
 
 
 def _resource(info: ResourceInfo) -> dict[str, Any]:
-    return {
-        "uri": info.uri,
-        "template": info.template,
-        "name": info.name,
-        "description": info.description,
-        "example": info.example,
-        "mime_type": info.mime_type,
-        "server": info.server,
-        "subscribable": info.watchable,
-        "protocol": info.protocol,
-    }
+    return (
+        {
+            "uri": info.uri,
+            "template": info.template,
+            "name": info.name,
+            "description": info.description,
+            "example": info.example,
+            "mime_type": info.mime_type,
+            "server": info.server,
+            "subscribable": info.watchable,
+            "protocol": info.protocol,
+        }
+        | ({"watchable_by_trial": True} if info.watchable_by_trial else {})
+        | ({"never_notified": True} if info.never_notified and info.watchable else {})
+    )
 
 
 def _watch(info: WatchInfo) -> dict[str, Any]:
@@ -51,6 +57,8 @@ def _watch(info: WatchInfo) -> dict[str, Any]:
     }
     if info.protocol is not None:
         out["protocol"] = info.protocol
+    if info.watchable_by_trial:
+        out["watchable_by_trial"] = True
     if info.status != "running":
         out[info.status] = True
         out["error"] = info.error

@@ -209,9 +209,10 @@ async def test_the_version_and_watchability_errors_are_the_ones_the_doc_quotes()
         with pytest.raises(NotWatchableError) as raised:
             await manager.watch_start("w", "legacy://state")
         assert str(raised.value) == (
-            "watch_start: server 'legacy' is not watchable: it speaks MCP 2025-11-25 and does not "
-            "advertise resources.subscribe (it serves neither subscriptions/listen nor resources/subscribe). "
-            "Its tools and read_resource still work; docs/server-contract.md says what makes a server watchable."
+            "server 'legacy' is not watchable: it speaks MCP 2025-11-25 and does not advertise "
+            "resources.subscribe, and refused the resources/subscribe it was tried with (Method not found: "
+            "resources/subscribe); its tools and reads still work (docs/existing-servers.md says what makes "
+            "a server watchable)"
         )
         assert str(raised.value) in doc
     for variant in ("no-subscribe", "no-listen"):

@@ -15,6 +15,9 @@ class ListedResource:
     name: str = ""
     description: str = ""
     mime_type: str | None = None
+    never_notified: bool = False
+    """The server says (``_meta["io.github.asyncai-watch/notified"]: false``, as servers made with
+    ``asyncai_watch.server.kit`` do) that no change of it was announced since it started."""
 
 
 @attrs.frozen(kw_only=True)
@@ -25,3 +28,6 @@ class ListedTemplate:
     name: str = ""
     description: str = ""
     mime_type: str | None = None
+    never_notified: bool = False
+    """The server says (``_meta["io.github.asyncai-watch/notified"]: false``, as servers made with
+    ``asyncai_watch.server.kit`` do) that no change of it was announced since it started."""

@@ -264,7 +264,9 @@ class ServerCatalog:
     resources: Sequence[ListedResource] = ()
     templates: Sequence[ListedTemplate] = ()
     subscribable: bool = False
-    """The server can carry watches (it advertises ``resources.subscribe``)."""
+    """The server can carry watches (it advertises ``resources.subscribe``, or accepted a try)."""
+    by_trial: bool = False
+    """It does not advertise ``resources.subscribe``, but accepted the subscription it was tried with."""
     protocol: str = ""
     """The MCP version it speaks: ``2026-07-28`` takes ``subscriptions/listen``, older ones
     ``resources/subscribe``."""

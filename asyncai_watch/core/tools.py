@@ -338,7 +338,8 @@ LIST_RESOURCES: Final = ToolSpec(
     description=(
         "List every resource and URI template the connected MCP servers offer. uri is the "
         "RFC 6570 template when template is true; example is a ready call when the server gives "
-        "one; subscribable says whether watch_start can watch it (read_resource works either way)."
+        "one; subscribable says whether watch_start can watch it (read_resource works either way); "
+        "watchable_by_trial marks a server that does not advertise subscriptions but accepted one."
     ),
     result={
         "type": "array",
@@ -352,7 +353,10 @@ LIST_RESOURCES: Final = ToolSpec(
                 "mime_type": _STR_OR_NULL,
                 "server": _STR,
                 "subscribable": _BOOL,
-            }
+                "watchable_by_trial": _TRUE,
+                "never_notified": _TRUE,
+            },
+            optional=("watchable_by_trial", "never_notified"),
         ),
     },
     read_only=True,
@@ -446,8 +450,9 @@ WATCH_LIST: Final = ToolSpec(
                     "type": ["string", "null"],
                     "description": "the MCP version the watch's server speaks",
                 },
+                "watchable_by_trial": _TRUE,
             },
-            optional=("failed", "restore_failed", "error", "protocol"),
+            optional=("failed", "restore_failed", "error", "protocol", "watchable_by_trial"),
         ),
         "description": "failed or restore_failed (true) with error mark a watch that is not running",
     },

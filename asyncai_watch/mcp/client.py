@@ -48,7 +48,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapp
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TextIO, TypeVar
+from typing import Any, Final, Literal, TextIO, TypeVar
 
 import anyio
 import anyio.abc
@@ -68,7 +68,7 @@ from mcp.client.subscriptions import (
 
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.clock import Clock, SystemClock, fail_after
-from asyncai_watch.core.echo import quoted, redact, redact_url
+from asyncai_watch.core.echo import clip, quoted, redact, redact_url
 from asyncai_watch.core.eventlog import AFTER_META_KEY
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import (
@@ -90,6 +90,7 @@ from asyncai_watch.mcp.source import (
     ToolInfo,
     ToolResult,
     Updates,
+    Watchability,
 )
 from asyncai_watch.mcp.stdio import StdioTransport
 
@@ -251,6 +252,7 @@ class McpResourceSource:
         max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Clock | None = None,
         errlog: TextIO | None = None,
+        legacy: bool = False,
     ) -> None:
         """Prefer :meth:`stdio` / :meth:`http`; this takes the already-validated target."""
         if max_message_bytes is not None and (type(max_message_bytes) is not int or max_message_bytes < 1):
@@ -286,11 +288,16 @@ class McpResourceSource:
         self._max_message = max_message_bytes
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._errlog = errlog
+        self._legacy = legacy
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._conn: _Connection | None = None
         self._reconnect_lock = anyio.Lock()
         self._reconnects = 0
+        # The capability fallback: a server that does not advertise resources.subscribe is
+        # tried once; its answer holds for the source's life (a respawn runs the same server).
+        self._trial: Literal["accepted", "refused"] | None = None
+        self._refusal = ""
         self._name: str = name if name is not None else fallback_name
 
     # -- construction ---------------------------------------------------------------------------
@@ -310,12 +317,14 @@ class McpResourceSource:
         max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Clock | None = None,
         errlog: TextIO | None = None,
+        legacy: bool = False,
     ) -> McpResourceSource:
         """A server started as ``command`` (a string is split like a shell would), spoken to over stdio.
 
         ``env`` is merged over the SDK's safe default environment (``PATH``,
         ``HOME``, ...). The server's stderr goes to ``errlog`` (default: ours).
-        The timeouts (seconds), ``max_message_bytes`` and ``clock`` are described on :meth:`http`.
+        The timeouts (seconds), ``max_message_bytes``, ``clock`` and ``legacy`` are described on
+        :meth:`http`.
         """
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not argv or not argv[0]:
@@ -341,6 +350,7 @@ class McpResourceSource:
             max_message_bytes=max_message_bytes,
             clock=clock,
             errlog=errlog,
+            legacy=legacy,
         )
 
     @classmethod
@@ -357,6 +367,7 @@ class McpResourceSource:
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
         max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Clock | None = None,
+        legacy: bool = False,
     ) -> McpResourceSource:
         """A Streamable HTTP server at ``url`` (e.g. ``http://127.0.0.1:8765/mcp``).
 
@@ -387,6 +398,9 @@ class McpResourceSource:
         hostile server's 1 GiB answer costs no more than the cap; the request fails with a
         :class:`ServerError` naming the cap, and the connection stays up (on stdio a line whose
         request id cannot be seen ends the connection, and the next call respawns the server).
+
+        ``legacy=True`` connects with the 2025 ``initialize`` handshake only, never probing with
+        ``server/discover``: watches then ride ``resources/subscribe``, as a 2025-era host's do.
         """
         try:
             parsed = urllib.parse.urlsplit(url)
@@ -418,6 +432,7 @@ class McpResourceSource:
             request_timeout=request_timeout,
             max_message_bytes=max_message_bytes,
             clock=clock,
+            legacy=legacy,
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -550,6 +565,9 @@ class McpResourceSource:
                 cwd=params.cwd,
                 errlog=self._errlog,
                 max_line=self._max_message,
+                # Nothing else tells a 2025-era session with no request in flight that its
+                # server died: its subscriptions would stay silent for good.
+                on_exit=lambda: conn.notifications_lost("the server process exited"),
             )
 
         async def on_message(message: Any) -> None:
@@ -560,7 +578,7 @@ class McpResourceSource:
 
         client = Client(
             transport,
-            mode="auto",
+            mode="legacy" if self._legacy else "auto",
             cache=None,  # a cached read would hide the change just announced
             extensions=self._extensions or None,
             message_handler=on_message,
@@ -621,9 +639,68 @@ class McpResourceSource:
     def watchable(self) -> bool:
         """Whether a watch can work here: the server advertises ``capabilities.resources.subscribe``
         (MCP 2026-07-28 serves it with ``subscriptions/listen``, older versions with
-        ``resources/subscribe``)."""
-        resources = self._current().capabilities.resources
+        ``resources/subscribe``), or it does not but accepted the subscription it was tried with
+        (:meth:`try_subscription`)."""
+        return self.watchability in ("advertised", "accepted")
+
+    @property
+    def watchability(self) -> Watchability:
+        """Why the server is, or is not, watchable (see :data:`~asyncai_watch.mcp.source.Watchability`)."""
+        if self._advertised(self._current()):
+            return "advertised"
+        return self._trial if self._trial is not None else "untried"
+
+    @staticmethod
+    def _advertised(conn: _Connection) -> bool:
+        resources = conn.capabilities.resources
         return resources is not None and bool(resources.subscribe)
+
+    async def try_subscription(self, uri: str) -> None:
+        """The capability fallback: on a server that does not advertise ``resources.subscribe``,
+        subscribe to ``uri`` once (``subscriptions/listen`` or ``resources/subscribe``, as the
+        server's era has it) and end it. Success makes the source :attr:`watchable`; a refusal
+        raises :class:`NotWatchableError`, now and on every later try."""
+        if self.watchability in ("advertised", "accepted"):
+            return
+        try:
+            async with self.subscribe([uri]):
+                pass
+        except NotWatchableError:
+            if self.subscription_mode != "listen" or self._legacy:
+                raise
+            # An SDK 2.x server with only the 2025-era subscribe handler advertises subscriptions
+            # to 2025-era clients alone: try that handshake once, and keep it if it carries watches.
+            if not await self._try_legacy_era(uri):
+                raise
+
+    async def _try_legacy_era(self, uri: str) -> bool:
+        refusal = self._refusal
+        self._legacy, self._trial = True, None
+        self._current().dead = True  # connect again, with the 2025 handshake
+        try:
+            await self._live()  # first: subscribe() picks the era's method from the live connection
+            async with self.subscribe([uri]):
+                pass
+        except (NotWatchableError, ServerError, ServerConnectionError) as exc:
+            _log.debug("server %s refused subscriptions in the 2025 era too: %s", self._description, exc)
+        else:
+            _log.info(
+                "server %s carries watches only in the 2025 era; connected with its handshake",
+                self._description,
+            )
+            return True
+        self._legacy, self._trial, self._refusal = False, "refused", refusal
+        self._current().dead = True  # back to the 2026-07-28 connection it had
+        return False
+
+    def _refused(self, conn: _Connection, method: str, reason: str) -> NotWatchableError:
+        self._trial = "refused"
+        self._refusal = (
+            f"server {self.name!r} is not watchable: it speaks MCP {conn.protocol_version} and does not "
+            f"advertise resources.subscribe, and refused the {method} it was tried with ({reason}); "
+            "its tools and reads still work (docs/existing-servers.md says what makes a server watchable)"
+        )
+        return NotWatchableError(self._refusal)
 
     @property
     def subscription_mode(self) -> SubscriptionMode:
@@ -717,7 +794,13 @@ class McpResourceSource:
             "resources/list", lambda client, c: client.list_resources(cursor=c)
         )
         return [
-            ListedResource(uri=r.uri, name=r.name, description=r.description or "", mime_type=r.mime_type)
+            ListedResource(
+                uri=r.uri,
+                name=r.name,
+                description=r.description or "",
+                mime_type=r.mime_type,
+                never_notified=_never_notified(r.meta),
+            )
             for page in pages
             for r in page.resources
         ]
@@ -733,6 +816,7 @@ class McpResourceSource:
                 name=t.name,
                 description=t.description or "",
                 mime_type=t.mime_type,
+                never_notified=_never_notified(t.meta),
             )
             for page in pages
             for t in page.resource_templates
@@ -786,13 +870,9 @@ class McpResourceSource:
     @asynccontextmanager
     async def _legacy_subscribe(self, uri: str) -> AsyncIterator[LegacyUpdates]:
         conn = await self._live()
-        resources = conn.capabilities.resources
-        if resources is None or not resources.subscribe:
-            raise NotWatchableError(
-                f"server {self.name!r} is not watchable: it speaks MCP {conn.protocol_version} and "
-                "does not advertise resources.subscribe (docs/server-contract.md says what makes a "
-                "server watchable)"
-            )
+        advertised = self._advertised(conn)
+        if not advertised and self._trial == "refused":
+            raise NotWatchableError(self._refusal)
         what = f"resources/subscribe {quoted(uri)}"
         updates = conn.legacy.add(uri)  # before the request: an update right after it is kept
         try:
@@ -806,6 +886,8 @@ class McpResourceSource:
                     conn=conn,
                 )
             except ServerError as exc:
+                if not advertised:
+                    raise self._refused(conn, "resources/subscribe", clip(exc.server_message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
                     raise NotWatchableError(
                         f"server {self.name!r} is not watchable: it advertises resources.subscribe but "
@@ -813,9 +895,11 @@ class McpResourceSource:
                         "says what makes a server watchable"
                     ) from exc
                 raise
+            if not advertised:
+                self._trial = "accepted"
             yield updates
         finally:
-            if conn.legacy.remove(updates) and not conn.dead:
+            if conn.legacy.remove(updates) and not conn.dead and not conn.closing.is_set():
                 # Best effort: a session that is going away takes its subscriptions with it.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._ack_timeout):
                     try:
@@ -827,8 +911,10 @@ class McpResourceSource:
                             ),
                             conn=conn,
                         )
-                    except WatchError:
-                        _log.debug("unsubscribing %s failed", uri, exc_info=True)
+                    except ServerConnectionError:
+                        pass  # the session is gone, and its subscriptions with it
+                    except WatchError as exc:
+                        _log.debug("unsubscribing %s failed: %s", uri, exc)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
         """Open one ``subscriptions/listen`` for ``notifications/resources/list_changed``."""
@@ -844,10 +930,12 @@ class McpResourceSource:
                 f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
             )
         resources = conn.capabilities.resources
-        advertised = resources is not None and (
+        advertised = resources is not None and bool(
             resources.subscribe if uris is not None else resources.list_changed
         )
-        if not advertised:
+        if not advertised and uris is not None and self._trial == "refused":
+            raise NotWatchableError(self._refusal)
+        if not advertised and uris is None:
             raise NotWatchableError(
                 f"server {self.name!r} is not watchable: it does not advertise "
                 + ("resources.subscribe" if uris is not None else "resources.listChanged")
@@ -880,6 +968,8 @@ class McpResourceSource:
                     raise ServerConnectionError(
                         f"server {self.name!r} ({self._description}): {what} failed: the connection is closed"
                     ) from exc
+                if not advertised:
+                    raise self._refused(conn, "subscriptions/listen", clip(exc.message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
                     raise NotWatchableError(
                         f"server {self.name!r} is not watchable: it advertises resources.subscribe but "
@@ -890,6 +980,10 @@ class McpResourceSource:
             honored: frozenset[str] | None = None
             if uris is not None:
                 honored = frozenset(subscription.honored.resource_subscriptions or ()) & uris
+                if not advertised:
+                    if not honored:
+                        raise self._refused(conn, "subscriptions/listen", "it honored none of its URIs")
+                    self._trial = "accepted"
             elif not subscription.honored.resources_list_changed:
                 raise NotWatchableError(f"server {self.name!r} did not honor resourcesListChanged")
             yield _Updates(self, conn, uris, subscription, honored)
@@ -926,6 +1020,14 @@ async def _with_cursor(
     fetch: Callable[[Client, str | None], Awaitable[_T]], cursor: str | None, client: Client
 ) -> _T:
     return await fetch(client, cursor)
+
+
+_NOTIFIED_META_KEY: Final = "io.github.asyncai-watch/notified"  # asyncai_watch.server.kit.NOTIFIED_META_KEY
+
+
+def _never_notified(meta: Mapping[str, Any] | None) -> bool:
+    """Whether a listed entry's ``_meta`` says no change of it was announced yet."""
+    return meta is not None and meta.get(_NOTIFIED_META_KEY) is False
 
 
 def tool_result(result: types.CallToolResult) -> ToolResult:

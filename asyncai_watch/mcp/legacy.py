@@ -108,7 +108,9 @@ class GetStreamWatch(httpx2.AsyncBaseTransport):
         stream = response.stream
         if (
             request.method == "GET"
-            and response.status_code < 400
+            # Only the stream itself: a redirect (Starlette's Mount answers /mcp with a 307 to
+            # /mcp/) is followed by the client, and its empty body is no ended stream.
+            and 200 <= response.status_code < 300
             and isinstance(stream, httpx2.AsyncByteStream)
         ):
             response.stream = _Watched(stream, self._on_end)

@@ -24,7 +24,9 @@ __all__ = [
     "SubscriptionMode",
     "ToolInfo",
     "ToolResult",
+    "TriableSource",
     "Updates",
+    "Watchability",
 ]
 
 MODERN_PROTOCOL_VERSION: Final = "2026-07-28"
@@ -143,3 +145,25 @@ class ResourceSource(Protocol):
     async def list_tools(self) -> list[ToolInfo]: ...
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult: ...
+
+
+Watchability = Literal["advertised", "accepted", "untried", "refused"]
+"""Why a server is, or is not, watchable: it advertises ``resources.subscribe``; it does not,
+but a subscription tried once was ``accepted``; it does not and has not been tried yet; or it
+does not and ``refused`` the one it was tried with."""
+
+
+@runtime_checkable
+class TriableSource(Protocol):
+    """A source whose server may carry watches without advertising ``resources.subscribe``
+    (the Python SDK 1.x never advertises it, even with a subscribe handler): a subscription is
+    tried once, and the answer decides."""
+
+    @property
+    def watchability(self) -> Watchability: ...
+
+    async def try_subscription(self, uri: str) -> None:
+        """Subscribe to ``uri`` once and end it, unless already tried; raises
+        :class:`~asyncai_watch.NotWatchableError` (one line: what was tried, what the server
+        said) when the server refused it, now or before."""
+        ...

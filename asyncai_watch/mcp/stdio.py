@@ -11,8 +11,9 @@ as bytes and a large one is decoded in steps with the event loop running between
 Process handling follows the SDK's, with no polling:
 
 - the server runs in a new session (its own process group), with the SDK's safe default
-  environment (``PATH``, ``HOME``, ...) and ``env`` merged over it, in ``cwd``, its stderr on
-  ``errlog`` (default: ours);
+  environment (``PATH``, ``HOME``, ...) and ``env`` merged over it, in ``cwd``, its stderr
+  forwarded line by line to ``errlog`` (default: ours), less the pydantic dump a Python SDK 1.x
+  server logs about our ``server/discover`` probe (:mod:`asyncai_watch.mcp.probe_noise`);
 - shutdown, shielded from cancellation and bounded at every step: stop reading (the rest of
   stdout is drained, so a server blocked writing can exit), give the writer 0.5 s to flush,
   close stdin and give the server 2 s to exit, then SIGTERM its process group and give every
@@ -28,8 +29,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from pathlib import Path
 from types import TracebackType
@@ -39,12 +41,15 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import mcp_types as types
+from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from asyncai_watch.mcp._lines import LineReader, MessageError, Overlong, encode_message, next_message
 from asyncai_watch.mcp.body_cap import MESSAGE_TOO_LARGE, too_large
+from asyncai_watch.mcp._lines import LineReader, MessageError, encode_message, next_message
+from asyncai_watch.mcp.probe_noise import ProbeNoise
 
 __all__ = ["EXIT_GRACE", "StdioTransport"]
 
@@ -54,6 +59,7 @@ EXIT_GRACE: Final = 2.0
 """Seconds a server gets to exit once its stdin is closed, and again after SIGTERM."""
 _FLUSH_GRACE: Final = 0.5  # for the writer to send messages already accepted
 _REAP_GRACE: Final = 2.0  # for a SIGKILLed process to be seen gone
+_STDERR_LINE: Final = 65536  # bytes of a stderr line held at most; a longer one is passed on in pieces
 
 
 class StdioTransport:
@@ -64,7 +70,10 @@ class StdioTransport:
     dropped as it arrives (memory stays bounded by the cap): the request it answered gets an
     error naming the cap (:data:`~asyncai_watch.mcp.body_cap.MESSAGE_TOO_LARGE`), or, when its id
     cannot be seen in its first 64 KiB or last 256 bytes, the connection ends (:attr:`refused`
-    says why) and the next one respawns the server. Enter it once.
+    says why) and the next one respawns the server. ``on_exit`` is called when the server's
+    stdout ends while the connection is in use (the server exited): a session with no request
+    in flight would not learn it otherwise, and its 2025-era subscriptions would stay silent.
+    Enter it once.
     """
 
     def __init__(
@@ -76,6 +85,7 @@ class StdioTransport:
         cwd: str | Path | None = None,
         errlog: TextIO | None = None,
         max_line: int | None = None,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
         self.command = command
         self.max_line = max_line
@@ -85,6 +95,7 @@ class StdioTransport:
         self.errlog = errlog
         self.refused: str | None = None
         """Why the connection ended early, when a line over ``max_line`` without an id ended it."""
+        self.on_exit = on_exit
         self._session: AbstractAsyncContextManager[_Streams] | None = None
 
     async def __aenter__(self) -> _Streams:
@@ -104,10 +115,11 @@ class StdioTransport:
 
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[_Streams]:
+        target = _stderr_for(self.errlog)
         process = await anyio.open_process(
             [self.command, *self.args],
             env=get_default_environment() | (self.env or {}),
-            stderr=_stderr_for(self.errlog),
+            stderr=subprocess.PIPE,  # forwarded to `target`, less the probe's noise (probe_noise.py)
             cwd=self.cwd,
             start_new_session=True,  # its own process group: the whole tree can be ended
         )
@@ -116,11 +128,14 @@ class StdioTransport:
         exit_fd = _pidfd(process.pid)
         read_send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
-        connection = _Connection(process, exit_fd, read_send, write_receive, self.max_line, self)
+        connection = _Connection(
+            process, exit_fd, read_send, write_receive, self.max_line, self, self.on_exit
+        )
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(connection.read)
                 tg.start_soon(connection.write)
+                tg.start_soon(connection.forward_stderr, target.fileno() if target is not None else 2)
                 try:
                     yield read_stream, write_stream
                 finally:
@@ -133,6 +148,8 @@ class StdioTransport:
                         with anyio.move_on_after(_FLUSH_GRACE):
                             await connection.writer_done.wait()
                         await connection.stop()
+                        with anyio.move_on_after(_FLUSH_GRACE):  # its last words, e.g. why it exited
+                            await connection.stderr_done.wait()
                         await anyio.lowlevel.checkpoint()  # the unblocked tasks leave on their own
                     tg.cancel_scope.cancel()  # a kill survivor holding a pipe open cannot stall them
         finally:
@@ -156,6 +173,7 @@ class _Connection:
         write_receive: MemoryObjectReceiveStream[SessionMessage],
         max_line: int | None = None,
         owner: StdioTransport | None = None,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
         assert process.stdin is not None, "spawned with pipes"
         assert process.stdout is not None, "spawned with pipes"
@@ -166,9 +184,11 @@ class _Connection:
         self.read_send = read_send
         self.write_receive = write_receive
         self.writer_done = anyio.Event()
+        self.stderr_done = anyio.Event()
         self.shutting_down = False
         self.max_line = max_line
         self.owner = owner
+        self.on_exit = on_exit
 
     async def read(self) -> None:
         """Server stdout -> session, one message per line, in order; the rest drained at the end."""
@@ -191,6 +211,8 @@ class _Connection:
                             await self.read_send.send(item)
                         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                             return  # the session is gone; only the drain below remains
+                    if not self.shutting_down and self.on_exit is not None:
+                        self.on_exit()  # stdout ended under a live session: the server is gone
                 finally:
                     await self._drain()
         except anyio.ClosedResourceError:
@@ -217,6 +239,33 @@ class _Connection:
             return None
         error = types.ErrorData(code=MESSAGE_TOO_LARGE, message=message)
         return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+    async def forward_stderr(self, fd: int) -> None:
+        """Server stderr -> ``fd``, line by line, less the complaint about our probe."""
+        assert self.process.stderr is not None, "spawned with a stderr pipe"
+        stream = BufferedByteReceiveStream(self.process.stderr)
+        noise = ProbeNoise()
+        try:
+            while True:
+                try:
+                    line = await stream.receive_until(b"\n", _STDERR_LINE) + b"\n"
+                except anyio.DelimiterNotFound:
+                    _write_all(fd, await stream.receive_exactly(_STDERR_LINE))  # a long line, as it is
+                    continue
+                except (anyio.IncompleteRead, anyio.EndOfStream):
+                    for rest in [*noise.end(), bytes(stream.buffer)]:
+                        _write_all(fd, rest)
+                    return
+                for out in noise.feed(line):
+                    _write_all(fd, out)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass  # our own shutdown closed the pipe
+        finally:
+            if noise.dropped:
+                _log.debug(
+                    "dropped the %d-line complaint the server logged about server/discover", noise.dropped
+                )
+            self.stderr_done.set()
 
     async def _drain(self) -> None:
         """Read and drop stdout until it ends or shutdown closes it: a server blocked writing a
@@ -298,6 +347,12 @@ class _Connection:
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(group, 0)  # anyone left (a member that started late, or ignores SIGTERM)?
             os.killpg(group, signal.SIGKILL)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with suppress(OSError):  # a closed or full stderr must not end the connection
+        while data:
+            data = data[os.write(fd, data) :]
 
 
 def _stderr_for(errlog: TextIO | None) -> TextIO | None:

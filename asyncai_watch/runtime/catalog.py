@@ -9,6 +9,7 @@ miss refreshes every source once, then routes again). A warm ``watch_start`` or
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -17,9 +18,10 @@ import attrs
 from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.echo import quoted
+from asyncai_watch.core.resources import ListedResource
 from asyncai_watch.core.routing import Route, ServerCatalog, route
 from asyncai_watch.errors import NotWatchableError, RoutingError, WatchError
-from asyncai_watch.mcp.source import ResourceSource
+from asyncai_watch.mcp.source import ResourceSource, TriableSource
 
 __all__ = ["Catalogs", "Listing"]
 
@@ -136,6 +138,7 @@ class Catalogs:
             try:
                 resources = await source.list_resources()
                 templates = await source.list_templates()
+                await _try_subscription(source, resources)
             except Exception as exc:
                 errors[source.name] = exc
                 if self._on_list_failed is not None:
@@ -146,6 +149,7 @@ class Catalogs:
                 resources=resources,
                 templates=templates,
                 subscribable=source.watchable,
+                by_trial=isinstance(source, TriableSource) and source.watchability == "accepted",
                 protocol=source.protocol_version,
             )
             self._generation[source.name] += 1
@@ -175,3 +179,15 @@ class Catalogs:
                 return
             retries += 1
             await self._clock.sleep_until(self._clock.now() + delay)
+
+
+async def _try_subscription(source: ResourceSource, resources: Sequence[ListedResource]) -> None:
+    """The capability fallback, as a listing sees it: a server that lists resources but does not
+    advertise ``resources.subscribe`` is tried once, on its first resource; a refusal only leaves
+    it not watchable (its listing and reads still work)."""
+    if source.watchable or not resources or not isinstance(source, TriableSource):
+        return
+    if source.watchability != "untried":
+        return
+    with contextlib.suppress(NotWatchableError):
+        await source.try_subscription(resources[0].uri)

@@ -39,7 +39,7 @@ from asyncai_watch.core.spec import WatchSpec, check_room
 from asyncai_watch.errors import LimitError, NotWatchableError, StateFileError, WatchError, describe
 from asyncai_watch.filters import FilterEngine, default_engine
 from asyncai_watch.info import ResourceInfo, WatchInfo, resource_infos
-from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ResourceSource
+from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION, ResourceSource, TriableSource
 from asyncai_watch.runtime.catalog import Catalogs
 from asyncai_watch.runtime.gcpause import gc_paused
 from asyncai_watch.runtime.notices import Notices
@@ -294,7 +294,11 @@ class WatchManager:
         spec = watcher.spec
         source, found = await self._catalogs.route(spec.uri, what="watch_start")
         if not source.watchable:
-            raise NotWatchableError.for_server(source.name, source.protocol_version)
+            if not isinstance(source, TriableSource):
+                raise NotWatchableError.for_server(source.name, source.protocol_version)
+            # The capability fallback: subscriptions not advertised are tried once, on this URI.
+            await source.try_subscription(spec.uri)
+        watcher.watchable_by_trial = isinstance(source, TriableSource) and source.watchability == "accepted"
         watcher.server = source.name
         watcher.protocol = source.protocol_version
         runner = self._runners[source.name]

@@ -57,6 +57,8 @@ class Watcher:
     server: str | None = None
     protocol: str | None = None
     """The MCP version the watch's server speaks (its era: listen or legacy subscribe)."""
+    watchable_by_trial: bool = False
+    """Its server does not advertise subscriptions but accepted the one it was tried with."""
     error: str | None = None
     shape: Shape | None = None
     verbose: bool = False
@@ -94,6 +96,7 @@ class Watcher:
             shape=self.shape,
             server=self.server,
             protocol=self.protocol,
+            watchable_by_trial=self.watchable_by_trial,
             on_event=self.spec.on_event,
             events=self.delivery.events,
             notices=self.delivery.notices,

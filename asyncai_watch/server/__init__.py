@@ -1,7 +1,13 @@
 """Helpers for writing a watchable MCP server (docs/server-contract.md says what makes one).
 
+The one-line way, for an ``MCPServer`` (the ``mcp`` SDK 2.3) or a fastmcp 4.x server:
+
+- :mod:`.kit`: ``watchable(server, changes={"tool": ["uri", "uri://{arg}"]})`` serves both
+  eras' subscriptions and notifies every listener of what a tool changes when it returns;
+  ``notify(uri)`` for changes made outside tools (docs/existing-servers.md).
+
 The reference servers (``asyncai_servers``) and the Channels bridge (``asyncai-watch serve``)
-are built on these; so can any server written on the ``mcp`` SDK's low-level ``Server``:
+are built on the rest; so can any server written on the ``mcp`` SDK's low-level ``Server``:
 
 - :mod:`.subscriptions`: ``SubscriptionRegistry``, subscriptions of both MCP eras from one
   change source: ``subscriptions/listen`` (2026-07-28; one listen may hold 100,000 URIs) and
@@ -46,6 +52,7 @@ if TYPE_CHECKING:
         serve_http,
     )
     from asyncai_watch.server.index import LIST_KINDS, ListKind, SubscriptionIndex
+    from asyncai_watch.server.kit import NOTIFIED_META_KEY, Watchable, watchable
     from asyncai_watch.server.resumable import streamable_http_app
     from asyncai_watch.server.schemas import input_schemas
     from asyncai_watch.server.stdio import stdio_server
@@ -68,6 +75,7 @@ __all__ = [
     "DEFAULT_MAX_PUSHES",
     "DEFAULT_MAX_URIS",
     "LIST_KINDS",
+    "NOTIFIED_META_KEY",
     "RESOURCE_NOT_FOUND",
     "UNKNOWN_TOOL",
     "EventRing",
@@ -78,6 +86,7 @@ __all__ = [
     "SubscriptionIndex",
     "SubscriptionRegistry",
     "SubscriptionStats",
+    "Watchable",
     "bind_error",
     "honored_filter",
     "input_schemas",
@@ -90,6 +99,7 @@ __all__ = [
     "stdio_server",
     "streamable_http_app",
     "unknown_tool",
+    "watchable",
 ]
 
 _HOME: Final[dict[str, str]] = {
@@ -121,6 +131,9 @@ _HOME: Final[dict[str, str]] = {
     "streamable_http_app": "resumable",
     "input_schemas": "schemas",
     "stdio_server": "stdio",
+    "NOTIFIED_META_KEY": "kit",
+    "Watchable": "kit",
+    "watchable": "kit",
 }
 
 

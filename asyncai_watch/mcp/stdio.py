@@ -48,7 +48,6 @@ from mcp.shared.message import SessionMessage
 
 from asyncai_watch.mcp._lines import LineReader, MessageError, Overlong, encode_message, next_message
 from asyncai_watch.mcp.body_cap import MESSAGE_TOO_LARGE, too_large
-from asyncai_watch.mcp._lines import LineReader, MessageError, encode_message, next_message
 from asyncai_watch.mcp.probe_noise import ProbeNoise
 
 __all__ = ["EXIT_GRACE", "StdioTransport"]

@@ -15,8 +15,8 @@
   on that session (stdio, or the HTTP session's GET stream), from the same change
   source as the listens' updates, until the session ends.
 - Capabilities: ``experimental['claude/channel'] = {}`` plus ``instructions``.
-- Credentials: a bearer token on Streamable HTTP (checked by an ASGI wrapper
-  before the MCP app sees the request), the launch credential on stdio.
+- Credentials: a bearer token on Streamable HTTP (checked by the kit's HTTP guard, through
+  :class:`CredentialsVerifier`, before the MCP app sees the request), the launch credential on stdio.
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
+import attrs
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import UriTemplate
 from mcp.server import Server
+from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
@@ -48,7 +50,7 @@ from .core import Switchboard, queue_uri
 from .doorbell import CHANNEL_CAPABILITY, CHANNEL_METHOD, Doorbell
 from .ledger import LedgerError, Todo
 
-__all__ = ["INSTRUCTIONS", "QUEUE_TEMPLATE", "BearerAuth", "LegacyStdioAttach", "build_server"]
+__all__ = ["INSTRUCTIONS", "QUEUE_TEMPLATE", "CredentialsVerifier", "LegacyStdioAttach", "build_server"]
 
 QUEUE_TEMPLATE: Final = "switchboard://queues/{queue}/events"
 _QUEUE_T = UriTemplate.parse(QUEUE_TEMPLATE)
@@ -569,29 +571,15 @@ async def _connection_writer(board: Switchboard, credential: Credential, session
                 await session.send_notification(notification)  # type: ignore[arg-type]  # custom method
 
 
-class BearerAuth:
-    """ASGI wrapper: an HTTP request without a known bearer token gets 401 before reaching MCP."""
+@attrs.frozen
+class CredentialsVerifier(TokenVerifier):
+    """The credentials file as an SDK ``TokenVerifier``: the HTTP policy's authentication
+    (docs/http-security.md); the principal is the credential's name."""
 
-    def __init__(self, app: Any, credentials: Credentials) -> None:
-        self.app = app
-        self.credentials = credentials
+    credentials: Credentials
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-            if self.credentials.lookup(_bearer(headers)) is None:
-                body = b'{"error":"invalid_token","error_description":"missing or unknown bearer token"}'
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b'Bearer error="invalid_token"'),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
+    async def verify_token(self, token: str) -> AccessToken | None:
+        cred = self.credentials.lookup(token)
+        if cred is None:
+            return None
+        return AccessToken(token=token, client_id=cred.name, scopes=[])

@@ -7,8 +7,10 @@ foreign ``Host`` / ``Origin``. Attackers that must count as another client conne
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -21,6 +23,8 @@ import httpx2
 import pytest
 from http_servers import SERVERS, SWITCHBOARD_TOKEN, server_command
 from mcp import Client, MCPError
+from mcp.server.streamable_http import EventMessage
+from mcp_types import JSONRPCNotification
 
 from asyncai_watch.server.http import running_http_server
 from asyncai_watch.server.resumable import EventBuffer
@@ -28,6 +32,7 @@ from asyncai_watch.server.resumable import EventBuffer
 pytestmark = pytest.mark.anyio
 
 TOKEN = "policy-test-token-1"
+HALF_OPEN = 1100
 ALL = (*SERVERS, "serve")
 WAIT = 60.0
 INITIALIZE = json.dumps(
@@ -186,16 +191,26 @@ async def _closed_by_server(stream: anyio.abc.SocketStream) -> bytes:
         return answer
 
 
+def half_open_count() -> int:
+    """1,100, or what the fd limit allows this process (the soft limit is raised to the hard one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        soft = hard if hard != resource.RLIM_INFINITY else max(soft, 4096)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return min(HALF_OPEN, soft - 200)
+
+
 async def test_half_open_connections_are_closed_and_a_client_is_still_served() -> None:
-    """1,100 connections that never finish their headers (slowloris): a client's tools/list is still
-    answered, and each held connection is closed by the server (408 at the header timeout, or 503
-    when the connection cap made room for a newer one)."""
+    """1,100 connections that never finish their headers (slowloris), on the defaults: a client's
+    tools/list is still answered, and each held connection is closed by the server (408 at the
+    10 s header timeout, or 503 when the connection cap made room for a newer one)."""
+    count = half_open_count()
     held: list[anyio.abc.SocketStream] = []
-    async with memo("--header-timeout", "3", "--max-connections", "600") as url:
+    async with memo() as url:
         host, port = authority(url).rsplit(":", 1)
         try:
             with anyio.fail_after(WAIT):
-                for _ in range(1100):
+                for _ in range(count):
                     stream = await anyio.connect_tcp(host, int(port))
                     await stream.send(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finished
                     held.append(stream)
@@ -214,18 +229,34 @@ async def test_half_open_connections_are_closed_and_a_client_is_still_served() -
         finally:
             for stream in held:
                 await stream.aclose()
-    assert len(answers) == 1100
+    assert len(answers) == count
     timed_out = sum(b" 408 " in a and b"--header-timeout" in a for a in answers)
     evicted = sum(b" 503 " in a and b"--max-connections" in a for a in answers)
-    assert timed_out + evicted == 1100, [a for a in answers if b"408" not in a and b"503" not in a][:3]
+    assert timed_out + evicted == count, [a for a in answers if b"408" not in a and b"503" not in a][:3]
     assert timed_out >= 1
-    assert evicted >= 1
+
+
+async def test_the_connection_cap_closes_the_oldest_waiting_connection_for_a_new_one() -> None:
+    async with memo("--max-connections", "20", "--header-timeout", "120") as url:
+        host, port = authority(url).rsplit(":", 1)
+        held = [await anyio.connect_tcp(host, int(port)) for _ in range(20)]
+        try:
+            with anyio.fail_after(WAIT):
+                async with Client(url) as client:
+                    assert (await client.list_tools()).tools
+                first = await _closed_by_server(held[0])
+        finally:
+            for stream in held:
+                await stream.aclose()
+    assert b" 503 " in first
+    assert b"--max-connections 20" in first
 
 
 async def test_one_client_flooding_sessions_is_capped_and_others_are_served() -> None:
-    async with memo("--max-sessions-per-client", "20", "--max-sessions", "40") as url:
-        codes = [(await initialize(url, {}, source="127.0.0.2")).status_code for _ in range(60)]
-        assert codes.count(200) == 20
+    """On the defaults (64 sessions per client): 100 attempts from 127.0.0.2."""
+    async with memo() as url:
+        codes = [(await initialize(url, {}, source="127.0.0.2")).status_code for _ in range(100)]
+        assert codes.count(200) == 64
         refused = await initialize(url, {}, source="127.0.0.2")
         assert refused.status_code == 503
         assert "--max-sessions-per-client" in refused.json()["error"]["message"]
@@ -233,18 +264,27 @@ async def test_one_client_flooding_sessions_is_capped_and_others_are_served() ->
         assert (await initialize(url, {})).status_code == 200
 
 
-async def test_listens_are_capped_per_client_and_uris_in_total() -> None:
-    async with (
-        memo("--max-listens-per-client", "2", "--max-total-uris", "1000") as url,
-        Client(url) as client,
-    ):
-        async with (
-            client.listen(resource_subscriptions=["memo://notes"]),
-            client.listen(resource_subscriptions=["memo://notes/a"]),
-        ):
-            with anyio.fail_after(WAIT), pytest.raises(MCPError, match="--max-listens-per-client"):
-                async with client.listen(resource_subscriptions=["memo://notes/b"]):
-                    pass
+async def test_the_total_session_cap_names_its_option() -> None:
+    async with memo("--max-sessions", "3") as url:
+        for source in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+            assert (await initialize(url, {}, source=source)).status_code == 200
+        refused = await initialize(url, {})
+        assert refused.status_code == 503
+        assert "--max-sessions)" in refused.json()["error"]["message"]
+
+
+async def test_listens_are_capped_per_client() -> None:
+    """On the defaults (16 per client): the 17th listen of one client is refused."""
+    async with memo() as url, Client(url) as client, contextlib.AsyncExitStack() as stack:
+        for i in range(16):
+            await stack.enter_async_context(client.listen(resource_subscriptions=[f"memo://notes/k{i}"]))
+        with anyio.fail_after(WAIT), pytest.raises(MCPError, match="--max-listens-per-client"):
+            async with client.listen(resource_subscriptions=["memo://notes/one-too-many"]):
+                pass
+
+
+async def test_uri_subscriptions_are_capped_in_total() -> None:
+    async with memo("--max-total-uris", "1000") as url, Client(url) as client:
         uris = [f"memo://notes/k{i}" for i in range(1001)]
         with anyio.fail_after(WAIT), pytest.raises(MCPError, match="--max-total-uris"):
             async with client.listen(resource_subscriptions=uris):
@@ -254,10 +294,18 @@ async def test_listens_are_capped_per_client_and_uris_in_total() -> None:
 
 
 async def test_a_busy_session_evicts_only_its_own_replay_events() -> None:
-    buffer = EventBuffer(max_events=1000, session_events=10)
+    """A 2025-era client resumes its stream (Last-Event-ID) after another session sent 5,000 events."""
+    buffer = EventBuffer()  # the defaults streamable_http_app uses
     quiet, busy = buffer.session(), buffer.session()
-    kept = await quiet.store_event("1", None)
-    for _ in range(500):
-        await busy.store_event("1", None)
-    assert buffer.partition_size(2) == (10, 0)
-    assert buffer.partition_size(1) == (1, 0), f"the quiet session's event {kept} was evicted"
+    note = JSONRPCNotification(jsonrpc="2.0", method="notifications/message", params={"n": 1})
+    priming = await quiet.store_event("_GET_stream", None)
+    await quiet.store_event("_GET_stream", note)
+    for _ in range(5000):
+        await busy.store_event("_GET_stream", note)
+    replayed: list[EventMessage] = []
+
+    async def send(event: EventMessage) -> None:
+        replayed.append(event)
+
+    assert await quiet.replay_events_after(priming, send) == "_GET_stream"
+    assert [e.message for e in replayed] == [note]

@@ -8,11 +8,14 @@ foreign ``Host`` / ``Origin``. Attackers that must count as another client conne
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import json
 import os
 import resource
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,8 +28,12 @@ from http_servers import SERVERS, SWITCHBOARD_TOKEN, server_command
 from mcp import Client, MCPError
 from mcp.server.streamable_http import EventMessage
 from mcp_types import JSONRPCNotification
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
-from asyncai_watch.server.http import running_http_server
+from asyncai_watch.server.http import running_http_server, serve_http
 from asyncai_watch.server.resumable import EventBuffer
 
 pytestmark = pytest.mark.anyio
@@ -309,3 +316,60 @@ async def test_a_busy_session_evicts_only_its_own_replay_events() -> None:
 
     assert await quiet.replay_events_after(priming, send) == "_GET_stream"
     assert [e.message for e in replayed] == [note]
+
+
+async def introspect(request: Request) -> JSONResponse:
+    """A tiny RFC 7662 endpoint: ``good`` is active with scope memo, ``narrow`` lacks it."""
+    token = urllib.parse.parse_qs((await request.body()).decode()).get("token", [""])[0]
+    answers = {
+        "good": {"active": True, "client_id": "agent-1", "scope": "memo", "sub": "alice"},
+        "narrow": {"active": True, "client_id": "agent-2", "scope": "other"},
+    }
+    return JSONResponse(answers.get(token, {"active": False}))
+
+
+@asynccontextmanager
+async def introspection_endpoint() -> AsyncIterator[str]:
+    app = Starlette(routes=[Route("/introspect", introspect, methods=["POST"])])
+    ready, stop, urls = anyio.Event(), anyio.Event(), []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            functools.partial(
+                serve_http,
+                app,
+                "127.0.0.1",
+                0,
+                path="/introspect",
+                ready=io.StringIO(),
+                on_ready=on_ready,
+                stop=stop,
+            )
+        )
+        with anyio.fail_after(WAIT):
+            await ready.wait()
+        try:
+            yield urls[0]
+        finally:
+            stop.set()
+
+
+async def test_oauth_access_tokens_are_checked_at_the_introspection_endpoint() -> None:
+    async with introspection_endpoint() as endpoint:
+        issuer = "http://127.0.0.1:9/"  # only published, never called
+        flags = ["--oauth-introspect", endpoint, "--oauth-issuer", issuer, "--oauth-scope", "memo"]
+        async with memo(*flags) as url:
+            refused = await initialize(url, {"Authorization": "Bearer unknown"})
+            assert refused.status_code == 401
+            challenge = refused.headers["www-authenticate"]
+            assert "resource_metadata=" in challenge
+            metadata_url = challenge.split('resource_metadata="', 1)[1].split('"', 1)[0]
+            async with httpx2.AsyncClient(timeout=WAIT) as client:
+                metadata = (await client.get(metadata_url)).json()
+            assert metadata["authorization_servers"] == [issuer]
+            assert (await initialize(url, {"Authorization": "Bearer narrow"})).status_code == 403
+            assert (await initialize(url, {"Authorization": "Bearer good"})).status_code == 200

@@ -269,6 +269,8 @@ async def _serve(
             await tg.start(bridge.run)
             server.middleware.append(ConnectionAttach(hub, tg, None, clock=clock))
             host, port = http
+            if server.subscriptions is not None:
+                policy.limits.apply_to(server.subscriptions)
             app = streamable_http_app(server, host=host, limits=policy.limits)
             await serve_http(app, host, port, on_shutdown=hub.close, policy=policy)
         else:

@@ -26,7 +26,9 @@ import httpx2
 import pytest
 from http_servers import SERVERS, SWITCHBOARD_TOKEN, server_command
 from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.streamable_http import EventMessage
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import JSONRPCNotification
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -373,3 +375,19 @@ async def test_oauth_access_tokens_are_checked_at_the_introspection_endpoint() -
             assert metadata["authorization_servers"] == [issuer]
             assert (await initialize(url, {"Authorization": "Bearer narrow"})).status_code == 403
             assert (await initialize(url, {"Authorization": "Bearer good"})).status_code == 200
+
+
+async def test_the_switchboard_caps_listens_per_client_too(tmp_path: Path) -> None:
+    argv, env, headers = command("switchboard", tmp_path, "127.0.0.1:0")
+    async with (
+        running_http_server([*argv, "--max-listens-per-client", "1"], env=env, ready_timeout=WAIT) as (
+            url,
+            _proc,
+        ),
+        create_mcp_http_client(headers=headers) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+        client.listen(resource_subscriptions=["switchboard://queues/ops/events"]),
+    ):
+        with anyio.fail_after(WAIT), pytest.raises(MCPError, match="--max-listens-per-client"):
+            async with client.listen(resource_subscriptions=["switchboard://queues/dev/events"]):
+                pass

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -37,13 +38,14 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ResourceUpdated, event_to_notification
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import EVENTS_MIME_TYPE
 from asyncai_watch.server.errors import resource_not_found, unknown_tool
+from asyncai_watch.server.policy import client_key
 from asyncai_watch.server.schemas import input_schemas
-from asyncai_watch.server.subscriptions import honored_filter
+from asyncai_watch.server.subscriptions import SubscriptionRegistry, honored_filter
 
 from .config import Credential, Credentials
 from .core import Switchboard, queue_uri
@@ -184,6 +186,31 @@ TOOLS: Final = [
         annotations=_RO,
     ),
 ]
+
+
+def _check_listen_room(
+    registry: SubscriptionRegistry, open_listens: int, client_listens: int, uris: int
+) -> None:
+    """The HTTP policy's listen limits (docs/http-security.md), as ``SubscriptionRegistry.listen`` applies them."""
+    if open_listens >= registry.max_listens:
+        raise MCPError(
+            INTERNAL_ERROR,
+            f"Subscription limit reached: switchboard has {open_listens:,} listen streams open, the most it "
+            "allows (--max-listens)",
+        )
+    if client_listens >= registry.max_listens_per_client:
+        raise MCPError(
+            INTERNAL_ERROR,
+            f"Subscription limit reached: this client holds {client_listens:,} listen streams, the most the "
+            "switchboard allows one client (--max-listens-per-client); one listen carries every queue URI",
+        )
+    held = registry.stats().subscriptions
+    if uris and held + uris > registry.max_total_uris:
+        raise MCPError(
+            INTERNAL_ERROR,
+            f"Subscription limit reached: switchboard holds {held:,} URI subscriptions; {uris:,} more would "
+            f"pass the most it allows, {registry.max_total_uris:,} (--max-total-uris)",
+        )
 
 
 def channel_notification(
@@ -458,6 +485,8 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
             ]
         )
 
+    listens: Counter[str] = Counter()  # open listen streams per client (principal@address)
+
     async def listen(
         ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
@@ -469,7 +498,23 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
         uris = list(requested.resource_subscriptions or ())
         for uri in uris:
             _queue_of(cred, uri)  # an unknown or out-of-scope URI fails the listen before the ack
-        honored = honored_filter(requested, uris)
+        client = client_key(getattr(ctx.request, "scope", None))
+        _check_listen_room(board.hub.subscriptions, board.hub.subscribers, listens[client], len(uris))
+        listens[client] += 1
+        try:
+            return await _serve_listen(ctx, rid, cred, uris, honored_filter(requested, uris))
+        finally:
+            listens[client] -= 1
+            if listens[client] <= 0:
+                del listens[client]
+
+    async def _serve_listen(
+        ctx: ServerRequestContext[Any, Any],
+        rid: types.RequestId,
+        cred: Credential,
+        uris: list[str],
+        honored: types.SubscriptionFilter,
+    ) -> types.SubscriptionsListenResult:
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
         sink = _sse_sink(ctx)
         rid_json = json.dumps(rid).encode()

@@ -13,7 +13,10 @@ are built on these; so can any server written on the ``mcp`` SDK's low-level ``S
 - :mod:`.http`: ``serve_http()``, Streamable HTTP on a socket bound first, announced by a
   ``READY <url>`` line; ``running_http_server()`` runs such a server command and yields its URL;
 - :mod:`.resumable`: ``streamable_http_app()``, the SDK's Streamable HTTP app with resumable
-  SSE streams (a per-session event store) for 2025-era clients;
+  SSE streams (a per-session event store) for 2025-era clients, and the session limits;
+- :mod:`.policy`: ``HttpPolicy``, the one HTTP security policy (authentication, Host/Origin,
+  limits), ``add_http_arguments()`` / ``http_policy_from_args()`` for a server's CLI; :mod:`.guard`
+  enforces it in front of the app (docs/http-security.md);
 - :mod:`.eventlog`: ``EventRing``, the bounded event log behind an event-log resource, and
   ``read_after`` for a reader's position;
 - :mod:`.errors`: the protocol errors for an unknown tool or resource;

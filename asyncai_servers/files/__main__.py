@@ -18,6 +18,7 @@ from asyncai_watch.server.policy import (
     add_http_arguments,
     check_bind,
     http_policy_from_args,
+    stdio_misuse,
 )
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     if args.max_uris is not None and args.max_uris < 1:
         parser.error(f"--max-uris must be >= 1, got {args.max_uris}")
+    if args.http is None and (misuse := stdio_misuse(args)) is not None:
+        parser.error(misuse)
     try:
         policy = http_policy_from_args(args)
     except PolicyError as exc:

@@ -23,7 +23,13 @@ from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, Wa
 from asyncai_watch import Backoff
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.server.http import parse_host_port, serve_http
-from asyncai_watch.server.policy import PolicyError, add_http_arguments, check_bind, http_policy_from_args
+from asyncai_watch.server.policy import (
+    PolicyError,
+    add_http_arguments,
+    check_bind,
+    http_policy_from_args,
+    stdio_misuse,
+)
 from asyncai_watch.server.resumable import streamable_http_app
 from asyncai_watch.server.stdio import stdio_server
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
@@ -150,6 +156,8 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
         p.error(f"--max-uris must be >= 1, got {args.max_uris}")
     if args.ring_events < 1 or args.ring_bytes < 1:
         p.error(f"--ring-events and --ring-bytes must be >= 1, got {args.ring_events} and {args.ring_bytes}")
+    if args.http is None and (misuse := stdio_misuse(args)) is not None:
+        p.error(misuse)
     try:
         policy = http_policy_from_args(args)
     except PolicyError as exc:

@@ -21,6 +21,7 @@ from asyncai_watch.server.policy import (
     add_http_arguments,
     check_bind,
     http_policy_from_args,
+    stdio_misuse,
 )
 from asyncai_watch.server.resumable import streamable_http_app
 from asyncai_watch.server.stdio import stdio_server
@@ -125,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             "--bearer-token was removed: a token on the command line is visible to every local user in "
             f"/proc/*/cmdline; put it in a file (chmod 600) and pass --token-file PATH, or set ${TOKEN_ENV}"
         )
+    if args.http is None and args.also_http is None and (misuse := stdio_misuse(args)) is not None:
+        _parser().error(misuse)
     try:
         policy = http_policy_from_args(args, extra_token_env="ASYNCAI_MEMO_TOKEN")
     except PolicyError as exc:
@@ -143,8 +146,6 @@ def main(argv: list[str] | None = None) -> int:
         check_bind(policy, host, args.also_http, PROG)
         return _run_http(args.also_http, _serve_stdio_and_http, memo, host, port, args.ready_file, policy)
     if args.http is None:
-        if args.http_token_file is not None:
-            _parser().error("--token-file needs --http or --also-http (stdio has no auth)")
         with contextlib.suppress(KeyboardInterrupt):
             anyio.run(_serve_stdio, memo)
         return 0

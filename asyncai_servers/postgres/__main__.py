@@ -23,6 +23,7 @@ from asyncai_watch.server.policy import (
     add_http_arguments,
     check_bind,
     http_policy_from_args,
+    stdio_misuse,
 )
 
 if TYPE_CHECKING:
@@ -140,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.max_uris is not None and args.max_uris < 1:
         p.error(f"--max-uris must be >= 1, got {args.max_uris}")
     reconnect = _backoff_arg(args.reconnect, p)
+    if args.http is None and (misuse := stdio_misuse(args)) is not None:
+        p.error(misuse)
     try:
         policy = http_policy_from_args(args)
     except PolicyError as exc:

@@ -43,6 +43,7 @@ from asyncai_watch.server.policy import (
     add_http_arguments,
     check_bind,
     http_policy_from_args,
+    stdio_misuse,
 )
 from asyncai_watch.state_file import StateFile
 
@@ -407,16 +408,14 @@ def _main(args: argparse.Namespace) -> int:
         upstreams = _upstreams(args)
         for upstream in upstreams:
             _source(upstream)  # a malformed command or URL fails here, before anything starts
+        if args.http is None and (misuse := stdio_misuse(args)) is not None:
+            raise ConfigError(misuse)
         try:
             policy = http_policy_from_args(args)
         except PolicyError as exc:
             raise ConfigError(str(exc)) from None
         if args.http is not None:
             check_bind(policy, _address(args.http)[0], args.http, PROG)
-        elif args.http_token_file is not None or args.oauth_introspect:
-            raise ConfigError(
-                "--token-file and --oauth-introspect protect --http; stdio has no authentication"
-            )
         if args.watch_state is not None:
             with StateFile(args.watch_state) as state:  # released: the manager takes it for good
                 state.load()  # a corrupt or owned one stops serve before anything runs

@@ -56,6 +56,7 @@ __all__ = [
     "default_max_connections",
     "http_policy_from_args",
     "is_loopback",
+    "stdio_misuse",
 ]
 
 TOKEN_ENV: Final = "ASYNCAI_HTTP_TOKEN"
@@ -215,6 +216,13 @@ def check_bind(policy: HttpPolicy, host: str, address: str, prog: str) -> None:
     warning = policy.warning(host, address, prog)
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
+
+
+def stdio_misuse(args: argparse.Namespace) -> str | None:
+    """The error for an authentication option given without ``--http`` (stdio has no authentication)."""
+    if getattr(args, "http_token_file", None) is not None or getattr(args, "oauth_introspect", None):
+        return "--token-file and --oauth-introspect protect --http; stdio has no authentication"
+    return None
 
 
 def is_loopback(host: str) -> bool:

@@ -49,6 +49,13 @@ if TYPE_CHECKING:
         serve_http,
     )
     from asyncai_watch.server.index import LIST_KINDS, ListKind, SubscriptionIndex
+    from asyncai_watch.server.policy import (
+        HttpLimits,
+        HttpPolicy,
+        add_http_arguments,
+        check_bind,
+        http_policy_from_args,
+    )
     from asyncai_watch.server.resumable import streamable_http_app
     from asyncai_watch.server.schemas import input_schemas
     from asyncai_watch.server.stdio import stdio_server
@@ -74,6 +81,8 @@ __all__ = [
     "RESOURCE_NOT_FOUND",
     "UNKNOWN_TOOL",
     "EventRing",
+    "HttpLimits",
+    "HttpPolicy",
     "ListKind",
     "ListenStream",
     "Listener",
@@ -81,8 +90,11 @@ __all__ = [
     "SubscriptionIndex",
     "SubscriptionRegistry",
     "SubscriptionStats",
+    "add_http_arguments",
     "bind_error",
+    "check_bind",
     "honored_filter",
+    "http_policy_from_args",
     "input_schemas",
     "parse_host_port",
     "read_after",
@@ -116,6 +128,11 @@ _HOME: Final[dict[str, str]] = {
     "AFTER_META_KEY": "eventlog",
     "EventRing": "eventlog",
     "read_after": "eventlog",
+    "HttpLimits": "policy",
+    "HttpPolicy": "policy",
+    "add_http_arguments": "policy",
+    "check_bind": "policy",
+    "http_policy_from_args": "policy",
     "ServerExitedError": "http",
     "bind_error": "http",
     "parse_host_port": "http",

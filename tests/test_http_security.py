@@ -391,3 +391,25 @@ async def test_the_switchboard_caps_listens_per_client_too(tmp_path: Path) -> No
         with anyio.fail_after(WAIT), pytest.raises(MCPError, match="--max-listens-per-client"):
             async with client.listen(resource_subscriptions=["switchboard://queues/dev/events"]):
                 pass
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--allow-origin", "evil.example"], "--allow-origin expects SCHEME://HOST[:PORT]"),
+        (["--allow-host", "a b"], "--allow-host expects HOST or HOST:PORT"),
+        (["--header-timeout", "0"], "--header-timeout must be > 0"),
+        (["--token-file", "/nonexistent/token"], "--token-file: cannot read '/nonexistent/token'"),
+        (["--token-file", "/dev/zero"], "is not a regular file"),
+        (["--oauth-scope", "memo"], "--oauth-issuer and --oauth-scope need --oauth-introspect URL"),
+    ],
+)
+def test_a_bad_policy_option_is_one_line_naming_what_is_accepted(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from asyncai_servers.memo.__main__ import main as memo_main
+
+    with pytest.raises(SystemExit) as caught:
+        memo_main(["--http", "127.0.0.1:0", *argv])
+    assert caught.value.code == 2
+    assert says in capsys.readouterr().err

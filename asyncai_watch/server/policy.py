@@ -426,14 +426,16 @@ def http_policy_from_args(
     """
     environ = os.environ if env is None else env
     oauth: dict[str, object] = {}
+    if not getattr(args, "oauth_introspect", None) and (
+        getattr(args, "oauth_issuer", None) or getattr(args, "oauth_scope", None)
+    ):
+        raise PolicyError("--oauth-issuer and --oauth-scope need --oauth-introspect URL")
     if getattr(args, "http_token_file", None) is not None or getattr(args, "oauth_introspect", None):
         verifier, oauth = _token_verifier(args)
     elif hasattr(args, "http_token_file"):
         token = environ.get(TOKEN_ENV) or (environ.get(extra_token_env) if extra_token_env else None)
         if token is not None and token.strip():
             verifier = StaticTokens([token.strip()])
-    elif getattr(args, "oauth_issuer", None) or getattr(args, "oauth_scope", None):
-        raise PolicyError("--oauth-issuer and --oauth-scope need --oauth-introspect URL")
     return HttpPolicy(
         verifier=verifier,
         auth_hint=auth_hint or HttpPolicy().auth_hint,
@@ -451,8 +453,6 @@ def _token_verifier(args: argparse.Namespace) -> tuple[TokenVerifier, dict[str, 
     if args.http_token_file is not None and args.oauth_introspect:
         raise PolicyError("use either --token-file (a fixed bearer token) or --oauth-introspect, not both")
     if args.http_token_file is not None:
-        if args.oauth_issuer or args.oauth_scope:
-            raise PolicyError("--oauth-issuer and --oauth-scope need --oauth-introspect URL")
         try:
             return StaticTokens([_read_secret(args.http_token_file, "--token-file", _warn_on_stderr)]), {}
         except ValueError as exc:

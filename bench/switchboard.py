@@ -96,7 +96,9 @@ def rss_kib(pid: int) -> int:
 @asynccontextmanager
 async def server(config: Path, store: list[str], *extra: str) -> AsyncIterator[tuple[str, int]]:
     argv = [sys.executable, "-m", "asyncai_servers.switchboard", "--config", str(config), *store]
-    argv += ["--http", "127.0.0.1:0", *extra]
+    # 1,000 attached sessions hold 1,000 connections and listens: above the defaults of the HTTP
+    # policy (docs/http-security.md), which a deployment of this size raises the same way.
+    argv += ["--http", "127.0.0.1:0", "--max-connections", "2000", "--max-listens", "2000", *extra]
     async with running_http_server(argv, env=ENV, ready_timeout=60) as (url, proc):
         yield url, proc.pid
 

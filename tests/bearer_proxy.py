@@ -2,8 +2,9 @@
 
 The conformance suite cannot send headers, and the switchboard answers 401 without
 a bearer token; this sits in between. Everything else passes through unchanged,
-the ``Host`` header included (so DNS-rebinding protection is still the server's
-to enforce), and responses are streamed (SSE works). A client that goes away
+the ``Host`` and ``Origin`` headers included unless they name the proxy itself (then they
+name the upstream, as a reverse proxy's would: the server accepts only its own address and port), so
+DNS-rebinding protection is still the server's to enforce, and responses are streamed (SSE works). A client that goes away
 ends the upstream request too.
 """
 
@@ -23,6 +24,15 @@ class BearerProxy:
         self.upstream = upstream.rstrip("/")
         self.token = token
         self.client = httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=None))
+
+    def _host(self, value: bytes, scope: dict[str, Any], *, origin: bool) -> bytes:
+        """A Host (or Origin) naming this proxy names the upstream, as a reverse proxy rewrites it;
+        any other, a foreign one included, goes through as it came."""
+        port = scope.get("server", (None, None))[1]
+        if port is not None and value.rsplit(b":", 1)[-1] == str(port).encode():
+            upstream = self.upstream.split("//", 1)[1].encode()
+            return b"http://" + upstream if origin else upstream
+        return value
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -44,7 +54,16 @@ class BearerProxy:
                 return
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in (b"authorization", *_HOP_BY_HOP)]
+        headers = [
+            (
+                k,
+                self._host(v, scope, origin=k.lower() == b"origin")
+                if k.lower() in (b"host", b"origin")
+                else v,
+            )
+            for k, v in scope["headers"]
+            if k.lower() not in (b"authorization", *_HOP_BY_HOP)
+        ]
         headers.append((b"authorization", f"Bearer {self.token}".encode()))
         query = scope.get("query_string", b"").decode("latin-1")
         url = self.upstream + scope["path"] + (f"?{query}" if query else "")

@@ -98,8 +98,11 @@ async def test_one_listen_holds_many_uris_and_names_the_one_that_changed() -> No
 
 
 @pytest.mark.anyio
-async def test_http_bearer_token_goes_in_headers() -> None:
-    async with memo_http_server("--bearer-token", "tok-123") as (url, _proc):
+async def test_http_bearer_token_goes_in_headers(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("tok-123\n")
+    token_file.chmod(0o600)
+    async with memo_http_server("--token-file", str(token_file)) as (url, _proc):
         async with McpResourceSource.http(url, headers={"Authorization": "Bearer tok-123"}) as src:
             assert [r.uri for r in await src.list_resources()] == ["memo://notes"]
         with anyio.fail_after(WAIT), pytest.raises(ServerConnectionError, match=r"HTTP 401") as caught:

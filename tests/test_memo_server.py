@@ -217,7 +217,7 @@ async def test_also_http_serves_one_memo_to_a_stdio_watcher_and_an_http_writer(t
         (["--also-http", "nope"], "--also-http expects HOST:PORT"),
         (["--http", "nonsense"], "--http expects HOST:PORT"),
         (["--http", "127.0.0.1:99999"], "--http expects HOST:PORT"),
-        (["--bearer-token", "x"], "--bearer-token needs --http"),
+        (["--bearer-token", "x"], "--bearer-token was removed"),
     ],
 )
 def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,6 +34,7 @@ PUBLIC_SUBMODULES = {
     "asyncai_watch.server.eventlog",
     "asyncai_watch.server.http",
     "asyncai_watch.server.index",
+    "asyncai_watch.server.policy",
     "asyncai_watch.server.resumable",
     "asyncai_watch.server.schemas",
     "asyncai_watch.server.stdio",

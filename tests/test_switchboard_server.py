@@ -36,10 +36,11 @@ from asyncai_servers.switchboard.__main__ import main as switchboard_main
 from asyncai_servers.switchboard.config import load_credentials
 from asyncai_servers.switchboard.core import Switchboard
 from asyncai_servers.switchboard.ledger import Ledger
-from asyncai_servers.switchboard.server import BearerAuth, build_server
+from asyncai_servers.switchboard.server import CredentialsVerifier, build_server
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.server.http import running_http_server, serve_http
+from asyncai_watch.server.policy import HttpPolicy
 
 SWITCHBOARD = [sys.executable, "-m", "asyncai_servers.switchboard"]
 WAIT = 15
@@ -101,7 +102,7 @@ async def switchboard_in_process(store: Store, config: Path) -> AsyncIterator[tu
     """The same server on real Streamable HTTP, but in this process: tests can await its hub's changes."""
     creds = load_credentials(config)
     board = Switchboard(cast(Ledger, store.ledger()), creds)
-    app = BearerAuth(build_server(board).streamable_http_app(host="127.0.0.1"), creds)
+    app = build_server(board).streamable_http_app(host="127.0.0.1")
     ready = anyio.Event()
     stop = anyio.Event()
     urls: list[str] = []
@@ -121,6 +122,7 @@ async def switchboard_in_process(store: Store, config: Path) -> AsyncIterator[tu
                 on_ready=on_ready,
                 on_shutdown=board.hub.close,
                 stop=stop,
+                policy=HttpPolicy(verifier=CredentialsVerifier(creds)),
             )
 
         tg.start_soon(serve)

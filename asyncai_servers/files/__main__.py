@@ -12,9 +12,19 @@ from asyncai_servers.files.change_source import InotifyUnavailable, NotifyTiming
 from asyncai_servers.files.content import DEFAULT_MAX_BYTES
 from asyncai_servers.files.paths import RootError, Roots
 from asyncai_watch.cli_help import HelpFormatter, examples
+from asyncai_watch.server.policy import (
+    HttpPolicy,
+    PolicyError,
+    add_http_arguments,
+    check_bind,
+    http_policy_from_args,
+    stdio_misuse,
+)
 
 if TYPE_CHECKING:
     from asyncai_servers.files.server import FilesServer
+
+PROG = "asyncai-mcp-files"
 
 __all__ = ["main", "serve_http", "serve_stdio"]
 
@@ -53,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         help="serve MCP Streamable HTTP at http://HOST:PORT/mcp instead of stdio "
         "(port 0 picks a free port; the URL is printed as 'READY <url>' on stderr)",
     )
+    add_http_arguments(p)
     return p
 
 
@@ -63,16 +74,17 @@ async def serve_stdio(server: FilesServer) -> None:
         await server.server.run(read, write, server.server.create_initialization_options())
 
 
-async def serve_http(server: FilesServer, host: str, port: int) -> None:
+async def serve_http(server: FilesServer, host: str, port: int, policy: HttpPolicy | None = None) -> None:
     """Serve ``server`` at ``http://HOST:PORT/mcp`` until SIGTERM/SIGINT, announcing ``READY <url>``."""
     from asyncai_watch.server.http import serve_http as serve_asgi
     from asyncai_watch.server.resumable import streamable_http_app
 
+    policy = policy if policy is not None else HttpPolicy()
+    policy.limits.apply_to(server.subscriptions)
     async with server.running():
         # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
-        await serve_asgi(
-            streamable_http_app(server.server, host=host), host, port, on_shutdown=server.close_listeners
-        )
+        app = streamable_http_app(server.server, host=host, limits=policy.limits)
+        await serve_asgi(app, host, port, on_shutdown=server.close_listeners, policy=policy)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -84,6 +96,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     if args.max_uris is not None and args.max_uris < 1:
         parser.error(f"--max-uris must be >= 1, got {args.max_uris}")
+    if args.http is None and (misuse := stdio_misuse(args)) is not None:
+        parser.error(misuse)
+    try:
+        policy = http_policy_from_args(args)
+    except PolicyError as exc:
+        parser.error(str(exc))
     http: tuple[str, int] | None = None
     if args.http is not None:
         from asyncai_watch.server.http import parse_host_port
@@ -92,12 +110,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             http = parse_host_port(args.http)
         except ValueError as exc:
             parser.error(str(exc))
+        check_bind(policy, http[0], args.http, PROG)
     try:
         roots = Roots.from_args(args.roots)
         timing = NotifyTiming(debounce_ms=args.debounce_ms)
         check_inotify()
     except (RootError, InotifyUnavailable) as exc:
-        print(f"asyncai-mcp-files: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         raise SystemExit(2 if isinstance(exc, RootError) else 1) from None
     # Imported only now so that bad arguments fail fast, before the MCP SDK loads.
     import anyio
@@ -112,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             anyio.run(serve_stdio, server)
         return
     try:
-        anyio.run(serve_http, server, *http)
+        anyio.run(serve_http, server, *http, policy)
     except KeyboardInterrupt:
         return
     except (OSError, BaseExceptionGroup) as exc:
@@ -123,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise
         # e.g. the port is taken: say so instead of a traceback
         print(
-            f"asyncai-mcp-files: cannot serve HTTP on {args.http}: {bind_error.strerror or bind_error}",
+            f"{PROG}: cannot serve HTTP on {args.http}: {bind_error.strerror or bind_error}",
             file=sys.stderr,
         )
         raise SystemExit(2) from None

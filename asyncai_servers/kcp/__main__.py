@@ -23,6 +23,13 @@ from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, Wa
 from asyncai_watch import Backoff
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.server.http import parse_host_port, serve_http
+from asyncai_watch.server.policy import (
+    PolicyError,
+    add_http_arguments,
+    check_bind,
+    http_policy_from_args,
+    stdio_misuse,
+)
 from asyncai_watch.server.resumable import streamable_http_app
 from asyncai_watch.server.stdio import stdio_server
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
@@ -111,6 +118,7 @@ def _parser(prog: str, read_only: bool) -> argparse.ArgumentParser:
     )
     p.add_argument("--read-only", action="store_true", help="serve no mutating tools; needs --token-command")
     p.add_argument("--log-level", default=os.environ.get("ASYNCAI_KCP_LOG", "WARNING"))
+    add_http_arguments(p)
     return p
 
 
@@ -148,12 +156,19 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
         p.error(f"--max-uris must be >= 1, got {args.max_uris}")
     if args.ring_events < 1 or args.ring_bytes < 1:
         p.error(f"--ring-events and --ring-bytes must be >= 1, got {args.ring_events} and {args.ring_bytes}")
+    if args.http is None and (misuse := stdio_misuse(args)) is not None:
+        p.error(misuse)
+    try:
+        policy = http_policy_from_args(args)
+    except PolicyError as exc:
+        p.error(str(exc))
     http = None
     if args.http:
         try:
             http = parse_host_port(args.http)
         except ValueError as exc:
             p.error(str(exc))
+        check_bind(policy, http[0], args.http, prog)
     kcp = KcpServer(
         Kubectl(args.kubectl, endpoints), read_write=not read_only, name=prog, max_uris=args.max_uris
     )
@@ -173,8 +188,9 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
             )
             if http is not None:
                 # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
-                app = streamable_http_app(kcp.server, host=http[0])
-                await serve_http(app, *http, on_shutdown=kcp.close_listeners)
+                policy.limits.apply_to(kcp.subscriptions)
+                app = streamable_http_app(kcp.server, host=http[0], limits=policy.limits)
+                await serve_http(app, *http, on_shutdown=kcp.close_listeners, policy=policy)
             else:
                 async with stdio_server() as (read, write):
                     await kcp.server.run(read, write, kcp.server.create_initialization_options())

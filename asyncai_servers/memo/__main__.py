@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hmac
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
 import anyio
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from asyncai_servers.memo.server import MemoState, build_server
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.server.http import bind_error, parse_host_port, serve_http
+from asyncai_watch.server.policy import (
+    TOKEN_ENV,
+    HttpPolicy,
+    PolicyError,
+    add_http_arguments,
+    check_bind,
+    http_policy_from_args,
+    stdio_misuse,
+)
 from asyncai_watch.server.resumable import streamable_http_app
 from asyncai_watch.server.stdio import stdio_server
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
@@ -35,8 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bearer-token",
         metavar="TOKEN",
-        help="with --http: answer 401 unless a request carries 'Authorization: Bearer TOKEN' "
-        "(default: $ASYNCAI_MEMO_TOKEN; unset = no auth)",
+        help="removed: a token on the command line shows in /proc/*/cmdline; use --token-file PATH",
     )
     parser.add_argument(
         "--http",
@@ -63,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="with --also-http: write 'READY <url>' to PATH once HTTP is up (before stdio answers)",
     )
+    add_http_arguments(parser)
     return parser
 
 
@@ -73,12 +80,10 @@ async def _serve_stdio(state: MemoState) -> None:
 
 
 async def _serve_stdio_and_http(
-    memo: MemoState, host: str, port: int, ready_file: str | None, token: str | None
+    memo: MemoState, host: str, port: int, ready_file: str | None, policy: HttpPolicy
 ) -> None:
     # One memo and one subscription registry behind both transports.
-    app: ASGIApp = streamable_http_app(build_server(memo), host=host)
-    if token:
-        app = _require_bearer(app, token)
+    app = streamable_http_app(build_server(memo), host=host, limits=policy.limits)
     http_up, stop = anyio.Event(), anyio.Event()
     async with anyio.create_task_group() as tg:
 
@@ -91,6 +96,7 @@ async def _serve_stdio_and_http(
                 on_ready=lambda _url: http_up.set(),
                 on_shutdown=memo.close_listeners,
                 stop=stop,
+                policy=policy,
             )
             # HTTP shut down: after stdio ended (stop), or on Ctrl-C/SIGTERM, which ends stdio too.
             tg.cancel_scope.cancel()
@@ -102,41 +108,32 @@ async def _serve_stdio_and_http(
         stop.set()
 
 
-def _require_bearer(app: ASGIApp, token: str) -> ASGIApp:
-    """Wrap ``app`` so HTTP requests without ``Authorization: Bearer <token>`` get 401."""
-    expected = f"Bearer {token}".encode()
-
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, expected):
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": b'{"error": "invalid_token"}'})
-                return
-        await app(scope, receive, send)
-
-    return guarded
-
-
-async def _serve_http(memo: MemoState, host: str, port: int, token: str | None) -> None:
-    app: ASGIApp = streamable_http_app(build_server(memo), host=host)
-    if token:
-        app = _require_bearer(app, token)
+async def _serve_http(memo: MemoState, host: str, port: int, policy: HttpPolicy) -> None:
+    app = streamable_http_app(build_server(memo), host=host, limits=policy.limits)
     # Open listen streams are ended at shutdown; uvicorn would wait on them forever otherwise.
-    await serve_http(app, host, port, on_shutdown=memo.close_listeners)
+    await serve_http(app, host, port, on_shutdown=memo.close_listeners, policy=policy)
+
+
+PROG = "asyncai-mcp-simple"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.max_uris < 1:
         _parser().error(f"--max-uris must be >= 1, got {args.max_uris}")
+    if args.bearer_token is not None:
+        _parser().error(
+            "--bearer-token was removed: a token on the command line is visible to every local user in "
+            f"/proc/*/cmdline; put it in a file (chmod 600) and pass --token-file PATH, or set ${TOKEN_ENV}"
+        )
+    if args.http is None and args.also_http is None and (misuse := stdio_misuse(args)) is not None:
+        _parser().error(misuse)
+    try:
+        policy = http_policy_from_args(args, extra_token_env="ASYNCAI_MEMO_TOKEN")
+    except PolicyError as exc:
+        _parser().error(str(exc))
     memo = MemoState(max_uris=args.max_uris)
+    policy.limits.apply_to(memo.subscriptions)
     if args.ready_file is not None and args.also_http is None:
         _parser().error("--ready-file needs --also-http")
     if args.also_http is not None:
@@ -146,11 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             host, port = parse_host_port(args.also_http)
         except ValueError as exc:
             _parser().error(str(exc).replace("--http", "--also-http"))
-        token = args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
-        return _run_http(args.also_http, _serve_stdio_and_http, memo, host, port, args.ready_file, token)
+        check_bind(policy, host, args.also_http, PROG)
+        return _run_http(args.also_http, _serve_stdio_and_http, memo, host, port, args.ready_file, policy)
     if args.http is None:
-        if args.bearer_token is not None:
-            _parser().error("--bearer-token needs --http or --also-http (stdio has no auth)")
         with contextlib.suppress(KeyboardInterrupt):
             anyio.run(_serve_stdio, memo)
         return 0
@@ -158,9 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         host, port = parse_host_port(args.http)
     except ValueError as exc:
         _parser().error(str(exc))
-    return _run_http(
-        args.http, _serve_http, memo, host, port, args.bearer_token or os.environ.get("ASYNCAI_MEMO_TOKEN")
-    )
+    check_bind(policy, host, args.http, PROG)
+    return _run_http(args.http, _serve_http, memo, host, port, policy)
 
 
 def _run_http(address: str, serve: Callable[..., Awaitable[None]], *args: object) -> int:
@@ -173,9 +167,7 @@ def _run_http(address: str, serve: Callable[..., Awaitable[None]], *args: object
         error = bind_error(exc)
         if error is None:
             raise
-        print(
-            f"asyncai-mcp-simple: cannot serve HTTP on {address}: {error.strerror or error}", file=sys.stderr
-        )
+        print(f"{PROG}: cannot serve HTTP on {address}: {error.strerror or error}", file=sys.stderr)
         return 2
     return 0
 

@@ -17,6 +17,14 @@ from typing import TYPE_CHECKING
 
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
+from asyncai_watch.server.policy import (
+    HttpPolicy,
+    PolicyError,
+    add_http_arguments,
+    check_bind,
+    http_policy_from_args,
+    stdio_misuse,
+)
 
 if TYPE_CHECKING:
     from asyncai_servers.postgres.config import Config
@@ -103,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         help="URIs one subscriptions/listen (or one 2025-era session) may name (default 100,000)",
     )
     p.add_argument("--log-level", default=os.environ.get("ASYNCAI_PG_LOG", "WARNING"))
+    add_http_arguments(p)
     return p
 
 
@@ -132,6 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.max_uris is not None and args.max_uris < 1:
         p.error(f"--max-uris must be >= 1, got {args.max_uris}")
     reconnect = _backoff_arg(args.reconnect, p)
+    if args.http is None and (misuse := stdio_misuse(args)) is not None:
+        p.error(misuse)
+    try:
+        policy = http_policy_from_args(args)
+    except PolicyError as exc:
+        p.error(str(exc))
     http: tuple[str, int] | None = None
     if args.http:
         from asyncai_watch.server.http import parse_host_port
@@ -140,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             http = parse_host_port(args.http)
         except ValueError as exc:
             p.error(str(exc))
+        check_bind(policy, http[0], args.http, PROG)
     try:  # before anything starts: a missing driver is a one-line install hint
         require("postgres", feature="this server")
     except MissingExtraError as exc:
@@ -170,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ring_events=args.ring_events or RING_EVENTS,
         max_uris=DEFAULT_MAX_URIS if args.max_uris is None else args.max_uris,
     )
-    return _serve(server, http, args.http)
+    return _serve(server, http, args.http, policy)
 
 
 def _triggers(config: Config, dsn: str, *, install: bool) -> int:
@@ -189,7 +205,9 @@ def _triggers(config: Config, dsn: str, *, install: bool) -> int:
     return 0
 
 
-def _serve(server: PostgresServer, http: tuple[str, int] | None, http_arg: str | None) -> int:
+def _serve(
+    server: PostgresServer, http: tuple[str, int] | None, http_arg: str | None, policy: HttpPolicy
+) -> int:
     import anyio
 
     async def serve_stdio() -> None:
@@ -202,10 +220,10 @@ def _serve(server: PostgresServer, http: tuple[str, int] | None, http_arg: str |
         from asyncai_watch.server.http import serve_http as serve_asgi
         from asyncai_watch.server.resumable import streamable_http_app
 
+        policy.limits.apply_to(server.subscriptions)
         async with server.running():
-            await serve_asgi(
-                streamable_http_app(server.server, host=host), host, port, on_shutdown=server.close_listeners
-            )
+            app = streamable_http_app(server.server, host=host, limits=policy.limits)
+            await serve_asgi(app, host, port, on_shutdown=server.close_listeners, policy=policy)
 
     if http is None:
         with contextlib.suppress(KeyboardInterrupt):

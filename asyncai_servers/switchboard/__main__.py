@@ -13,13 +13,14 @@ import anyio
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
 from asyncai_watch.server.http import parse_host_port, serve_http
+from asyncai_watch.server.policy import PolicyError, add_http_arguments, check_bind, http_policy_from_args
 from asyncai_watch.server.resumable import streamable_http_app
 
 from .config import ConfigError, Credential, Credentials, load_credentials
 from .core import DEFAULT_LEASE_SECONDS, Switchboard
 from .hub import DEFAULT_BUFFER
 from .ledger import Ledger, LedgerError
-from .server import BearerAuth, LegacyStdioAttach, build_server
+from .server import CredentialsVerifier, LegacyStdioAttach, build_server
 
 __all__ = ["SEND_BUFFER", "main"]
 
@@ -62,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--source", default="switchboard", help="the doorbell's meta source (default switchboard)")
     p.add_argument("--verbose", action="store_true")
+    add_http_arguments(p, tokens=False)  # HTTP callers authenticate with the --config credentials
     return p
 
 
@@ -99,6 +101,11 @@ async def _run(args: argparse.Namespace) -> None:
     creds = load_credentials(args.config)
     stdio_cred = None if args.http else _stdio_credential(args, creds)
     address = parse_host_port(args.http) if args.http else None  # bad input fails before any file is made
+    policy = http_policy_from_args(
+        args, verifier=CredentialsVerifier(creds), auth_hint="the tokens of --config's credentials"
+    )
+    if address is not None:
+        check_bind(policy, address[0], args.http, "asyncai-switchboard")
     board = Switchboard(
         _ledger(args), creds, lease_seconds=args.lease_seconds, buffer=args.buffer, source=args.source
     )
@@ -106,8 +113,11 @@ async def _run(args: argparse.Namespace) -> None:
     async with board:
         if address is not None:
             host, port = address
-            app = BearerAuth(streamable_http_app(server, host=host), creds)
-            await serve_http(app, host, port, on_shutdown=board.hub.close, send_buffer=SEND_BUFFER)
+            policy.limits.apply_to(board.hub.subscriptions)
+            app = streamable_http_app(server, host=host, limits=policy.limits)
+            await serve_http(
+                app, host, port, on_shutdown=board.hub.close, send_buffer=SEND_BUFFER, policy=policy
+            )
         else:
             from asyncai_watch.server.stdio import stdio_server
 
@@ -129,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
     try:
         anyio.run(_run, args)
-    except (ConfigError, LedgerError, ValueError) as exc:
+    except (ConfigError, LedgerError, PolicyError, ValueError) as exc:
         raise SystemExit(f"asyncai-switchboard: {exc}") from None
     except KeyboardInterrupt:
         pass

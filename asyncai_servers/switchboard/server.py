@@ -15,40 +15,44 @@
   on that session (stdio, or the HTTP session's GET stream), from the same change
   source as the listens' updates, until the session ends.
 - Capabilities: ``experimental['claude/channel'] = {}`` plus ``instructions``.
-- Credentials: a bearer token on Streamable HTTP (checked by an ASGI wrapper
-  before the MCP app sees the request), the launch credential on stdio.
+- Credentials: a bearer token on Streamable HTTP (checked by the kit's HTTP guard, through
+  :class:`CredentialsVerifier`, before the MCP app sees the request), the launch credential on stdio.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import anyio
 import anyio.abc
+import attrs
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import UriTemplate
 from mcp.server import Server
+from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ResourceUpdated, event_to_notification
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import EVENTS_MIME_TYPE
 from asyncai_watch.server.errors import resource_not_found, unknown_tool
+from asyncai_watch.server.policy import client_key
 from asyncai_watch.server.schemas import input_schemas
-from asyncai_watch.server.subscriptions import honored_filter
+from asyncai_watch.server.subscriptions import SubscriptionRegistry, honored_filter
 
 from .config import Credential, Credentials
 from .core import Switchboard, queue_uri
 from .doorbell import CHANNEL_CAPABILITY, CHANNEL_METHOD, Doorbell
 from .ledger import LedgerError, Todo
 
-__all__ = ["INSTRUCTIONS", "QUEUE_TEMPLATE", "BearerAuth", "LegacyStdioAttach", "build_server"]
+__all__ = ["INSTRUCTIONS", "QUEUE_TEMPLATE", "CredentialsVerifier", "LegacyStdioAttach", "build_server"]
 
 QUEUE_TEMPLATE: Final = "switchboard://queues/{queue}/events"
 _QUEUE_T = UriTemplate.parse(QUEUE_TEMPLATE)
@@ -182,6 +186,31 @@ TOOLS: Final = [
         annotations=_RO,
     ),
 ]
+
+
+def _check_listen_room(
+    registry: SubscriptionRegistry, open_listens: int, client_listens: int, uris: int
+) -> None:
+    """The HTTP policy's listen limits (docs/http-security.md), as ``SubscriptionRegistry.listen`` applies them."""
+    if open_listens >= registry.max_listens:
+        raise MCPError(
+            INTERNAL_ERROR,
+            f"Subscription limit reached: switchboard has {open_listens:,} listen streams open, the most it "
+            "allows (--max-listens)",
+        )
+    if client_listens >= registry.max_listens_per_client:
+        raise MCPError(
+            INTERNAL_ERROR,
+            f"Subscription limit reached: this client holds {client_listens:,} listen streams, the most the "
+            "switchboard allows one client (--max-listens-per-client); one listen carries every queue URI",
+        )
+    held = registry.stats().subscriptions
+    if uris and held + uris > registry.max_total_uris:
+        raise MCPError(
+            INTERNAL_ERROR,
+            f"Subscription limit reached: switchboard holds {held:,} URI subscriptions; {uris:,} more would "
+            f"pass the most it allows, {registry.max_total_uris:,} (--max-total-uris)",
+        )
 
 
 def channel_notification(
@@ -456,6 +485,8 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
             ]
         )
 
+    listens: Counter[str] = Counter()  # open listen streams per client (principal@address)
+
     async def listen(
         ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
@@ -467,7 +498,23 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
         uris = list(requested.resource_subscriptions or ())
         for uri in uris:
             _queue_of(cred, uri)  # an unknown or out-of-scope URI fails the listen before the ack
-        honored = honored_filter(requested, uris)
+        client = client_key(getattr(ctx.request, "scope", None))
+        _check_listen_room(board.hub.subscriptions, board.hub.subscribers, listens[client], len(uris))
+        listens[client] += 1
+        try:
+            return await _serve_listen(ctx, rid, cred, uris, honored_filter(requested, uris))
+        finally:
+            listens[client] -= 1
+            if listens[client] <= 0:
+                del listens[client]
+
+    async def _serve_listen(
+        ctx: ServerRequestContext[Any, Any],
+        rid: types.RequestId,
+        cred: Credential,
+        uris: list[str],
+        honored: types.SubscriptionFilter,
+    ) -> types.SubscriptionsListenResult:
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
         sink = _sse_sink(ctx)
         rid_json = json.dumps(rid).encode()
@@ -569,29 +616,15 @@ async def _connection_writer(board: Switchboard, credential: Credential, session
                 await session.send_notification(notification)  # type: ignore[arg-type]  # custom method
 
 
-class BearerAuth:
-    """ASGI wrapper: an HTTP request without a known bearer token gets 401 before reaching MCP."""
+@attrs.frozen
+class CredentialsVerifier(TokenVerifier):
+    """The credentials file as an SDK ``TokenVerifier``: the HTTP policy's authentication
+    (docs/http-security.md); the principal is the credential's name."""
 
-    def __init__(self, app: Any, credentials: Credentials) -> None:
-        self.app = app
-        self.credentials = credentials
+    credentials: Credentials
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-            if self.credentials.lookup(_bearer(headers)) is None:
-                body = b'{"error":"invalid_token","error_description":"missing or unknown bearer token"}'
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b'Bearer error="invalid_token"'),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
+    async def verify_token(self, token: str) -> AccessToken | None:
+        cred = self.credentials.lookup(token)
+        if cred is None:
+            return None
+        return AccessToken(token=token, client_id=cred.name, scopes=[])

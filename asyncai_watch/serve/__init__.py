@@ -38,6 +38,14 @@ from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import LimitError, WatchError
 from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES, add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.server.policy import (
+    HttpPolicy,
+    PolicyError,
+    add_http_arguments,
+    check_bind,
+    http_policy_from_args,
+    stdio_misuse,
+)
 from asyncai_watch.state_file import StateFile
 
 from .bridge import Bridge
@@ -150,6 +158,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="append every NDJSON log event, and the stdio upstream servers' stderr, to PATH "
         "(for troubleshooting: a host such as Claude Code hides serve's stderr)",
     )
+    # With --http: one token per bridge. Every holder of the token is the same principal and
+    # sees the same watches (docs/http-security.md); a request without it is refused.
+    add_http_arguments(parser)
 
 
 def _fail(message: str) -> int:
@@ -242,10 +253,15 @@ def _links(
 
 
 async def _serve(
-    args: argparse.Namespace, upstreams: list[Upstream], limits: Limits, errlog: TextIO | None
+    args: argparse.Namespace,
+    upstreams: list[Upstream],
+    limits: Limits,
+    errlog: TextIO | None,
+    policy: HttpPolicy,
 ) -> None:
     # Imported before serving starts: nothing is left to load between the host's initialize and the answer.
     from asyncai_watch.server.http import serve_http
+    from asyncai_watch.server.resumable import streamable_http_app
     from asyncai_watch.server.stdio import stdio_server
 
     clock = SystemClock()
@@ -272,7 +288,10 @@ async def _serve(
             await tg.start(bridge.run)
             server.middleware.append(ConnectionAttach(hub, tg, None, clock=clock))
             host, port = http
-            await serve_http(server.streamable_http_app(host=host), host, port, on_shutdown=hub.close)
+            if server.subscriptions is not None:
+                policy.limits.apply_to(server.subscriptions)
+            app = streamable_http_app(server, host=host, limits=policy.limits)
+            await serve_http(app, host, port, on_shutdown=hub.close, policy=policy)
         else:
             initialized = anyio.Event()
             await tg.start(bridge.run, initialized)  # the upstreams connect once initialize is answered
@@ -409,15 +428,21 @@ def _main(args: argparse.Namespace) -> int:
         upstreams = _upstreams(args)
         for upstream in upstreams:
             _source(upstream)  # a malformed command or URL fails here, before anything starts
+        if args.http is None and (misuse := stdio_misuse(args)) is not None:
+            raise ConfigError(misuse)
+        try:
+            policy = http_policy_from_args(args)
+        except PolicyError as exc:
+            raise ConfigError(str(exc)) from None
         if args.http is not None:
-            _address(args.http)
+            check_bind(policy, _address(args.http)[0], args.http, PROG)
         if args.watch_state is not None:
             with StateFile(args.watch_state) as state:  # released: the manager takes it for good
                 state.load(max_watches=limits.max_watches)  # a bad or owned one stops serve here
     except (ConfigError, WatchError) as exc:
         return _fail(str(exc))
     try:
-        anyio.run(functools.partial(_serve, args, upstreams, limits, errlog))
+        anyio.run(functools.partial(_serve, args, upstreams, limits, errlog, policy))
     except KeyboardInterrupt:
         return 0
     except BaseException as exc:

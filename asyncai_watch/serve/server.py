@@ -141,6 +141,9 @@ def channel_notification(
 class WatchServer(Server[Any]):
     """Declares ``experimental['claude/channel']`` on ``server/discover`` and ``initialize`` alike."""
 
+    subscriptions: SubscriptionRegistry | None = None
+    """Its listen streams (``serve --http`` gives them the HTTP policy's limits)."""
+
     def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
         caps = super().get_capabilities(*args, **kwargs)
         caps.experimental = {**(caps.experimental or {}), CHANNEL_CAPABILITY: {}}
@@ -313,7 +316,7 @@ def build_server(
         max_pushes=hub.buffer,
     )
 
-    return WatchServer(
+    server = WatchServer(
         SERVER_NAME,
         version=version,
         instructions=instructions,
@@ -322,6 +325,8 @@ def build_server(
         get_tool_input_schema=input_schemas(TOOLS),
         on_subscriptions_listen=subscriptions.listen,
     )
+    server.subscriptions = subscriptions
+    return server
 
 
 async def connection_writer(outlet: Outlet, session: ServerSession) -> None:

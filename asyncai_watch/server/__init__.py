@@ -19,7 +19,10 @@ are built on the rest; so can any server written on the ``mcp`` SDK's low-level 
 - :mod:`.http`: ``serve_http()``, Streamable HTTP on a socket bound first, announced by a
   ``READY <url>`` line; ``running_http_server()`` runs such a server command and yields its URL;
 - :mod:`.resumable`: ``streamable_http_app()``, the SDK's Streamable HTTP app with resumable
-  SSE streams (a per-session event store) for 2025-era clients;
+  SSE streams (a per-session event store) for 2025-era clients, and the session limits;
+- :mod:`.policy`: ``HttpPolicy``, the one HTTP security policy (authentication, Host/Origin,
+  limits), ``add_http_arguments()`` / ``http_policy_from_args()`` for a server's CLI; :mod:`.guard`
+  enforces it in front of the app (docs/http-security.md);
 - :mod:`.eventlog`: ``EventRing``, the bounded event log behind an event-log resource, and
   ``read_after`` for a reader's position;
 - :mod:`.errors`: the protocol errors for an unknown tool or resource;
@@ -53,6 +56,13 @@ if TYPE_CHECKING:
     )
     from asyncai_watch.server.index import LIST_KINDS, ListKind, SubscriptionIndex
     from asyncai_watch.server.kit import NOTIFIED_META_KEY, Watchable, watchable
+    from asyncai_watch.server.policy import (
+        HttpLimits,
+        HttpPolicy,
+        add_http_arguments,
+        check_bind,
+        http_policy_from_args,
+    )
     from asyncai_watch.server.resumable import streamable_http_app
     from asyncai_watch.server.schemas import input_schemas
     from asyncai_watch.server.stdio import stdio_server
@@ -79,6 +89,8 @@ __all__ = [
     "RESOURCE_NOT_FOUND",
     "UNKNOWN_TOOL",
     "EventRing",
+    "HttpLimits",
+    "HttpPolicy",
     "ListKind",
     "ListenStream",
     "Listener",
@@ -87,8 +99,11 @@ __all__ = [
     "SubscriptionRegistry",
     "SubscriptionStats",
     "Watchable",
+    "add_http_arguments",
     "bind_error",
+    "check_bind",
     "honored_filter",
+    "http_policy_from_args",
     "input_schemas",
     "parse_host_port",
     "read_after",
@@ -123,6 +138,11 @@ _HOME: Final[dict[str, str]] = {
     "AFTER_META_KEY": "eventlog",
     "EventRing": "eventlog",
     "read_after": "eventlog",
+    "HttpLimits": "policy",
+    "HttpPolicy": "policy",
+    "add_http_arguments": "policy",
+    "check_bind": "policy",
+    "http_policy_from_args": "policy",
     "ServerExitedError": "http",
     "bind_error": "http",
     "parse_host_port": "http",

@@ -24,6 +24,9 @@ import anyio.abc
 import uvicorn
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from .guard import HttpGuard, guarded_protocol
+from .policy import HttpPolicy
+
 __all__ = ["ServerExitedError", "bind_error", "parse_host_port", "running_http_server", "serve_http"]
 
 
@@ -62,6 +65,7 @@ async def serve_http(
     on_ready: Callable[[str], None] | None = None,
     stop: anyio.Event | None = None,
     send_buffer: int | None = None,
+    policy: HttpPolicy | None = None,
 ) -> None:
     """Run ``app`` until cancelled, announcing ``READY <url>`` on ``ready`` (stderr by default).
 
@@ -74,7 +78,13 @@ async def serve_http(
     ``on_ready`` is called with the URL right after the READY line, for in-process ordering.
     Setting ``stop`` shuts the server down gracefully (cancelling it instead skips uvicorn's
     lifespan shutdown).
+
+    ``policy`` (default: :class:`HttpPolicy()`, no authentication) is enforced in front of ``app``:
+    Host/Origin, authentication, the header and idle timeouts and the connection cap
+    (docs/http-security.md). Refusing an unauthenticated non-loopback bind is the caller's
+    (:func:`~asyncai_watch.server.policy.check_bind`), which prints its one line before anything starts.
     """
+    policy = policy if policy is not None else HttpPolicy()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY on an accepted connection only
     # when its socket says it is TCP (accepted sockets inherit the listener's proto). Without it,
@@ -88,7 +98,16 @@ async def serve_http(
     sock.listen(128)
     sock.setblocking(False)
     bound_port = sock.getsockname()[1]
-    server = _AnnouncingServer(uvicorn.Config(app, log_level="warning", lifespan="on", date_header=False))
+    guarded = HttpGuard(app, policy, host=host, port=bound_port, path=path)
+    config = uvicorn.Config(
+        guarded,
+        log_level="warning",
+        lifespan="on",
+        date_header=False,
+        http=guarded_protocol(policy.limits),
+        timeout_keep_alive=policy.limits.idle_timeout,
+    )
+    server = _AnnouncingServer(config)
     shown_host = f"[{host}]" if family == socket.AF_INET6 else host
     server.ready_line = f"READY http://{shown_host}:{bound_port}{path}"
     server.ready_out = ready if ready is not None else sys.stderr

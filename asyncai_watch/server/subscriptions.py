@@ -41,7 +41,7 @@ or once per HTTP app. Capabilities then follow from the handlers, as the SDK der
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, Final, Protocol
@@ -67,11 +67,14 @@ from mcp.shared.subscriptions import (
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from .index import ListKind, SubscriptionIndex
+from .policy import DEFAULT_MAX_LISTENS, DEFAULT_MAX_LISTENS_PER_CLIENT, DEFAULT_MAX_TOTAL_URIS, client_key
 
 __all__ = [
     "DEFAULT_MAX_BACKLOG",
     "DEFAULT_MAX_LISTENS",
+    "DEFAULT_MAX_LISTENS_PER_CLIENT",
     "DEFAULT_MAX_PUSHES",
+    "DEFAULT_MAX_TOTAL_URIS",
     "DEFAULT_MAX_URIS",
     "ListenStream",
     "Listener",
@@ -98,10 +101,6 @@ DEFAULT_MAX_URIS: Final = 100_000
 """URIs one listen (or one 2025-era session) may hold. About 190 bytes of server memory each
 (``bench/subscriptions.py``: 19 MB for one listen of 100,000), so the default costs a server
 at most that per connection a client keeps open."""
-
-DEFAULT_MAX_LISTENS: Final = 1024
-"""Listen streams open at once, over all clients (the SDK's default). A client needs one per
-connection (two for a moment while it replaces one), however many URIs it watches."""
 
 DEFAULT_MAX_BACKLOG: Final = 1024
 """Distinct notifications that may queue up on one stream while its writer cannot complete a single
@@ -297,6 +296,12 @@ def _chunks(uris: Sequence[str]) -> Iterator[Sequence[str]]:
         yield uris[start : start + _CHUNK]
 
 
+def _client_of(ctx: ServerRequestContext[Any, Any]) -> str:
+    """Who sent the request, as the HTTP guard named it (``local`` on stdio)."""
+    scope = getattr(ctx.request, "scope", None)
+    return client_key(scope if isinstance(scope, dict) else None)
+
+
 def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection:
     """The connection a request came on, which a 2025-era session's subscriptions live and die with.
 
@@ -333,12 +338,16 @@ class SubscriptionRegistry:
         max_listens: int = DEFAULT_MAX_LISTENS,
         max_backlog: int = DEFAULT_MAX_BACKLOG,
         max_pushes: int = DEFAULT_MAX_PUSHES,
+        max_listens_per_client: int = DEFAULT_MAX_LISTENS_PER_CLIENT,
+        max_total_uris: int = DEFAULT_MAX_TOTAL_URIS,
     ) -> None:
         for label, value in (
             ("max_uris", max_uris),
             ("max_listens", max_listens),
             ("max_backlog", max_backlog),
             ("max_pushes", max_pushes),
+            ("max_listens_per_client", max_listens_per_client),
+            ("max_total_uris", max_total_uris),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"SubscriptionRegistry: {label} must be an integer >= 1, got {value!r}")
@@ -347,6 +356,9 @@ class SubscriptionRegistry:
         self.max_listens = max_listens
         self.max_backlog = max_backlog
         self.max_pushes = max_pushes
+        self.max_listens_per_client = max_listens_per_client
+        self.max_total_uris = max_total_uris
+        self._client_listens: Counter[str] = Counter()
         self._refuse = refuse
         self._on_first = on_first
         self._on_last = on_last
@@ -359,6 +371,20 @@ class SubscriptionRegistry:
         self._delivered = 0
 
     # -- wiring ------------------------------------------------------------------------------------
+
+    def set_limits(self, *, max_listens: int, max_listens_per_client: int, max_total_uris: int) -> None:
+        """The listen limits of an HTTP policy (``--max-listens``, ``--max-listens-per-client``,
+        ``--max-total-uris``), set once before serving."""
+        for label, value in (
+            ("max_listens", max_listens),
+            ("max_listens_per_client", max_listens_per_client),
+            ("max_total_uris", max_total_uris),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SubscriptionRegistry: {label} must be an integer >= 1, got {value!r}")
+        self.max_listens = max_listens
+        self.max_listens_per_client = max_listens_per_client
+        self.max_total_uris = max_total_uris
 
     def handlers(self) -> dict[str, Any]:
         """The ``mcp.server.Server`` keyword arguments that serve both eras: ``Server(..., **registry.handlers())``."""
@@ -524,10 +550,19 @@ class SubscriptionRegistry:
             raise MCPError(
                 INTERNAL_ERROR,
                 f"Subscription limit reached: {self.name} has {len(self._streams):,} listen streams open, the most "
-                f"it allows; one listen can hold up to {self.max_uris:,} URIs",
+                f"it allows (--max-listens); one listen can hold up to {self.max_uris:,} URIs",
+            )
+        client = _client_of(ctx)
+        if self._client_listens[client] >= self.max_listens_per_client:
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"Subscription limit reached: this client holds {self._client_listens[client]:,} listen streams, "
+                f"the most {self.name} allows one client (--max-listens-per-client); one listen can hold up to "
+                f"{self.max_uris:,} URIs: put them in one listen and end the others",
             )
         requested = params.notifications
         uris = self._unique(requested.resource_subscriptions or (), "this subscriptions/listen")
+        self._check_total(len(uris))
         refused: dict[str, list[str]] = {}
         for chunk in _chunks(uris):  # a 100,000-URI listen must not hold the event loop for its whole check
             self._refusals(chunk, refused)
@@ -545,6 +580,7 @@ class SubscriptionRegistry:
             self, ctx.session, rid, honored, max_backlog=self.max_backlog, max_pushes=self.max_pushes
         )
         self._streams.add(stream)
+        self._client_listens[client] += 1
         try:
             # Subscribed before the ack, so a change meanwhile is queued, not lost; this task alone
             # writes the stream, so the ack still goes first.
@@ -577,7 +613,19 @@ class SubscriptionRegistry:
         finally:
             stream.close()
             self._drop_stream(stream)
+            self._client_listens[client] -= 1
+            if self._client_listens[client] <= 0:
+                del self._client_listens[client]
         return types.SubscriptionsListenResult(_meta=meta)
+
+    def _check_total(self, adding: int) -> None:
+        held = self._index.subscription_count
+        if adding and held + adding > self.max_total_uris:
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"Subscription limit reached: {self.name} holds {held:,} URI subscriptions over all clients; "
+                f"{adding:,} more would pass the most it allows, {self.max_total_uris:,} (--max-total-uris)",
+            )
 
     def _drop_stream(self, stream: ListenStream) -> None:
         self._streams.discard(stream)
@@ -607,6 +655,7 @@ class SubscriptionRegistry:
                 f"{self.name}: this session already holds {self.max_uris:,} subscriptions, the most this server "
                 "accepts per session; unsubscribe from some first",
             )
+        self._check_total(1)
         if session is None:
             session = self._open_session(ctx, connection)
         self._add(session, [uri])

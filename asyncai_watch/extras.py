@@ -29,6 +29,7 @@ EXTRAS: Final = {
     "langgraph": "langgraph",
     "claude-agent-sdk": "claude_agent_sdk",
     "google-adk": "google.adk",
+    "fastmcp": "fastmcp",
 }
 """Each extra of ``pyproject.toml`` with a runtime feature, and the top-level module it provides.
 

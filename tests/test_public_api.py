@@ -23,6 +23,7 @@ PUBLIC_SUBMODULES = {
     "asyncai_watch.log",
     "asyncai_watch.server",
     "asyncai_watch.signals",
+    "asyncai_watch.small_file",
     "asyncai_watch.testing",
     "asyncai_watch.integrations",
     "asyncai_watch.integrations.pydantic_ai",

@@ -27,9 +27,11 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 from script_module import load_script
 from test_cli import cli, run_cli, stderr_of
 from test_real_peers import COUNTER, IMMEDIATE, WAIT, next_notice, peers, ts_server, wait_until_watching
+from test_serve import Channel, call, serve
 
 from asyncai_watch import McpResourceSource, NotWatchableError, WatchManager
 from asyncai_watch.server.http import running_http_server
@@ -159,6 +161,27 @@ async def test_a_python_sdk_v1_server_is_watched_though_it_advertises_no_subscri
                 assert (await next_notice(m)).text == f"MODIFIED count ({count - 1}→{count})"
             await nothing_more(m)
         assert src.reconnects == 0
+
+
+@pytest.mark.anyio
+async def test_serve_watches_a_python_sdk_v1_upstream_through_the_fallback(py_v1: Path) -> None:
+    """``asyncai-watch serve`` tries the subscription on an upstream that does not advertise it,
+    as ``WatchManager`` does directly: the watch starts, is marked by trial, and pushes."""
+    channel = Channel()
+    async with (
+        running_http_server(py_v1_server(py_v1, "--http", "127.0.0.1:0")) as (url, _),
+        Client(serve("--server", f"py={url}", "--debounce", "0"), extensions=[channel]) as client,
+    ):
+        assert await call(client, "watch_start", name="counter", uri=COUNTER) == {
+            "name": "counter",
+            "uri": COUNTER,
+            "shape": "state",
+        }
+        [listed] = [r for r in await call(client, "list_resources") if r["uri"] == COUNTER]
+        assert (listed["subscribable"], listed["watchable_by_trial"]) == (True, True)
+        for count in range(1, 3):
+            await bump(url)
+            assert (await channel.next_for("counter")).content == f"MODIFIED count ({count - 1}→{count})"
 
 
 @pytest.mark.anyio

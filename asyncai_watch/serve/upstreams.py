@@ -28,7 +28,7 @@ import attrs
 from asyncai_watch import log
 from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.core.backoff import Backoff
-from asyncai_watch.errors import ServerConnectionError
+from asyncai_watch.errors import NotWatchableError, ServerConnectionError
 from asyncai_watch.mcp.source import (
     MODERN_PROTOCOL_VERSION,
     ListedResource,
@@ -38,7 +38,9 @@ from asyncai_watch.mcp.source import (
     SubscriptionMode,
     ToolInfo,
     ToolResult,
+    TriableSource,
     Updates,
+    Watchability,
 )
 
 __all__ = ["DEFAULT_WAIT", "RETRY", "UpstreamLink", "UpstreamStatus", "UpstreamUnavailableError"]
@@ -151,6 +153,7 @@ class UpstreamLink:
         self._changed = anyio.Event()
         self._protocol_version = ""
         self._watchable = False
+        self._watchability: Watchability = "untried"
         self._status = UpstreamStatus(
             name=name, target=target, status="connecting", attempt=1, since=self._clock.now()
         )
@@ -169,6 +172,7 @@ class UpstreamLink:
                     self._lost = anyio.Event()
                     self._protocol_version = source.protocol_version
                     self._watchable = source.watchable
+                    self._watchability = _watchability(source)
                     self._source = source
                     failures = 0
                     self._set(status="connected", error=None, protocol_version=self._protocol_version)
@@ -256,6 +260,19 @@ class UpstreamLink:
     def watchable(self) -> bool:
         return self._source.watchable if self._source is not None else self._watchable
 
+    @property
+    def watchability(self) -> Watchability:
+        """The capability fallback's answer on the current connection, else on the last one."""
+        if self._source is not None:
+            self._watchability = _watchability(self._source)
+        return self._watchability
+
+    async def try_subscription(self, uri: str) -> None:
+        """The capability fallback (:class:`~asyncai_watch.mcp.source.TriableSource`), tried on
+        the connected upstream: a server that subscribes without advertising it is watched
+        through the bridge as it is directly."""
+        await self._call(lambda s: _try_subscription(s, uri))
+
     async def list_resources(self) -> list[ListedResource]:
         return await self._call(lambda s: s.list_resources())
 
@@ -305,3 +322,16 @@ class UpstreamLink:
         except ServerConnectionError as exc:
             self._lose(source, exc)
             raise
+
+
+def _watchability(source: ResourceSource) -> Watchability:
+    if isinstance(source, TriableSource):
+        return source.watchability
+    return "advertised" if source.watchable else "untried"
+
+
+async def _try_subscription(source: ResourceSource, uri: str) -> None:
+    if isinstance(source, TriableSource):
+        await source.try_subscription(uri)
+    elif not source.watchable:
+        raise NotWatchableError.for_server(source.name, source.protocol_version)

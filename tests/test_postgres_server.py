@@ -171,7 +171,8 @@ async def events_until(
     uri: str = EVENTS,
 ) -> list[dict[str, Any]]:
     """The events with seq > ``after``, once ``done(events)`` holds: every one of them, in seq
-    order (each read names the position reached, so none falls out of a read's window)."""
+    order (each read names the position reached, so none falls out of a read's window; a read
+    answers a page of the log and the server signals again when more follows)."""
     found: list[dict[str, Any]] = []
     log_id = (await read(client, uri))["log_id"]
     seq = after
@@ -182,7 +183,7 @@ async def events_until(
             new = [e for e in body["events"] if e["seq"] > seq]
             assert [e["seq"] for e in new] == list(range(seq + 1, seq + 1 + len(new))), "events missing"
             found += new
-            seq = body["last_seq"]
+            seq = new[-1]["seq"] if new else seq  # a page of a longer log: the next read goes on from here
             if done(found):
                 return found
             await sub.__anext__()
@@ -244,8 +245,9 @@ async def test_rows_changes_and_a_named_query_follow_a_psql_writer(db: Db, tmp_p
             await read_until(client, sub, QUERY, lambda body: body == [{"id": 1, "note": "one"}])
 
             await db.psql("UPDATE items SET id = 30 WHERE id = 3")  # a new primary key: another row
-            moved = await events_until(client, sub, 3, lambda evs: len(evs) >= 2)
-            assert sorted((e["type"], e["key"]) for e in moved) == [("ADDED", "30"), ("DELETED", "3")]
+            # The log records the UPDATE itself: the row under its new key, its old key in `old`.
+            (moved,) = await events_until(client, sub, 3, lambda evs: len(evs) >= 1)
+            assert (moved["type"], moved["key"], moved["old"]["id"]) == ("MODIFIED", "30", 3)
 
 
 async def test_a_filtered_uri_sees_rows_move_in_and_out_under_each_spelling(db: Db, tmp_path: Path) -> None:
@@ -302,6 +304,7 @@ async def test_concurrent_writers_never_step_a_row_back(db: Db, tmp_path: Path) 
         client.listen(resource_subscriptions=[EVENTS, STATE]) as sub,
     ):
         baseline = await read(client, STATE)
+        start = (await read(client, EVENTS))["last_seq"]  # the log holds the inserts above too
 
         async def writer() -> None:
             async with db.connect() as w:
@@ -323,7 +326,7 @@ async def test_concurrent_writers_never_step_a_row_back(db: Db, tmp_path: Path) 
         assert final["1"]["n"] == 100
         await read_until(client, sub, STATE, lambda body: body == final)
         events = await events_until(
-            client, sub, 0, lambda evs: all(_last(evs, k) == final[k] for k in final if k not in ("2",))
+            client, sub, start, lambda evs: all(_last(evs, k) == final[k] for k in final if k not in ("2",))
         )
     for key in ["1", *map(str, range(100, 150))]:
         chain = [e for e in events if e["key"] == key]
@@ -402,32 +405,40 @@ async def test_a_terminated_listen_connection_loses_no_change(db: Db, tmp_path: 
 
 async def test_a_database_restart_loses_no_change(db: Db, tmp_path: Path) -> None:
     """``pg_ctl restart`` cuts every connection, the LISTEN one and the reading ones: the server
-    listens again, replaces its reading connections, and a change made meanwhile is seen."""
+    listens again, replaces its reading connections, and a change made meanwhile is seen, in the
+    state and in the same change log (each once, in order)."""
     async with (
         pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
-        client.listen(resource_subscriptions=[STATE]) as sub,
+        client.listen(resource_subscriptions=[STATE, EVENTS]) as sub,
     ):
         db.run("UPDATE items SET note = 'before' WHERE id = 1")
         await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "before")
+        start = await read(client, EVENTS)
         await anyio.to_thread.run_sync(db.server.restart)
         db.run("UPDATE items SET note = 'after' WHERE id = 2")  # maybe before the server listens again
-        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after")
+        db.run("UPDATE items SET note = 'after, again' WHERE id = 2")
+        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after, again")
         assert body == db_rows(db)
         db.run("UPDATE items SET note = 'later' WHERE id = 1")  # and heard as usual afterwards
         await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "later")
+        events = await events_until(client, sub, start["last_seq"], lambda evs: len(evs) >= 3)
+        assert (await read(client, EVENTS))["log_id"] == start["log_id"]
+    assert [e["object"]["note"] for e in events] == ["after", "after, again", "later"]
 
 
-async def test_a_server_restart_is_a_gap_and_the_state_catches_up(db: Db, tmp_path: Path) -> None:
+def killable(argv: list[str], pid_file: Path) -> list[str]:
+    """``argv`` run so that ``pid_file`` names the server process itself (``exec`` keeps the PID,
+    and the file is written before the server can answer)."""
+    return ["sh", "-c", f'echo $$ > "{pid_file}"; exec "$@"', "sh", *argv]
+
+
+async def test_a_server_killed_while_a_writer_commits_loses_no_change(db: Db, tmp_path: Path) -> None:
+    """SIGKILL the MCP server mid-traffic: the manager starts it again, and the event-log watch
+    gets every change committed meanwhile, once each, in commit order, in the same log (no GAP)."""
     pid_file = tmp_path / "server.pid"
-    # `exec` keeps the PID, so the file names the server itself, written before it can answer.
-    argv = [
-        "sh",
-        "-c",
-        f'echo $$ > "{pid_file}"; exec "$@"',
-        "sh",
-        *server_argv(write_config(tmp_path), db.dsn),
-    ]
-    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2)
+    argv = killable(server_argv(write_config(tmp_path), db.dsn), pid_file)
+    # Every line shown (a notice shows 20 by default): the test counts them.
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
     async with manager(argv, limits) as m:
         await m.watch_start("items", STATE)
         await m.watch_start("changes", EVENTS)
@@ -435,15 +446,119 @@ async def test_a_server_restart_is_a_gap_and_the_state_catches_up(db: Db, tmp_pa
         await lines_until(
             m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 0→1)") and has(ls, "items", "MODIFIED 1")
         )
-        os.kill(int(pid_file.read_text()), signal.SIGKILL)
-        db.run("INSERT INTO items (id, note) VALUES (3, 'while down')")  # nobody hears this one
+        killed = anyio.Event()
+
+        async def writer() -> None:
+            async with db.connect() as w:
+                for i in range(100, 200):
+                    await w.execute("INSERT INTO items (id) VALUES (%s)", (i,))
+                    if i == 120:
+                        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                        killed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer)
+        assert killed.is_set()
+        db.run("UPDATE items SET n = 2 WHERE id = 1")  # maybe before the server is back, maybe after
         lines = await lines_until(
-            m, lambda ls: has(ls, "items", "ADDED 3") and has(ls, "changes", "GAP: the event log restarted")
+            m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 1→2)") and has(ls, "items", "ADDED 199")
         )
-        # After the restart, the new log goes on as usual.
-        db.run("UPDATE items SET n = 2 WHERE id = 1")
-        lines = await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 1→2)"))
-    assert lines["changes"] == ["MODIFIED 1 (n: 1→2)"]
+    changes = lines["changes"]
+    assert not [line for line in changes if line.startswith("GAP")]
+    # (A read in flight when the server died may fail: the client says so, then reads on.)
+    assert all("the connection is closed" in line for line in changes if line.startswith("ERROR"))
+    added = [line for line in changes if line.startswith("ADDED ")]
+    assert added == [f"ADDED {i}" for i in range(100, 200)]  # each once, in commit order
+    assert changes[-1] == "MODIFIED 1 (n: 1→2)"
+
+
+async def test_a_reader_resumes_from_its_seq_across_a_server_restart(db: Db, tmp_path: Path) -> None:
+    """A session reads the log and goes, with its server; rows are written with nobody serving,
+    two of them by transactions that commit in the opposite order to the one they started in. A
+    new server and session, reading from the old position, get each change once, in commit
+    order, with the writer's transaction id."""
+    argv = server_argv(write_config(tmp_path), db.as_role(WATCHER))
+    async with pg_client(argv) as client:
+        start = await read(client, EVENTS)
+    committed: list[tuple[int, str]] = []  # (row id, txid) in commit order
+    async with db.connect() as a, db.connect() as b:
+        for i in (10, 11):
+            cur = await a.execute(
+                "INSERT INTO items (id) VALUES (%s) RETURNING pg_current_xact_id()::text", (i,)
+            )
+            committed.append((i, str((await cur.fetchone() or ("",))[0])))
+        # a starts first (the lower id and txid), b commits first.
+        await a.set_autocommit(False)
+        await b.set_autocommit(False)
+        cur_a = await a.execute("INSERT INTO items (id) VALUES (20) RETURNING pg_current_xact_id()::text")
+        cur_b = await b.execute("INSERT INTO items (id) VALUES (21) RETURNING pg_current_xact_id()::text")
+        txid_a, txid_b = (await cur_a.fetchone() or ("",))[0], (await cur_b.fetchone() or ("",))[0]
+        assert int(txid_a) < int(txid_b)
+        await b.commit()
+        await a.commit()
+        committed += [(21, txid_b), (20, txid_a)]
+    async with pg_client(argv) as client, client.listen(resource_subscriptions=[EVENTS]) as sub:
+        events = await events_until(client, sub, start["last_seq"], lambda evs: len(evs) >= 4)
+        assert (await read(client, EVENTS))["log_id"] == start["log_id"]  # the same log as before
+    assert [(e["type"], e["object"]["id"], str(e["txid"])) for e in events] == [
+        ("ADDED", i, txid) for i, txid in committed
+    ]
+
+
+async def test_two_writers_arrive_in_commit_order_while_watched(db: Db, tmp_path: Path) -> None:
+    """The transaction that started first (lower txid, lower capture row id) commits last: its
+    change has the higher seq, and each change arrives once."""
+    async with (
+        pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
+        client.listen(resource_subscriptions=[EVENTS]) as sub,
+        db.connect() as a,
+        db.connect() as b,
+    ):
+        start = (await read(client, EVENTS))["last_seq"]
+        await a.set_autocommit(False)
+        await b.set_autocommit(False)
+        for round_ in range(5):
+            await a.execute("UPDATE items SET note = %s WHERE id = 1", (f"a{round_}",))
+            await b.execute("UPDATE items SET note = %s WHERE id = 2", (f"b{round_}",))
+            await b.commit()
+            await a.commit()
+        events = await events_until(client, sub, start, lambda evs: len(evs) >= 10)
+    assert [e["object"]["note"] for e in events] == [x for r in range(5) for x in (f"b{r}", f"a{r}")]
+    # In each round, the change with the lower txid (a's) came second: seqs follow commits, not txids.
+    assert all(a["txid"] < b["txid"] for b, a in zip(events[0::2], events[1::2], strict=True))
+
+
+async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path: Path) -> None:
+    """Installed with --retain-size 16kB: while the server is down, rows of 1 kB each are written
+    until the oldest are dropped; back, the watch reports a GAP that names the retention, then the
+    changes still kept."""
+    config = write_config(tmp_path)
+    install = [sys.executable, "-m", "asyncai_servers.postgres", "--config", str(config), "--dsn", db.dsn]
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process([*install, "--install-triggers", "--retain-size", "16kB"], check=False)
+    assert done.returncode == 0, done.stderr
+    assert "the change log keeps changes of the last 7d, at most 16kB per table" in done.stdout.decode()
+    pid_file = tmp_path / "server.pid"
+    argv = killable(server_argv(config, db.dsn), pid_file)
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
+    async with manager(argv, limits) as m:
+        await m.watch_start("changes", EVENTS)
+        db.run("UPDATE items SET n = 1 WHERE id = 1")
+        await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 0→1)"))
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        for i in range(100, 400):
+            db.run("INSERT INTO items (id, note) VALUES (%s, repeat('x', 1000))", (i,))
+        lines = await lines_until(m, lambda ls: has(ls, "changes", "ADDED 399"))
+    changes = lines["changes"]
+    gaps = [line for line in changes if line.startswith("GAP")]
+    assert len(gaps) == 1, changes
+    assert gaps[0].startswith("GAP: missed ")
+    assert gaps[0].endswith(": older than the log keeps (changes of the last 7d, at most 16kB per table)")
+    kept = [line for line in changes if line.startswith("ADDED ")]
+    assert 0 < len(kept) < 300
+    assert kept == [f"ADDED {i}" for i in range(400 - len(kept), 400)]  # the newest, in order
+    size = db.run("SELECT sum(pg_column_size(c.*)) FROM asyncai_watch.changes c")[0][0]
+    assert size < 2 * 16 * 1024  # trimmed back under the cap as the writers went
 
 
 async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db, tmp_path: Path) -> None:
@@ -455,7 +570,8 @@ async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db,
         lines = await lines_until(m, lambda ls: has(ls, "items", gone) and has(ls, "changes", gone))
         assert all(line.startswith("ERROR") for line in lines["items"] + lines["changes"])
         assert all(len(line.splitlines()) == 1 for line in lines["changes"])
-        # The table comes back (with its triggers): the watch reports what it holds now.
+        # The table comes back (with its triggers): the state reports what it holds now; the
+        # new table's change log is a new log (it starts at the install), which the watch says.
         db.run(
             "CREATE TABLE items (id int PRIMARY KEY, status text NOT NULL DEFAULT 'open', n int NOT NULL DEFAULT 0, note text)"
         )
@@ -463,11 +579,7 @@ async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db,
         install_triggers(db.dsn, [ITEMS])
         lines = await lines_until(
             m,
-            lambda ls: (
-                has(ls, "changes", "ADDED 9")
-                and has(ls, "changes", "DELETED 2")
-                and has(ls, "items", "ADDED 9")
-            ),
+            lambda ls: has(ls, "changes", "GAP: the event log restarted") and has(ls, "items", "ADDED 9"),
         )
         db.run("UPDATE items SET n = 1 WHERE id = 9")
         await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 9 (n: 0→1)"))
@@ -491,12 +603,16 @@ async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None
         await m.watch_start("changes", EVENTS)
         db.run("INSERT INTO items (id) VALUES (3), (4)")
         over = "public.items has more than 3 rows, the row cap (max_rows = 3"
-        await lines_until(m, lambda ls: has(ls, "items", over) and has(ls, "changes", over))
+        # The state cannot be served over its cap; the change log does not hold the rows, and goes on.
+        await lines_until(m, lambda ls: has(ls, "items", over) and has(ls, "changes", "ADDED 4"))
         db.run(
             "DELETE FROM items WHERE id = 4"
         )  # back under the cap: the net change since the last good read
-        lines = await lines_until(m, lambda ls: has(ls, "changes", "ADDED 3") and has(ls, "items", "ADDED 3"))
-    assert not has(lines, "changes", "ADDED 4")
+        lines = await lines_until(
+            m, lambda ls: has(ls, "changes", "DELETED 4") and has(ls, "items", "ADDED 3")
+        )
+    assert not has(lines, "items", "ADDED 4")
+    assert not has(lines, "changes", over)
 
 
 async def test_a_role_without_rights_gets_one_line(db: Db, tmp_path: Path) -> None:
@@ -521,7 +637,7 @@ async def test_a_role_without_rights_gets_one_line(db: Db, tmp_path: Path) -> No
         lines = await lines_until(
             m, lambda ls: has(ls, "changes", f"role {WATCHER} may not read public.items")
         )
-    assert lines["changes"][-1].startswith("ERROR: ")
+    assert lines["changes"][-1].startswith("ERROR")
 
 
 # -- the surface: listings, refusals, HTTP, the CLI, the bridge -------------------------------------
@@ -588,7 +704,8 @@ async def test_a_2025_client_subscribes_too(db: Db, tmp_path: Path) -> None:
 
 
 async def test_big_keys_and_truncate_fall_back_to_a_whole_read(db: Db, tmp_path: Path) -> None:
-    """Keys that do not fit a NOTIFY (8000 bytes) are sent as "the table changed"; so is TRUNCATE."""
+    """Keys that do not fit a NOTIFY (8000 bytes) are sent as "the table changed"; so is TRUNCATE,
+    which the change log records as one ``TRUNCATED`` event (the state shows each row gone)."""
     db.run("CREATE TABLE docs (id text PRIMARY KEY, v int)")
     install_triggers(db.dsn, [TableName("public", "docs")])
     config = write_config(tmp_path, '[[table]]\nname = "docs"\n')
@@ -603,8 +720,8 @@ async def test_big_keys_and_truncate_fall_back_to_a_whole_read(db: Db, tmp_path:
         events = await events_until(client, sub, 0, lambda evs: len(evs) >= 12, uri=uri)
         assert sorted((e["type"], e["key"]) for e in events) == [("ADDED", k) for k in keys]
         db.run("TRUNCATE docs")
-        events = await events_until(client, sub, 12, lambda evs: len(evs) >= 12, uri=uri)
-        assert sorted((e["type"], e["key"]) for e in events) == [("DELETED", k) for k in keys]
+        (event,) = await events_until(client, sub, 12, lambda evs: len(evs) >= 1, uri=uri)
+        assert (event["type"], event["object"]) == ("TRUNCATED", {"table": "public.docs"})
 
 
 async def test_install_is_idempotent_and_remove_takes_the_triggers_away(db: Db, tmp_path: Path) -> None:
@@ -614,10 +731,11 @@ async def test_install_is_idempotent_and_remove_takes_the_triggers_away(db: Db, 
         done = await anyio.run_process([*base, "--install-triggers"], check=False)  # installed already
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode().strip() == (
-        "asyncai-watch triggers installed on public.items; DDL event triggers installed"
+        "asyncai-watch triggers installed on public.items; DDL event triggers installed; "
+        "the change log keeps changes of the last 7d, at most 256MB per table"
     )
     count = "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'items'::regclass AND tgname LIKE 'asyncai%%'"
-    assert db.run(count) == [(4,)]
+    assert db.run(count) == [(6,)]  # four NOTIFY triggers, two capture triggers
     with anyio.fail_after(WAIT):
         done = await anyio.run_process([*base, "--remove-triggers"], check=False)
     assert done.returncode == 0, done.stderr

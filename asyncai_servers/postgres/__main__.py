@@ -19,6 +19,7 @@ from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
 
 if TYPE_CHECKING:
+    from asyncai_servers.postgres.capture import Retention
     from asyncai_servers.postgres.config import Config
     from asyncai_servers.postgres.server import PostgresServer
 
@@ -55,6 +56,20 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="install (or refresh) the NOTIFY triggers on the config's tables, then exit; idempotent. "
         "Run as the tables' owner; as a superuser it also installs the DDL event triggers",
+    )
+    p.add_argument(
+        "--retain-age",
+        default="7d",
+        metavar="AGE",
+        help="with --install-triggers: how long each table's durable change log keeps a change "
+        "(s, m, h or d; default 7d); a reader further behind gets a GAP naming the retention",
+    )
+    p.add_argument(
+        "--retain-size",
+        default="256MB",
+        metavar="SIZE",
+        help="with --install-triggers: the most each table's change log may hold (B, kB, MB or GB; "
+        "default 256MB); past it the oldest changes are dropped",
     )
     setup.add_argument(
         "--remove-triggers",
@@ -132,6 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.max_uris is not None and args.max_uris < 1:
         p.error(f"--max-uris must be >= 1, got {args.max_uris}")
     reconnect = _backoff_arg(args.reconnect, p)
+    from asyncai_servers.postgres.capture import Retention, parse_age, parse_size
+
+    try:
+        retention = Retention(max_age=parse_age(args.retain_age), max_bytes=parse_size(args.retain_size))
+    except ValueError as exc:
+        p.error(str(exc))
     http: tuple[str, int] | None = None
     if args.http:
         from asyncai_watch.server.http import parse_host_port
@@ -154,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         raise _fail(str(exc), 2) from None
     if args.install_triggers or args.remove_triggers:
-        return _triggers(config, args.dsn, install=args.install_triggers)
+        return _triggers(config, args.dsn, install=args.install_triggers, retention=retention)
 
     from asyncai_servers.postgres.server import RING_EVENTS, PostgresServer
     from asyncai_watch import Backoff
@@ -173,14 +194,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _serve(server, http, args.http)
 
 
-def _triggers(config: Config, dsn: str, *, install: bool) -> int:
+def _triggers(config: Config, dsn: str, *, install: bool, retention: Retention) -> int:
     import psycopg
 
     from asyncai_servers.postgres.triggers import install_triggers, remove_triggers
 
     tables = config.trigger_tables()
     try:
-        report = install_triggers(dsn, tables) if install else remove_triggers(dsn, tables)
+        report = install_triggers(dsn, tables, retention) if install else remove_triggers(dsn, tables)
     except (psycopg.Error, ValueError) as exc:
         detail = " ".join(str(exc).split())
         verb = "installing" if install else "removing"

@@ -268,6 +268,12 @@ class PostgresServer:
         for uri in list(source.uris):
             await self.subscriptions.publish(uri)
 
+    async def _more(self, source: Source) -> None:
+        """A durable log's reader got a full page and more follows: signal its event-log URIs."""
+        for uri in list(source.uris):
+            if uri.startswith(f"{EVENTS_SCHEME}:"):
+                await self.subscriptions.publish(uri)
+
     # -- what the database says ------------------------------------------------------------------
 
     def _route(self, change: RowsChanged | DdlChanged) -> None:
@@ -295,7 +301,13 @@ class PostgresServer:
         entry.readers += 1  # a read keeps its source (one nobody listens to lingers after it)
         try:
             await source.wait_ready()
-            if isinstance(source, TableSource):
+            if isinstance(source, TableSource) and resource.events and source.durable:
+                page = await source.read_log(read_after(params.meta))
+                text = page.text
+                if page.more and self._tg is not None:
+                    # The reader is catching up: tell it at once that there is more to read.
+                    self._tg.start_soon(self._more, source)
+            elif isinstance(source, TableSource):
                 text = source.read(resource.events, read_after(params.meta))
             else:
                 assert isinstance(source, QuerySource)

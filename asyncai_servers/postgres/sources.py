@@ -31,6 +31,7 @@ from typing import Any, Final
 import anyio
 import psycopg
 
+from asyncai_servers.postgres.capture import CAPTURE_TRIGGERS, LogPage, log_body, read_log
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.db import Database, PgError, one_line
 from asyncai_servers.postgres.listener import DdlChanged, RowsChanged
@@ -47,7 +48,7 @@ from asyncai_servers.postgres.rowset import OverCap, RowSet, query_body
 from asyncai_servers.postgres.uri import STATE_SCHEME, QueryTarget, TableTarget, table_template
 from asyncai_watch.server.eventlog import EventRing
 
-__all__ = ["MAX_REREAD", "READY_TIMEOUT", "QuerySource", "Source", "TableSource"]
+__all__ = ["LOG_PAGE", "MAX_REREAD", "READY_TIMEOUT", "QuerySource", "Source", "TableSource"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,14 @@ MAX_REREAD: Final = 1000
 """More changed keys than this waiting at once: the whole set is read instead of each key."""
 READY_TIMEOUT: Final = 30.0
 """How long a read waits for a new source's first read."""
+LOG_PAGE: Final = 100
+"""Events one read of a durable log returns at most (the client's default ``events_per_update``:
+a reader catching up reads page after page, signalled again after each, instead of a ``GAP``)."""
+
+
+class RowCapError(PgError):
+    """The target holds more rows than its ``max_rows``: its state cannot be served, its durable
+    change log still can (the log does not hold the rows)."""
 
 
 class Source:
@@ -219,7 +228,18 @@ class TableSource(Source):
         self.target = target
         self.rows = RowSet(target.spec.max_rows)
         self.ring = EventRing(ring_events, max_chars=ring_chars, window=ring_window)
+        """The event log of a filtered target (the unfiltered one's is durable: :meth:`read_log`)."""
         self._keys: dict[tuple[Any, ...], None] = {}
+        self._heard = False  # a change or a resync since the last refresh: the durable log may have grown
+
+    @property
+    def durable(self) -> bool:
+        """Its event log is the database's change log (capture.py), not the in-memory ring."""
+        return not self.target.filter
+
+    def resync(self) -> None:
+        self._heard = True
+        super().resync()
 
     def tables(self) -> tuple[TableName, ...]:
         return (self.target.table,)
@@ -228,6 +248,7 @@ class TableSource(Source):
         return self.target.describe()
 
     def changed(self, change: RowsChanged) -> None:
+        self._heard = True
         if change.keys is None or self._all or len(self._keys) + len(change.keys) > MAX_REREAD:
             self._keys.clear()
             super().changed(change)
@@ -244,6 +265,12 @@ class TableSource(Source):
         return self.meta[self.target.table]
 
     async def _refresh(self, revalidated: bool) -> bool:
+        # Every commit to the table is a new entry in the durable log, even one the rows do not
+        # show (a row added and deleted before the re-read): tell the log's readers.
+        heard, self._heard = self._heard and self.durable, False
+        return await self._reread(revalidated) or heard
+
+    async def _reread(self, revalidated: bool) -> bool:
         meta = self._meta
         if revalidated:
             self._check_columns(meta)
@@ -294,17 +321,39 @@ class TableSource(Source):
                 f"its columns: {', '.join(meta.columns)}"
             )
 
-    def _over_cap(self, exc: OverCap) -> PgError:
+    def _over_cap(self, exc: OverCap) -> RowCapError:
         spec = self.target.spec
         narrower = (
             f"watch fewer rows with a filter ({table_template(STATE_SCHEME, spec)}) or raise it"
             if spec.where
             else "raise it, or allow a filter column (where = [...]) and watch fewer rows"
         )
-        return PgError(
+        return RowCapError(
             f"{self.describe()} has more than {exc.max_rows} rows, the row cap (max_rows = {exc.max_rows} "
             f"in the config's [[table]] for {spec.table}); {narrower}"
         )
+
+    async def read_log(self, after: tuple[str, int] | None) -> LogPage:
+        """The durable log after the reader's position (call after :meth:`wait_ready`): at most
+        :data:`LOG_PAGE` events; another ``log_id`` (or none) gets the newest page."""
+        self.signalled = False
+        meta = self.meta.get(self.target.table)
+        if (self.error is not None and not isinstance(self.error, RowCapError)) or meta is None:
+            assert self.error is not None
+            raise self.error  # the table is gone, or unreadable, or the database is: so is its log
+        if CAPTURE_TRIGGERS[0] not in meta.triggers:
+            raise PgError(
+                f"{meta.name} has no durable change log ({CAPTURE_TRIGGERS[0]} missing or disabled; an "
+                "install before it kept the log in memory): run asyncai-mcp-postgres --config CONFIG "
+                "--install-triggers again as its owner"
+            )
+        query, params = read_log(meta.oid, after, LOG_PAGE)
+        try:
+            rows = await self.db.fetch(query, params)
+        except psycopg.Error as exc:
+            raise one_line(exc, f"{self.describe()} (its change log)", role=self.db.role) from None
+        page = log_body(rows, meta.name, meta.primary_key, self.target.spec.columns)
+        return page
 
     def read(self, events: bool, after: tuple[str, int] | None) -> str:
         """The state body or the event log (call after :meth:`wait_ready`); raises its :class:`PgError`."""

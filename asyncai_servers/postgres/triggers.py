@@ -30,6 +30,7 @@ import attrs
 import psycopg
 from psycopg import sql
 
+from asyncai_servers.postgres.capture import DEFAULT_RETENTION, Retention, install_capture, remove_capture
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.queries import TRIGGER_NAMES
 
@@ -138,6 +139,8 @@ class TriggerReport:
     """Whether the DDL event triggers were installed (or removed): they need a superuser."""
     kept_function: bool = False
     """``--remove-triggers``: the shared function stays, other tables' triggers still use it."""
+    retention: Retention | None = None
+    """``--install-triggers``: what each table's durable change log keeps."""
 
     def text(self, verb: str) -> str:
         names = ", ".join(map(str, self.tables)) or "no table"
@@ -150,7 +153,8 @@ class TriggerReport:
         kept = (
             "; kept asyncai_watch.notify_rows(): other tables' triggers use it" if self.kept_function else ""
         )
-        return f"asyncai-watch triggers {verb} on {names}; {ddl}{kept}"
+        log = f"; the change log keeps {self.retention.text()}" if self.retention is not None else ""
+        return f"asyncai-watch triggers {verb} on {names}; {ddl}{kept}{log}"
 
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -188,8 +192,11 @@ def _define(conn: Conn, name: str, definition: str) -> None:
     conn.execute(sql.SQL(definition))
 
 
-def install_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
-    """Install (or refresh) the triggers on ``tables``; raise ``psycopg.Error`` or ValueError."""
+def install_triggers(
+    dsn: str, tables: Sequence[TableName], retention: Retention = DEFAULT_RETENTION
+) -> TriggerReport:
+    """Install (or refresh, or upgrade an older install of) the triggers and the durable change
+    capture (capture.py) on ``tables``; raise ``psycopg.Error`` or ValueError."""
     with psycopg.connect(dsn) as conn, conn.transaction():
         missing = _missing(conn, tables)
         if missing:
@@ -221,6 +228,7 @@ def install_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
                         + " FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.notify_rows()"
                     ).format(sql.Identifier(name), table)
                 )
+        install_capture(conn, tables, retention)
         ddl = _superuser(conn)
         if ddl:
             _define(conn, "notify_ddl", _DDL_FUNCTION)
@@ -231,7 +239,7 @@ def install_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
                         "CREATE EVENT TRIGGER {} ON " + event + " EXECUTE FUNCTION asyncai_watch.notify_ddl()"
                     ).format(sql.Identifier(name))
                 )
-    return TriggerReport(tables=tuple(tables), ddl=ddl)
+    return TriggerReport(tables=tuple(tables), ddl=ddl, retention=retention)
 
 
 def remove_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
@@ -244,6 +252,7 @@ def remove_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
             table = sql.Identifier(t.schema, t.name)
             for name in TRIGGER_NAMES:
                 conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+        remove_capture(conn, [t for t in tables if t not in missing])
         ddl = _superuser(conn)
         still_used = conn.execute(
             "SELECT count(*) FROM pg_trigger g JOIN pg_proc p ON p.oid = g.tgfoid"

@@ -330,3 +330,57 @@ def test_the_docs_config_example_is_a_valid_config() -> None:
     assert config.tables[0].where == ("status", "customer_id")
     assert [q.name for q in config.queries] == ["failed_today"]
     assert config.queries[0].key == ("id",)
+
+
+# -- the durable change log's pure parts (capture.py) ------------------------------------------------
+
+
+def test_retention_flags_parse_and_say_what_is_accepted() -> None:
+    from datetime import timedelta
+
+    from asyncai_servers.postgres.capture import Retention, parse_age, parse_size
+
+    assert parse_age("7d") == timedelta(days=7)
+    assert parse_age("90") == timedelta(seconds=90)
+    assert parse_size("64kB") == 64 << 10
+    assert parse_size("2GB") == 2 << 30
+    assert (
+        Retention(timedelta(hours=12), 16 << 10).text() == "changes of the last 12h, at most 16kB per table"
+    )
+    with pytest.raises(
+        ValueError, match=r"--retain-age expects a positive number with s, m, h or d .* got '0d'"
+    ):
+        parse_age("0d")
+    with pytest.raises(ValueError, match=r"--retain-size expects a size with B, kB, MB or GB .* got '1 TB'"):
+        parse_size("1 TB")
+
+
+def test_a_log_page_keeps_the_database_text_and_says_when_more_follows() -> None:
+    from asyncai_servers.postgres.capture import log_body
+
+    head = ("L1", 3, 9, 604800.0, 1 << 20, None, None, None, None, None, None)
+    at = '"2026-12-04T21:00:00+00:00"'
+    rows = [
+        head,
+        (None,) * 5 + (4, "700", "I", None, '{"id":1,"amount":1.50,"secret":"s"}', at),
+        (None,) * 5
+        + (5, "701", "U", '{"id":1,"amount":1.50,"secret":"s"}', '{"id":1,"amount":2.50,"secret":"t"}', at),
+        (None,) * 5 + (6, "702", "D", '{"id":1,"amount":2.50,"secret":"t"}', None, at),
+        (None,) * 5 + (7, "703", "T", None, None, at),
+    ]
+    page = log_body(rows, TableName("public", "pay"), ("id",), ("id", "amount"))
+    assert page.more  # seq 7 of 9
+    assert page.text.startswith(
+        '{"log_id":"L1","last_seq":9,"first_seq":3,"retention":"changes of the last 7d'
+    )
+    assert '"object":{"id":1,"amount":1.50}' in page.text  # the database's digits, the config's columns
+    body = json.loads(page.text)
+    assert [(e["seq"], e["type"], e.get("key"), e["txid"]) for e in body["events"]] == [
+        (4, "ADDED", "1", 700),
+        (5, "MODIFIED", "1", 701),
+        (6, "DELETED", "1", 702),
+        (7, "TRUNCATED", None, 703),
+    ]
+    assert body["events"][1]["old"] == {"id": 1, "amount": 1.5}
+    assert body["events"][3]["object"] == {"table": "public.pay"}
+    assert not log_body([head], TableName("public", "pay"), ("id",), None).more  # nothing after the position

@@ -476,15 +476,22 @@ async def restart_under_load(argv: list[str], pid_file: Path, dsn: str, seconds:
     return {"total": total, "added": added, "other": other, "order": commit_order(dsn, "restart")}
 
 
-def outcome(total: int, added: list[int]) -> tuple[int, int, int, bool]:
-    """(delivered, lost, duplicated, in order) of ids 1..total."""
+def commit_order(dsn: str, table: str) -> list[int]:
+    """The ids of ``table``'s rows in the order of its change log's seqs (the commit order)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT (c.new ->> 'id')::int FROM asyncai_watch.xacts x JOIN asyncai_watch.changes c"
+            " ON c.relid = x.relid AND c.xid = x.xid WHERE x.relid = %s::regclass ORDER BY x.last_seq, c.id",
+            (table,),
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def outcome(total: int, added: list[int], order: list[int] | None = None) -> tuple[int, int, int, bool]:
+    """(delivered, lost, duplicated, in commit order) of ids 1..total."""
     distinct = set(added)
-    return (
-        len(distinct),
-        total - len(distinct & set(range(1, total + 1))),
-        len(added) - len(distinct),
-        added == sorted(added),
-    )
+    lost = total - len(distinct & set(range(1, total + 1)))
+    return len(distinct), lost, len(added) - len(distinct), order is None or added == order
 
 
 def writer_cost(dsn: str, rows: int) -> dict[str, list[float]]:

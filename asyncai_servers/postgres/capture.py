@@ -226,6 +226,7 @@ CREATE OR REPLACE FUNCTION asyncai_watch.trim(rel oid, newest bigint, total bigi
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   keep bigint;
+  xids xid8[];
 BEGIN
   -- The oldest transaction still within both limits; everything before it goes.
   SELECT min(x.last_seq) INTO keep FROM asyncai_watch.xacts x
@@ -234,7 +235,9 @@ BEGIN
   WITH gone AS (
     DELETE FROM asyncai_watch.xacts x WHERE x.relid = rel AND x.last_seq < keep RETURNING x.xid
   )
-  DELETE FROM asyncai_watch.changes c USING gone WHERE c.relid = rel AND c.xid = gone.xid;
+  SELECT array_agg(gone.xid) INTO xids FROM gone;
+  -- ``= ANY``: the index on both columns, whatever the table's statistics say.
+  DELETE FROM asyncai_watch.changes c WHERE c.relid = rel AND c.xid = ANY (xids);
 END
 $fn$
 """
@@ -271,11 +274,14 @@ BEGIN
                       NULL::json, NULL::json, NULL::timestamptz;
   RETURN QUERY
     SELECT NULL::text, NULL::bigint, NULL::bigint, NULL::interval, NULL::bigint, e.seq, e.xid, e.op, e.old, e.new, e.at
-      FROM (SELECT x.last_seq - x.n + row_number() OVER (PARTITION BY x.last_seq ORDER BY c.id) AS seq,
-                   x.xid, c.op, c.old, c.new, x.at
+      FROM (SELECT x.last_seq - x.n + c.nth AS seq, x.xid, c.op, c.old, c.new, x.at
               FROM (SELECT * FROM asyncai_watch.xacts x WHERE x.relid = rel AND x.last_seq > after
                      ORDER BY x.last_seq LIMIT lim) x
-              JOIN asyncai_watch.changes c ON c.relid = rel AND c.xid = x.xid) e
+              -- Per transaction, by its xid (a lateral lookup: the index on both columns, whatever
+              -- the table's statistics say).
+              CROSS JOIN LATERAL (
+                SELECT row_number() OVER (ORDER BY c.id) AS nth, c.op, c.old, c.new
+                  FROM asyncai_watch.changes c WHERE c.relid = rel AND c.xid = x.xid) c) e
      WHERE e.seq > after ORDER BY e.seq LIMIT lim;
 END
 $fn$

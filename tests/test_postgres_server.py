@@ -756,6 +756,36 @@ async def test_install_is_idempotent_and_remove_takes_the_triggers_away(db: Db, 
     assert len(done.stderr.decode().strip().splitlines()) == 1
 
 
+async def test_an_older_install_is_told_to_reinstall_and_upgraded_by_it(db: Db, tmp_path: Path) -> None:
+    """An install from before the durable log (the NOTIFY triggers only): the state is served,
+    the change log says what to run; ``--install-triggers`` (twice) upgrades it."""
+    db.run(
+        "DROP TRIGGER asyncai_watch_capture_row ON items; DROP TRIGGER asyncai_watch_capture_truncate ON items;"
+        " DROP TABLE asyncai_watch.changes, asyncai_watch.xacts, asyncai_watch.logs"
+    )
+    config = write_config(tmp_path)
+    argv = server_argv(config, db.dsn)
+    async with pg_client(argv) as client:
+        assert await read(client, STATE) == db_rows(db)
+        with (
+            anyio.fail_after(WAIT),
+            pytest.raises(
+                MCPError, match=r"public\.items has no durable change log .* --install-triggers again"
+            ),
+        ):
+            await client.read_resource(EVENTS)
+    base = [sys.executable, "-m", "asyncai_servers.postgres", "--config", str(config), "--dsn", db.dsn]
+    for _ in range(2):
+        with anyio.fail_after(WAIT):
+            done = await anyio.run_process([*base, "--install-triggers"], check=False)
+        assert done.returncode == 0, done.stderr
+    async with pg_client(argv) as client, client.listen(resource_subscriptions=[EVENTS]) as sub:
+        start = await read(client, EVENTS)
+        db.run("UPDATE items SET n = 5 WHERE id = 2")
+        (event,) = await events_until(client, sub, start["last_seq"], lambda evs: len(evs) >= 1)
+    assert (event["type"], event["key"], event["object"]["n"]) == ("MODIFIED", "2", 5)
+
+
 async def test_cli_watch_prints_the_change(db: Db, tmp_path: Path) -> None:
     from test_cli import cli, wait_until_watching
 

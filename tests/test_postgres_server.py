@@ -473,6 +473,34 @@ async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db,
         await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 9 (n: 0→1)"))
 
 
+async def test_ordinary_ddl_is_heard_through_the_real_event_trigger(db: Db, tmp_path: Path) -> None:
+    """A renamed column or table, a disabled trigger, a dropped column: each is said at once by
+    the event trigger's NOTIFY (whose oids are JSON strings), and the DDL that fixes it brings the
+    watch back with the net change, including writes made while it was broken."""
+    config = write_config(tmp_path, '[[table]]\nname = "items"\ncolumns = ["id", "status", "n", "note"]\n')
+    async with manager(server_argv(config, db.dsn)) as m:
+        await m.watch_start("items", STATE)
+        db.run("ALTER TABLE items RENAME COLUMN note TO remark")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items has no column 'note'"))
+        db.run("UPDATE items SET remark = 'x' WHERE id = 1")
+        db.run("ALTER TABLE items RENAME COLUMN remark TO note")
+        await lines_until(m, lambda ls: has(ls, "items", "MODIFIED 1 (note: one→x)"))
+        db.run("ALTER TABLE items DISABLE TRIGGER asyncai_watch_update")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items has no asyncai-watch triggers"))
+        db.run("UPDATE items SET n = 5 WHERE id = 1")  # not heard: the trigger is off
+        db.run("ALTER TABLE items ENABLE TRIGGER asyncai_watch_update")
+        await lines_until(m, lambda ls: has(ls, "items", "MODIFIED 1 (n: 0→5)"))
+        db.run("ALTER TABLE items RENAME TO items_old")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items does not exist"))
+        db.run("UPDATE items_old SET n = 6 WHERE id = 1")
+        db.run("ALTER TABLE items_old RENAME TO items")
+        await lines_until(m, lambda ls: has(ls, "items", "MODIFIED 1 (n: 5→6)"))
+        db.run("ALTER TABLE items DROP COLUMN status")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items has no column 'status'"))
+        db.run("ALTER TABLE items ADD COLUMN status text NOT NULL DEFAULT 'back'")
+        await lines_until(m, lambda ls: has(ls, "items", "(status: open→back)"))
+
+
 async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None:
     db.run("CREATE TABLE big (id int PRIMARY KEY)")
     db.run("INSERT INTO big SELECT generate_series(1, 5)")

@@ -275,6 +275,8 @@ def test_payloads_decode() -> None:
     )
     assert decode('{"ddl":"DROP TABLE","oids":[16386]}') == DdlChanged("DROP TABLE", frozenset({16386}))
     assert decode('{"ddl":"GRANT"}') == DdlChanged("GRANT", None)
+    # What jsonb_agg makes of an oid (the event triggers of earlier installs send these).
+    assert decode('{"ddl":"ALTER TABLE","oids":["16768"]}') == DdlChanged("ALTER TABLE", frozenset({16768}))
     assert decode("not json") is None
     assert decode('{"op":"INSERT"}') is None
 

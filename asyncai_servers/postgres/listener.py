@@ -62,7 +62,8 @@ class _Payload(msgspec.Struct, forbid_unknown_fields=False):
     op: str = ""
     k: list[list[Any]] | None = None
     ddl: str | None = None
-    oids: list[int] | None = None
+    # jsonb_agg makes a JSON string of an ``oid`` ("16768"); triggers installed before 0.2 send those.
+    oids: list[int | str] | None = None
 
 
 _decode = msgspec.json.Decoder(_Payload).decode
@@ -76,7 +77,12 @@ def decode(payload: str) -> RowsChanged | DdlChanged | None:
         log.warning("ignored a notification on %s that is not ours: %.200s", CHANNEL, payload)
         return None
     if p.ddl is not None:
-        return DdlChanged(p.ddl, None if p.oids is None else frozenset(p.oids))
+        if p.oids is None:
+            return DdlChanged(p.ddl, None)
+        try:
+            return DdlChanged(p.ddl, frozenset(int(oid) for oid in p.oids))
+        except ValueError:
+            return DdlChanged(p.ddl, None)  # unreadable oids: every watch looks again
     if p.s is None or p.t is None:
         log.warning("ignored a notification on %s without a table: %.200s", CHANNEL, payload)
         return None

@@ -102,12 +102,12 @@ DECLARE
   payload text;
 BEGIN
   IF TG_EVENT = 'sql_drop' THEN
-    SELECT jsonb_agg(DISTINCT d.objid) FILTER (WHERE d.classid = 'pg_catalog.pg_class'::regclass),
+    SELECT jsonb_agg(DISTINCT d.objid::int8) FILTER (WHERE d.classid = 'pg_catalog.pg_class'::regclass),
            bool_or(d.object_type = 'trigger' AND d.object_identity LIKE 'asyncai\_watch\_%')
       INTO oids, ours
       FROM pg_event_trigger_dropped_objects() d WHERE NOT d.is_temporary;
   ELSE
-    SELECT jsonb_agg(DISTINCT d.objid) FILTER (WHERE d.classid = 'pg_catalog.pg_class'::regclass),
+    SELECT jsonb_agg(DISTINCT d.objid::int8) FILTER (WHERE d.classid = 'pg_catalog.pg_class'::regclass),
            bool_or(d.object_type = 'trigger' AND d.object_identity LIKE 'asyncai\_watch\_%')
              OR bool_or(d.objid IS NULL)  -- GRANT / REVOKE name no object here
       INTO oids, ours

@@ -501,6 +501,41 @@ async def test_ordinary_ddl_is_heard_through_the_real_event_trigger(db: Db, tmp_
         await lines_until(m, lambda ls: has(ls, "items", "(status: open→back)"))
 
 
+async def test_columns_named_like_the_servers_aliases_are_read(db: Db, tmp_path: Path) -> None:
+    """Columns ``t``, ``c`` and ``q`` (the aliases the server's SQL used), a ``[[query]]`` ending in
+    a ``-- comment``, and a query that fails as written: an error naming the query and its fix."""
+    db.run("CREATE TABLE odd (id int PRIMARY KEY, t timestamptz NOT NULL DEFAULT now(), c int, q int)")
+    db.run("CREATE TABLE odd2 (id int PRIMARY KEY, c int, q int)")
+    db.run("INSERT INTO odd (id, c, q) VALUES (1, 10, 100)")
+    db.run("INSERT INTO odd2 (id, c, q) VALUES (1, 20, 200)")
+    install_triggers(db.dsn, [TableName("public", "odd"), TableName("public", "odd2")])
+    config = write_config(
+        tmp_path,
+        '[[table]]\nname = "odd"\n\n[[table]]\nname = "odd2"\ncolumns = ["id", "c"]\n\n'
+        '[[query]]\nname = "qs"\nsql = "SELECT id, q FROM odd2 -- q is a column too"\ndepends_on = ["odd2"]\n\n'
+        '[[query]]\nname = "broken"\nsql = "SELECT nosuch FROM odd2"\ndepends_on = ["odd2"]\n\n'
+        '[[query]]\nname = "untyped"\nsql = "SELECT length(id) FROM odd2"\ndepends_on = ["odd2"]\n',
+    )
+    async with pg_client(server_argv(config, db.dsn)) as client:
+        with anyio.fail_after(WAIT):
+            body = await read(client, "pg://public/odd")
+            assert set(body["1"]) == {"id", "t", "c", "q"}
+            assert (body["1"]["c"], body["1"]["q"]) == (10, 100)
+            assert await read(client, "pg://public/odd2") == {"1": {"id": 1, "c": 20}}
+            assert await read(client, "pg-query://qs") == [{"id": 1, "q": 200}]
+            with pytest.raises(MCPError) as caught:
+                await read(client, "pg-query://broken")
+            with pytest.raises(MCPError) as untyped:
+                await read(client, "pg-query://untyped")
+    assert caught.value.error.code != -32603  # the config's mistake, not the server's
+    assert "query 'broken': column \"nosuch\" does not exist" in caught.value.error.message
+    assert "the config's [[query]] 'broken' sql fails as written" in caught.value.error.message
+    assert untyped.value.error.code != -32603  # was -32603 with no hint
+    assert "function length(integer) does not exist (SQLSTATE 42883); the config's [[query]] 'untyped'" in (
+        untyped.value.error.message
+    )
+
+
 async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None:
     db.run("CREATE TABLE big (id int PRIMARY KEY)")
     db.run("INSERT INTO big SELECT generate_series(1, 5)")

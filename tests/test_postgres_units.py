@@ -319,7 +319,7 @@ def test_names_are_quoted_by_the_driver_and_values_are_parameters() -> None:
     query, params = query_rows(named.queries[0])
     assert (
         text(query)
-        == 'SELECT json_build_array("q"."id")::text, row_to_json(q)::text FROM (SELECT 1 AS id) AS q LIMIT 1001'
+        == 'SELECT json_build_array("q"."id")::text, row_to_json(q.*)::text FROM (SELECT 1 AS id\n) AS q LIMIT 1001'
     )
     assert params == []
 

@@ -90,10 +90,12 @@ def _cols(alias: str, columns: Sequence[str]) -> sql.Composable:
 
 def _row(target: TableTarget) -> sql.Composable:
     columns = target.spec.columns
+    # ``alias.*``, never a bare ``alias``: PostgreSQL resolves a bare name to a column first, so a
+    # table with a column ``t`` (or ``c``, or a query's ``q``) would hand that column to row_to_json.
     if columns is None:
-        return sql.SQL("row_to_json(t)")
+        return sql.SQL("row_to_json(t.*)")
     # A subselect keeps the column names (json_build_object would stop at 50 columns).
-    return sql.SQL("(SELECT row_to_json(c) FROM (SELECT {}) AS c)").format(_cols("t", columns))
+    return sql.SQL("(SELECT row_to_json(c.*) FROM (SELECT {}) AS c)").format(_cols("t", columns))
 
 
 def _filter(target: TableTarget) -> tuple[sql.Composable, sql.Composable, list[Any]]:
@@ -157,7 +159,8 @@ def query_rows(spec: QuerySpec) -> Query:
         if spec.key
         else sql.SQL("NULL::text")
     )
-    query = sql.SQL("SELECT {key}, row_to_json(q)::text FROM ({body}) AS q LIMIT {limit}").format(
+    # The body ends on a line of its own: a config's SQL may end in a ``-- comment``.
+    query = sql.SQL("SELECT {key}, row_to_json(q.*)::text FROM ({body}\n) AS q LIMIT {limit}").format(
         key=key,
         body=sql.SQL(spec.sql),
         limit=sql.Literal(spec.max_rows + 1),

@@ -343,8 +343,12 @@ class QuerySource(Source):
             rows = await self.db.fetch(query, params)
         except psycopg.Error as exc:
             self._revalidate = True
+            hint = (
+                f"; the config's [[query]] {spec.name!r} sql fails as written (try it in psql as role "
+                f"{self.db.role}): fix it, or the tables it reads"
+            )
             raise one_line(
-                exc, self.describe(), role=self.db.role, timeout=self.db.statement_timeout
+                exc, self.describe(), role=self.db.role, timeout=self.db.statement_timeout, hint=hint
             ) from None
         if len(rows) > spec.max_rows:
             raise PgError(

@@ -536,6 +536,32 @@ async def test_columns_named_like_the_servers_aliases_are_read(db: Db, tmp_path:
     )
 
 
+async def test_numeric_keys_stay_exact_text(db: Db, tmp_path: Path) -> None:
+    """Keys ``0.1000000000000000001`` and ``...0002`` are two rows, ``1.50`` keeps its zero, and a
+    change to one of them (re-read by the key its NOTIFY named) is that row's."""
+    db.run("CREATE TABLE prices (id numeric PRIMARY KEY, v int NOT NULL DEFAULT 0)")
+    db.run("INSERT INTO prices (id) VALUES (0.1000000000000000001), (0.1000000000000000002), (1.50)")
+    install_triggers(db.dsn, [TableName("public", "prices")])
+    config = write_config(tmp_path, '[[table]]\nname = "prices"\n')
+    state, events = "pg://public/prices", "pg-events://public/prices"
+    async with (
+        pg_client(server_argv(config, db.dsn)) as client,
+        client.listen(resource_subscriptions=[state, events]) as sub,
+    ):
+        with anyio.fail_after(WAIT):
+            assert sorted(await read(client, state)) == [
+                "0.1000000000000000001",
+                "0.1000000000000000002",
+                "1.50",
+            ]
+        db.run("UPDATE prices SET v = 1 WHERE id = 0.1000000000000000002")
+        (event,) = await events_until(client, sub, 0, lambda evs: len(evs) >= 1, uri=events)
+        assert (event["type"], event["key"], event["object"]["v"]) == ("MODIFIED", "0.1000000000000000002", 1)
+        db.run("INSERT INTO prices (id) VALUES (2.500)")
+        (added,) = await events_until(client, sub, 1, lambda evs: len(evs) >= 1, uri=events)
+        assert (added["type"], added["key"]) == ("ADDED", "2.500")
+
+
 async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None:
     db.run("CREATE TABLE big (id int PRIMARY KEY)")
     db.run("INSERT INTO big SELECT generate_series(1, 5)")

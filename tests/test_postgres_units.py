@@ -97,6 +97,9 @@ def test_keys_and_events_keep_the_database_text() -> None:
     assert key_text('["abc"]') == "abc"
     assert key_text('[7, "eu"]') == '[7,"eu"]'
     assert key_text("[12345678901234567890123]") == "12345678901234567890123"
+    assert key_text("[1.50]") == "1.50"  # the value as text: no float in between
+    assert key_text("[0.1000000000000000001]") != key_text("[0.1000000000000000002]")
+    assert key_text('[1.50, "eu", 1e+20]') == '[1.50,"eu",1e+20]'
     rows = RowSet(max_rows=10)
     rows.replace([("[1]", '{"id":1,"amount":1.50}')])
     (change,) = rows.update([("[1]", '{"id":1,"amount":2.50}')])

@@ -25,6 +25,7 @@ import psycopg
 
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.db import APP_NAME
+from asyncai_servers.postgres.rowset import Number
 from asyncai_servers.postgres.triggers import CHANNEL
 from asyncai_watch import Backoff
 from asyncai_watch.clock import Clock, SystemClock
@@ -66,7 +67,7 @@ class _Payload(msgspec.Struct, forbid_unknown_fields=False):
     oids: list[int | str] | None = None
 
 
-_decode = msgspec.json.Decoder(_Payload).decode
+_decode = msgspec.json.Decoder(_Payload, float_hook=Number).decode  # keys exact: rowset.Number
 
 
 def decode(payload: str) -> RowsChanged | DdlChanged | None:

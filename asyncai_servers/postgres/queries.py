@@ -17,6 +17,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from asyncai_servers.postgres.config import QuerySpec, TableName
+from asyncai_servers.postgres.rowset import json_text
 from asyncai_servers.postgres.uri import TableTarget
 
 __all__ = ["TRIGGER_NAMES", "TableMeta", "catalog", "load_rows", "query_rows", "reread_rows"]
@@ -148,7 +149,7 @@ def reread_rows(meta: TableMeta, target: TableTarget, keys: Sequence[Sequence[An
         join=join,
         conds=conds,
     )
-    wanted = Jsonb([dict(zip(pk, key, strict=True)) for key in keys])
+    wanted = Jsonb([dict(zip(pk, key, strict=True)) for key in keys], dumps=json_text)  # numbers exact
     return query, [wanted, *params]
 
 

@@ -562,6 +562,53 @@ async def test_numeric_keys_stay_exact_text(db: Db, tmp_path: Path) -> None:
         assert (added["type"], added["key"]) == ("ADDED", "2.500")
 
 
+async def test_writes_to_any_partition_are_seen_and_a_new_partition_is_covered(
+    db: Db, tmp_path: Path
+) -> None:
+    """A statement on a partition fires only the partition's triggers: they are installed on every
+    partition, name the partitioned table, and the event trigger adds them to a partition created
+    (or attached) later."""
+    db.run(
+        "CREATE TABLE orders (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region)"
+    )
+    db.run("CREATE TABLE orders_eu PARTITION OF orders FOR VALUES IN ('eu')")
+    db.run("CREATE TABLE orders_us PARTITION OF orders FOR VALUES IN ('us')")
+    install_triggers(db.dsn, [TableName("public", "orders")])
+    config = write_config(tmp_path, '[[table]]\nname = "orders"\n')
+    uri = "pg-events://public/orders"
+
+    def keys(events: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(e["type"], e["key"]) for e in events}
+
+    async with (
+        pg_client(server_argv(config, db.dsn)) as client,
+        client.listen(resource_subscriptions=[uri]) as sub,
+    ):
+        await read(client, uri)
+        db.run("INSERT INTO orders_eu VALUES (1, 'eu', 0)")  # the partition itself
+        db.run("INSERT INTO orders VALUES (2, 'us', 0)")  # through the partitioned table
+        db.run("UPDATE orders_us SET v = 1 WHERE id = 2")
+        seen = await events_until(client, sub, 0, lambda evs: len(evs) >= 3, uri=uri)
+        assert keys(seen) == {("ADDED", '[1,"eu"]'), ("ADDED", '[2,"us"]'), ("MODIFIED", '[2,"us"]')}
+        db.run("CREATE TABLE orders_ap PARTITION OF orders FOR VALUES IN ('ap')")
+        db.run("CREATE TABLE orders_sa (id int, region text, v int, PRIMARY KEY (id, region))")
+        db.run("ALTER TABLE orders ATTACH PARTITION orders_sa FOR VALUES IN ('sa')")
+        db.run("INSERT INTO orders_ap VALUES (3, 'ap', 0)")
+        db.run("INSERT INTO orders_sa VALUES (4, 'sa', 0)")
+        later = await events_until(client, sub, 3, lambda evs: len(keys(evs)) >= 2, uri=uri)
+        assert keys(later) == {("ADDED", '[3,"ap"]'), ("ADDED", '[4,"sa"]')}
+    # A partition without the triggers (made with the event triggers off): the watch says so.
+    db.run("ALTER EVENT TRIGGER asyncai_watch_ddl DISABLE")
+    db.run("CREATE TABLE orders_af PARTITION OF orders FOR VALUES IN ('af')")
+    db.run("ALTER EVENT TRIGGER asyncai_watch_ddl ENABLE")
+    async with pg_client(server_argv(config, db.dsn)) as client:
+        with (
+            anyio.fail_after(WAIT),
+            pytest.raises(MCPError, match="has partitions without asyncai-watch triggers"),
+        ):
+            await read(client, uri)
+
+
 async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None:
     db.run("CREATE TABLE big (id int PRIMARY KEY)")
     db.run("INSERT INTO big SELECT generate_series(1, 5)")

@@ -44,7 +44,10 @@ SELECT n.nspname::text, c.relname::text, c.oid::int8, c.relkind::text,
   ARRAY(SELECT g.tgname::text FROM pg_trigger g
          WHERE g.tgrelid = c.oid AND g.tgname LIKE 'asyncai\_watch\_%%' AND g.tgenabled <> 'D'),
   has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT'),
-  current_user::text
+  current_user::text,
+  ARRAY(SELECT p.relid::regclass::text FROM pg_partition_tree(c.oid) p
+         WHERE p.relid <> c.oid AND (SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = p.relid
+           AND g.tgname LIKE 'asyncai\_watch\_%%' AND g.tgenabled <> 'D') < 4)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE (n.nspname, c.relname) IN (SELECT * FROM unnest(%s::text[], %s::text[]))
 """
@@ -64,6 +67,8 @@ class TableMeta:
     triggers: frozenset[str]
     readable: bool
     role: str
+    unwatched: tuple[str, ...] = ()
+    """Partitions (of a partitioned table) without all four triggers: their writes go unheard."""
 
 
 def catalog(tables: Sequence[TableName]) -> Query:
@@ -72,7 +77,7 @@ def catalog(tables: Sequence[TableName]) -> Query:
 
 
 def meta_from_row(row: Sequence[Any]) -> TableMeta:
-    schema, name, oid, kind, pk, columns, triggers, readable, role = row
+    schema, name, oid, kind, pk, columns, triggers, readable, role, unwatched = row
     return TableMeta(
         name=TableName(schema, name),
         oid=int(oid),
@@ -82,6 +87,7 @@ def meta_from_row(row: Sequence[Any]) -> TableMeta:
         triggers=frozenset(triggers),
         readable=bool(readable),
         role=str(role),
+        unwatched=tuple(unwatched),
     )
 
 

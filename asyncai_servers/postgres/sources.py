@@ -197,6 +197,15 @@ def _check(meta: TableMeta) -> None:
             f"{name} has no asyncai-watch triggers ({', '.join(missing)} missing or disabled), so its changes "
             "would never be heard: run asyncai-mcp-postgres --config CONFIG --install-triggers as its owner"
         )
+    if meta.unwatched:
+        shown = ", ".join(meta.unwatched[:5]) + (
+            f" and {len(meta.unwatched) - 5} more" if len(meta.unwatched) > 5 else ""
+        )
+        raise PgError(
+            f"{name} has partitions without asyncai-watch triggers ({shown}), so their changes would never "
+            "be heard: run asyncai-mcp-postgres --config CONFIG --install-triggers as its owner (as a "
+            "superuser it also covers partitions created later)"
+        )
     if not meta.readable:
         raise PgError(
             f"role {meta.role} may not read {name} (permission denied): GRANT USAGE ON SCHEMA "

@@ -153,13 +153,24 @@ async def read(client: Client, uri: str, after: tuple[str, int] | None = None) -
     return json.loads(text)
 
 
-async def read_until(client: Client, sub: Subscription, uri: str, done: Callable[[Any], bool]) -> Any:
-    """Re-read ``uri`` after each update until ``done(body)``."""
+OUTAGE = "cannot reach PostgreSQL, so changes cannot be heard"
+
+
+async def read_until(
+    client: Client, sub: Subscription, uri: str, done: Callable[[Any], bool], *, outage: bool = False
+) -> Any:
+    """Re-read ``uri`` after each update until ``done(body)``; with ``outage``, a read failing
+    because PostgreSQL is not reachable (yet) waits for the next update too."""
     with anyio.fail_after(WAIT):
         while True:
-            body = await read(client, uri)
-            if done(body):
-                return body
+            try:
+                body = await read(client, uri)
+            except MCPError as exc:
+                if not (outage and OUTAGE in exc.error.message):
+                    raise
+            else:
+                if done(body):
+                    return body
             await sub.__anext__()
 
 
@@ -387,17 +398,21 @@ async def test_a_terminated_listen_connection_loses_no_change(db: Db, tmp_path: 
         finally:
             await admin.execute(psycopg.sql.SQL("ALTER ROLE {} CONNECTION LIMIT -1").format(role))
         final = db_rows(db)
-        body = await read_until(client, sub, STATE, lambda b: b == final)
+        # While the server could not LISTEN again, reads said so (an outage): then the net change.
+        body = await read_until(client, sub, STATE, lambda b: b == final, outage=True)
         assert body == final
         wanted = {("ADDED", str(i)) for i in range(100, 160)} | {("MODIFIED", "1"), ("DELETED", "2")}
         after = start["last_seq"]  # the warm-up's event came before
         events = await events_until(
-            client, sub, after, lambda evs: wanted <= {(e["type"], e["key"]) for e in evs}
+            client, sub, after, lambda evs: wanted <= {(e["type"], e.get("key")) for e in evs}
         )
         log = await read(client, EVENTS)
     assert log["log_id"] == start["log_id"]  # the same log: nothing to report as a GAP
     assert sorted(e["seq"] for e in events) == list(range(after + 1, after + 1 + len(events)))
-    assert {(e["type"], e["key"]) for e in events} == wanted
+    errors = [e for e in events if e["type"] == "ERROR"]
+    assert len(errors) <= 1, errors
+    assert all(OUTAGE in e["message"] for e in errors), errors
+    assert {(e["type"], e["key"]) for e in events if e["type"] != "ERROR"} == wanted
 
 
 async def test_a_database_restart_loses_no_change(db: Db, tmp_path: Path) -> None:
@@ -411,10 +426,41 @@ async def test_a_database_restart_loses_no_change(db: Db, tmp_path: Path) -> Non
         await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "before")
         await anyio.to_thread.run_sync(db.server.restart)
         db.run("UPDATE items SET note = 'after' WHERE id = 2")  # maybe before the server listens again
-        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after")
+        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after", outage=True)
         assert body == db_rows(db)
         db.run("UPDATE items SET note = 'later' WHERE id = 1")  # and heard as usual afterwards
         await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "later")
+
+
+async def test_an_outage_is_said_to_every_listener_and_the_recovery_too(db: Db, tmp_path: Path) -> None:
+    """PostgreSQL stopped: every listener is signalled, a state read is an error naming the cause
+    (not the rows held from before) and the event log gets an ERROR event; started again: one more
+    signal, and the net change (a write made as it came back)."""
+    async with (
+        pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
+        client.listen(resource_subscriptions=[STATE]) as sub,
+        client.listen(resource_subscriptions=[EVENTS]) as sub2,
+    ):
+        await read(client, EVENTS)  # the baseline is read: the next change is an event
+        db.run("UPDATE items SET note = 'before' WHERE id = 1")
+        await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "before")
+        start = await events_until(client, sub2, 0, lambda evs: len(evs) >= 1)
+        try:
+            await anyio.to_thread.run_sync(db.server.stop)
+            with anyio.fail_after(WAIT):
+                await sub.__anext__()
+                with pytest.raises(MCPError, match=OUTAGE):
+                    await read(client, STATE)
+            down = await events_until(client, sub2, len(start), lambda evs: len(evs) >= 1)
+            assert down[0]["type"] == "ERROR"
+            assert "cannot reach PostgreSQL" in down[0]["message"]
+        finally:
+            await anyio.to_thread.run_sync(db.server.start)
+        db.run("UPDATE items SET note = 'back' WHERE id = 2")
+        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "back", outage=True)
+        assert body == db_rows(db)
+        back = await events_until(client, sub2, len(start) + 1, lambda evs: len(evs) >= 1)
+        assert [(e["type"], e["key"]) for e in back] == [("MODIFIED", "2")]
 
 
 async def test_a_server_restart_is_a_gap_and_the_state_catches_up(db: Db, tmp_path: Path) -> None:

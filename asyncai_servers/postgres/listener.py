@@ -9,7 +9,8 @@ re-read's snapshot is notified, and one committed before it is in the re-read.
 
 A lost connection (``pg_terminate_backend``, a database restart, a network cut: TCP keepalives
 find a silent one) is reconnected at once; failed connects back off (1, 2, 4 .. 16 s by
-default) on the injected clock. While nothing changes, the connection only waits: no query.
+default) on the injected clock, and each one calls ``on_down``: until ``on_resync``, the server
+cannot know what changes, and says so. While nothing changes, the connection only waits: no query.
 """
 
 from __future__ import annotations
@@ -98,12 +99,15 @@ class Listener:
         *,
         on_change: Callable[[RowsChanged | DdlChanged], None],
         on_resync: Callable[[], None],
+        on_down: Callable[[str], None] = lambda _reason: None,
         clock: Clock | None = None,
         backoff: Backoff = RECONNECT,
     ) -> None:
         self.dsn = dsn
         self.on_change = on_change
         self.on_resync = on_resync
+        self.on_down = on_down
+        """Called with the reason each time a connect fails: nothing is heard until ``on_resync``."""
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.backoff = backoff
         self.backend_pid: int | None = None
@@ -133,6 +137,9 @@ class Listener:
                 assert delay is not None  # attempts=None: forever
                 failures += 1
                 log.warning("LISTEN connect failed (%s); retrying in %g s", _line(exc), delay)
+                # A lost connection is tried again at once; only when that fails is PostgreSQL
+                # unreachable (a LISTEN cut with the database up is a resync, not an outage).
+                self.on_down(_line(exc))
                 await self.clock.sleep_until(self.clock.now() + delay)
                 continue
             failures = 0

@@ -112,8 +112,16 @@ class PostgresServer:
         self.idle_grace = idle_grace
         self._ring = (ring_events, ring_chars, ring_window)
         self.listener = Listener(
-            dsn, on_change=self._route, on_resync=self._resync, clock=self.clock, backoff=reconnect
+            dsn,
+            on_change=self._route,
+            on_resync=self._resync,
+            on_down=self._down,
+            clock=self.clock,
+            backoff=reconnect,
         )
+        self.reconnect = reconnect
+        self._unreachable: str | None = None
+        """Why PostgreSQL cannot be reached, from the LISTEN connection's last failed connect."""
         self.subscriptions = SubscriptionRegistry(
             SERVER_NAME,
             refuse=self._refusal,
@@ -189,6 +197,8 @@ class PostgresServer:
             )
         else:
             source = QuerySource(target, self.db, self._publish)
+        if self._unreachable is not None:
+            source.unreachable(self._outage(source))
         entry = _Entry(source=source, scope=anyio.CancelScope())
         self._entries[target] = entry
         for table in source.tables():
@@ -280,8 +290,23 @@ class PostgresServer:
                 entry.source.ddl(change)
 
     def _resync(self) -> None:
+        self._unreachable = None
         for entry in list(self._entries.values()):
             entry.source.resync()
+
+    def _down(self, reason: str) -> None:
+        self._unreachable = reason
+        for entry in list(self._entries.values()):
+            entry.source.unreachable(self._outage(entry.source))
+
+    def _outage(self, source: Source) -> PgError:
+        assert self._unreachable is not None
+        return PgError(
+            f"{source.describe()}: cannot reach PostgreSQL, so changes cannot be heard: {self._unreachable} "
+            f"(not watching until it is back; the server tries again every {self.reconnect.cap:g} s at most "
+            "and then reports the net change)",
+            internal=True,
+        )
 
     # -- handlers ----------------------------------------------------------------------------------
 

@@ -75,6 +75,9 @@ class Source:
         self.meta: dict[TableName, TableMeta] = {}
         self._revalidate = True
         self._all = True
+        self._down: PgError | None = None
+        """PostgreSQL is unreachable (the LISTEN connection cannot connect): why, until it is back."""
+        self._told_down = False
         self._wake = anyio.Event()
         self._wake.set()
 
@@ -98,7 +101,15 @@ class Source:
             self._wake.set()
 
     def resync(self) -> None:
+        self._down = None
+        self._told_down = False
         self._all = True
+        self._wake.set()
+
+    def unreachable(self, error: PgError) -> None:
+        """Nothing can be heard (the server cannot LISTEN): reads fail with ``error`` until
+        :meth:`resync`, which re-reads and reports the net change."""
+        self._down = error
         self._wake.set()
 
     # -- the loop ------------------------------------------------------------------------------
@@ -107,6 +118,14 @@ class Source:
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
+            if self._down is not None:
+                self._revalidate = True  # what changed meanwhile is unknown: look at it all again
+                if self._told_down:
+                    self.error = self._down  # still down (the reason may read differently): nothing new
+                else:
+                    self._told_down = True
+                    await self._failed(self._down)
+                continue
             revalidate = self._revalidate or self.error is not None or not self.meta
             self._revalidate = False
             try:

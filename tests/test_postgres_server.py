@@ -706,6 +706,77 @@ async def test_a_role_without_rights_gets_one_line(db: Db, tmp_path: Path) -> No
     assert lines["changes"][-1].startswith("ERROR: ")
 
 
+# -- shared work, caps and refusals ----------------------------------------------------------------
+
+
+def _load_pg_stat_statements(db: Db) -> None:
+    """Load pg_stat_statements in the module's cluster (a restart: it needs shared memory)."""
+    loaded = db.run("SHOW shared_preload_libraries")[0][0]
+    if "pg_stat_statements" not in loaded:
+        db.run("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        db.server.restart()
+    db.run("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+
+def _statements(db: Db, role: str) -> int:
+    rows = db.run(
+        "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements"
+        " WHERE userid = %s::regrole AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (role,),
+    )
+    return int(rows[0][0])
+
+
+async def test_ten_thousand_filtered_uris_share_one_reread_per_change(db: Db, tmp_path: Path) -> None:
+    """One listen of 10,000 filtered URIs, a second client's watch beside it: a single-row UPDATE
+    costs a bounded number of statements (one shared re-read, not one per URI), and both clients
+    are told."""
+    await anyio.to_thread.run_sync(_load_pg_stat_statements, db)
+    config = write_config(tmp_path, '[[table]]\nname = "items"\nwhere = ["n"]\n')
+    argv = server_argv(config, db.as_role(WATCHER))
+    many = [f"pg://public/items?n={i}" for i in range(10_000)]
+    async with pg_client(argv) as client, pg_client(argv) as other:
+        with anyio.fail_after(120):  # 10,000 first reads before the ack
+            async with (
+                client.listen(resource_subscriptions=many) as sub,
+                other.listen(resource_subscriptions=["pg://public/items?n=5"]) as sub2,
+            ):
+                assert await read(other, "pg://public/items?n=5") == {}
+                assert set(await read(client, "pg://public/items?n=0")) == {"1", "2"}
+                db.run("SELECT pg_stat_statements_reset()")
+                db.run("UPDATE items SET n = 5 WHERE id = 1")
+                moved = await read_until(other, sub2, "pg://public/items?n=5", lambda b: "1" in b)
+                assert moved["1"]["n"] == 5
+                await read_until(client, sub, "pg://public/items?n=0", lambda b: set(b) == {"2"})
+                assert set(await read(client, "pg://public/items?n=5")) == {"1"}
+                spent = _statements(db, WATCHER)
+    assert spent <= 3, f"{spent} statements for one single-row UPDATE under 10,001 filtered URIs"
+
+
+async def test_a_listen_that_can_only_fail_or_is_over_the_cap_is_refused_at_once(
+    db: Db, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, '[[table]]\nname = "items"\nwhere = ["n", "status"]\n')
+    async with pg_client(server_argv(config, db.dsn, "--max-sources", "3")) as client:
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as bad_value:
+            async with client.listen(resource_subscriptions=["pg://public/items?n=abc"]):
+                pass
+        assert 'invalid input syntax for type integer: "abc"' in bad_value.value.error.message
+        uris = [f"pg://public/items?n={i}" for i in range(4)]
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as over:
+            async with client.listen(resource_subscriptions=uris):
+                pass
+        assert "the most it allows (--max-sources 3)" in over.value.error.message
+        async with client.listen(resource_subscriptions=uris[:3]) as sub:  # within the cap: served
+            db.run("UPDATE items SET n = 2 WHERE id = 1")
+            await read_until(client, sub, uris[2], lambda b: "1" in b)
+    async with pg_client(server_argv(config, db.as_role(NOBODY))) as client:
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as no_rights:
+            async with client.listen(resource_subscriptions=[STATE]):
+                pass
+    assert f"role {NOBODY} may not read public.items (permission denied)" in no_rights.value.error.message
+
+
 # -- the surface: listings, refusals, HTTP, the CLI, the bridge -------------------------------------
 
 

@@ -34,9 +34,12 @@ class PgError(Exception):
     """A read failed; ``str()`` is one line saying why. ``internal``: the server's fault or the
     database's (unreachable, too slow), not the watched resource's."""
 
-    def __init__(self, message: str, *, internal: bool = False) -> None:
+    def __init__(self, message: str, *, internal: bool = False, refuse: bool = False) -> None:
         super().__init__(message)
         self.internal = internal
+        self.refuse = refuse
+        """The URI can only fail this way (no rights, a filter value its column cannot take):
+        a listen naming it is refused, not acknowledged."""
 
 
 def _first_line(text: str) -> str:
@@ -62,7 +65,8 @@ def one_line(
     if isinstance(exc, pgerrors.InsufficientPrivilege):
         who = f"role {role}" if role else "the server's role"
         return PgError(
-            f"{what}: {primary}: {who} may not read it (GRANT SELECT ON it TO {role or 'that role'})"
+            f"{what}: {primary}: {who} may not read it (GRANT SELECT ON it TO {role or 'that role'})",
+            refuse=True,
         )
     if isinstance(exc, pgerrors.UndefinedTable):
         return PgError(f"{what}: {primary} (dropped or renamed?){hint}")
@@ -77,7 +81,7 @@ def one_line(
     if state[:2] in _THE_DATABASES:
         return PgError(f"{what}: {type(exc).__name__}: {primary} (SQLSTATE {state})", internal=True)
     # The statement itself failed (class 42: a name or type it uses, 22: a value ...): say which.
-    return PgError(f"{what}: {primary} (SQLSTATE {state}){hint}")
+    return PgError(f"{what}: {primary} (SQLSTATE {state}){hint}", refuse=state.startswith("22"))
 
 
 class Database:

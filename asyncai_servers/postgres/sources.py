@@ -32,7 +32,7 @@ from typing import Any, Final
 import anyio
 import psycopg
 
-from asyncai_servers.postgres.config import TableName
+from asyncai_servers.postgres.config import TableName, TableSpec
 from asyncai_servers.postgres.db import Database, PgError, one_line
 from asyncai_servers.postgres.listener import DdlChanged, RowsChanged
 from asyncai_servers.postgres.queries import (
@@ -467,10 +467,11 @@ class TableGroup:
     A ``NOTIFY`` naming keys costs one statement however many sources (filtered URIs) watch the
     table: the rows with those keys are read once, unfiltered, with their ``where`` columns as
     matched (queries.shared_reread), and each source's rows are updated from them in memory: a
-    row goes to the sources whose filter it matches, and leaves those that held it and no
-    longer match. What a source needs on its own (its first read, a whole read after DDL, a
-    resync or an error) runs here too, one source after another, after the catalog is looked
-    up once for all of them; so a source's reads never overlap the shared ones.
+    row goes to the sources whose filter it matches (an index by filter value), and leaves those
+    that held it and no longer match (an index by key). What a source needs on its own (its
+    first read, a whole read after DDL, a resync or an error) runs here too, one source after
+    another, after the catalog is looked up once for all of them; so a source's reads never
+    overlap the shared ones. Per change the work is the changed rows' sources, not every source.
     """
 
     def __init__(self, table: TableName, db: Database) -> None:
@@ -479,6 +480,11 @@ class TableGroup:
         self.sources: set[TableSource] = set()
         self.holders: defaultdict[str, set[TableSource]] = defaultdict(set)
         """Which filtered sources hold a row (by key): those the row may leave."""
+        self._unfiltered: set[TableSource] = set()
+        self._needy: dict[TableSource, None] = {}
+        """Sources woken for work of their own, in order."""
+        self._unsteady: set[TableSource] = set()
+        """Sources the shared re-read does not serve (new, failing, or with work of their own)."""
         self._index: dict[tuple[str, ...], dict[tuple[str, ...], list[TableSource]]] | None = None
         self._keys: dict[tuple[Any, ...], None] = {}
         self._wake = anyio.Event()
@@ -487,16 +493,23 @@ class TableGroup:
 
     def add(self, source: TableSource) -> None:
         source.group = self
-        source.nudge = self.wake
+        source.nudge = lambda: self._mark(source)
         self.sources.add(source)
+        if not source.target.filter:
+            self._unfiltered.add(source)
         self._index = None
-        self._wake.set()
+        self._mark(source)
 
-    def wake(self) -> None:
+    def _mark(self, source: TableSource) -> None:
+        self._needy[source] = None
+        self._unsteady.add(source)
         self._wake.set()  # the current event: the loop replaces it each round
 
     def remove(self, source: TableSource) -> None:
         self.sources.discard(source)
+        self._unfiltered.discard(source)
+        self._unsteady.discard(source)
+        self._needy.pop(source, None)
         self._index = None
         for key in source.rows.rows:
             held = self.holders.get(key)
@@ -532,14 +545,14 @@ class TableGroup:
             await self._wake.wait()
             self._wake = anyio.Event()
             keys, self._keys = list(self._keys), {}
-            shared = [s for s in self.sources if s.steady]
-            if keys and shared:
-                await self._reread(keys, shared)
             if keys:
-                for source in self.sources:
+                await self._reread(keys)
+                for source in list(self._unsteady):
                     if source.error is not None and not source.has_work:
                         source.retry()  # a failing source tries again at each change, on its own
-            needy = [s for s in self.sources if s.has_work]
+                        self._needy[source] = None
+            needy, self._needy = list(self._needy), {}
+            needy = [s for s in needy if s.has_work and s in self.sources]
             if any(s.will_revalidate and not s.down for s in needy):
                 prefetched: dict[TableName, TableMeta] | PgError | None
                 try:
@@ -552,10 +565,16 @@ class TableGroup:
                 for source in needy:
                     source.prefetched = prefetched if source.will_revalidate else None
             for source in needy:
-                if source in self.sources:  # not stopped meanwhile
-                    await source.step()
-            if any(s.match is not None for s in needy):
-                self._index = None
+                if source not in self.sources:  # stopped meanwhile
+                    continue
+                before = source.match
+                await source.step()
+                if source.steady:
+                    self._unsteady.discard(source)
+                else:
+                    self._unsteady.add(source)
+                if source.match != before:
+                    self._index = None
 
     def _filters(self) -> dict[tuple[str, ...], dict[tuple[str, ...], list[TableSource]]]:
         """Filtered sources by their filter's columns, then by its values as matched."""
@@ -569,12 +588,21 @@ class TableGroup:
             self._index = index
         return self._index
 
-    async def _reread(self, keys: list[tuple[Any, ...]], shared: list[TableSource]) -> None:
-        first = shared[0]
-        meta = first.meta.get(self.table)
-        spec = first.target.spec
-        if meta is None or any(len(k) != len(meta.primary_key) for k in keys):
-            for source in shared:  # the primary key changed under us: each looks again
+    def _meta(self) -> tuple[TableMeta, TableSpec] | None:
+        for source in self.sources:
+            if source not in self._unsteady:
+                meta = source.meta.get(self.table)
+                if meta is not None:
+                    return meta, source.target.spec
+        return None
+
+    async def _reread(self, keys: list[tuple[Any, ...]]) -> None:
+        found_meta = self._meta()
+        if found_meta is None:
+            return  # no source is served by a shared read: each reads on its own
+        meta, spec = found_meta
+        if any(len(k) != len(meta.primary_key) for k in keys):
+            for source in list(self.sources):  # the primary key changed under us: each looks again
                 source.ddl(DdlChanged("primary key", None))
             return
         query, params = shared_reread(meta, spec, keys)
@@ -582,11 +610,11 @@ class TableGroup:
         try:
             found = await self.db.fetch(query, params)
         except psycopg.Error:
-            for source in shared:  # each tries on its own, and says why if it fails
+            for source in list(self.sources):  # each tries on its own, and says why if it fails
                 source.ddl(DdlChanged("re-read failed", None))
             return
-        steady = set(shared)
-        unfiltered = [s for s in shared if not s.target.filter]
+        unsteady = self._unsteady
+        unfiltered = [s for s in self._unfiltered if s not in unsteady]
         index = self._filters()
         answers: defaultdict[TableSource, list[tuple[str, str | None]]] = defaultdict(list)
         for key_json, row, match_json in found:
@@ -598,10 +626,13 @@ class TableGroup:
                     matched.update(by_values.get(tuple(values[c] for c in columns), ()))
             for source in unfiltered:
                 answers[source].append((key_json, row))
-            for source in matched & steady:
-                answers[source].append((key_json, row))
+            for source in matched:
+                if source not in unsteady:
+                    answers[source].append((key_json, row))
             for source in self.holders.get(key_text(key_json), ()):
-                if source in steady and source not in matched:
+                if source not in unsteady and source not in matched:
                     answers[source].append((key_json, None))
         for source, rows in answers.items():
             await source.apply(rows)
+            if source.error is not None:
+                self._unsteady.add(source)

@@ -17,6 +17,11 @@ With a superuser, two event triggers also ``NOTIFY`` DDL (``ALTER TABLE``, ``DRO
 altered says so at once. Without them the server learns of DDL at the next change, reconnect
 or restart (docs/servers/postgres.md).
 
+A partitioned table's partitions get the triggers too (a statement on a partition fires only
+the partition's statement triggers); their ``NOTIFY`` names the partitioned table
+(``pg_partition_root``), and the DDL event trigger adds them to a partition created or attached
+later (``asyncai_watch.add_triggers``).
+
 Everything is idempotent (``CREATE OR REPLACE``, ``DROP ... IF EXISTS``) and runs in one
 transaction: a table that does not exist installs nothing.
 """

@@ -153,13 +153,24 @@ async def read(client: Client, uri: str, after: tuple[str, int] | None = None) -
     return json.loads(text)
 
 
-async def read_until(client: Client, sub: Subscription, uri: str, done: Callable[[Any], bool]) -> Any:
-    """Re-read ``uri`` after each update until ``done(body)``."""
+OUTAGE = "cannot reach PostgreSQL, so changes cannot be heard"
+
+
+async def read_until(
+    client: Client, sub: Subscription, uri: str, done: Callable[[Any], bool], *, outage: bool = False
+) -> Any:
+    """Re-read ``uri`` after each update until ``done(body)``; with ``outage``, a read failing
+    because PostgreSQL is not reachable (yet) waits for the next update too."""
     with anyio.fail_after(WAIT):
         while True:
-            body = await read(client, uri)
-            if done(body):
-                return body
+            try:
+                body = await read(client, uri)
+            except MCPError as exc:
+                if not (outage and OUTAGE in exc.error.message):
+                    raise
+            else:
+                if done(body):
+                    return body
             await sub.__anext__()
 
 
@@ -390,17 +401,21 @@ async def test_a_terminated_listen_connection_loses_no_change(db: Db, tmp_path: 
         finally:
             await admin.execute(psycopg.sql.SQL("ALTER ROLE {} CONNECTION LIMIT -1").format(role))
         final = db_rows(db)
-        body = await read_until(client, sub, STATE, lambda b: b == final)
+        # While the server could not LISTEN again, reads said so (an outage): then the net change.
+        body = await read_until(client, sub, STATE, lambda b: b == final, outage=True)
         assert body == final
         wanted = {("ADDED", str(i)) for i in range(100, 160)} | {("MODIFIED", "1"), ("DELETED", "2")}
         after = start["last_seq"]  # the warm-up's event came before
         events = await events_until(
-            client, sub, after, lambda evs: wanted <= {(e["type"], e["key"]) for e in evs}
+            client, sub, after, lambda evs: wanted <= {(e["type"], e.get("key")) for e in evs}
         )
         log = await read(client, EVENTS)
     assert log["log_id"] == start["log_id"]  # the same log: nothing to report as a GAP
     assert sorted(e["seq"] for e in events) == list(range(after + 1, after + 1 + len(events)))
-    assert {(e["type"], e["key"]) for e in events} == wanted
+    errors = [e for e in events if e["type"] == "ERROR"]
+    assert len(errors) <= 1, errors
+    assert all(OUTAGE in e["message"] for e in errors), errors
+    assert {(e["type"], e["key"]) for e in events if e["type"] != "ERROR"} == wanted
 
 
 async def test_a_database_restart_loses_no_change(db: Db, tmp_path: Path) -> None:
@@ -417,13 +432,51 @@ async def test_a_database_restart_loses_no_change(db: Db, tmp_path: Path) -> Non
         await anyio.to_thread.run_sync(db.server.restart)
         db.run("UPDATE items SET note = 'after' WHERE id = 2")  # maybe before the server listens again
         db.run("UPDATE items SET note = 'after, again' WHERE id = 2")
-        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after, again")
+        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after, again", outage=True)
         assert body == db_rows(db)
         db.run("UPDATE items SET note = 'later' WHERE id = 1")  # and heard as usual afterwards
         await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "later")
         events = await events_until(client, sub, start["last_seq"], lambda evs: len(evs) >= 3)
         assert (await read(client, EVENTS))["log_id"] == start["log_id"]
     assert [e["object"]["note"] for e in events] == ["after", "after, again", "later"]
+
+
+async def test_an_outage_is_said_to_every_listener_and_the_recovery_too(db: Db, tmp_path: Path) -> None:
+    """PostgreSQL stopped: every listener is signalled, a state read is an error naming the cause
+    (not the rows held from before), and so is a read of the change log; started again: one more
+    signal, the net change (a write made as it came back), and that write in the same log."""
+    async with (
+        pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
+        client.listen(resource_subscriptions=[STATE]) as sub,
+        client.listen(resource_subscriptions=[EVENTS]) as sub2,
+    ):
+        await read(client, EVENTS)  # the baseline is read: the next change is an event
+        db.run("UPDATE items SET note = 'before' WHERE id = 1")
+        await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "before")
+        start = await events_until(client, sub2, 0, lambda evs: len(evs) >= 1)
+        try:
+            await anyio.to_thread.run_sync(db.server.stop)
+            with anyio.fail_after(WAIT):
+                await sub.__anext__()
+                with pytest.raises(MCPError, match=OUTAGE):
+                    await read(client, STATE)
+            with anyio.fail_after(WAIT):
+                message = ""
+                while not message:  # level-triggered: read; while the log still answers, wait for a signal
+                    try:
+                        await read(client, EVENTS)
+                    except MCPError as exc:
+                        message = exc.error.message
+                    else:
+                        await sub2.__anext__()
+            assert OUTAGE in message
+        finally:
+            await anyio.to_thread.run_sync(db.server.start)
+        db.run("UPDATE items SET note = 'back' WHERE id = 2")
+        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "back", outage=True)
+        assert body == db_rows(db)
+        back = await events_until(client, sub2, start[-1]["seq"], lambda evs: len(evs) >= 1)
+        assert [(e["type"], e["key"]) for e in back] == [("MODIFIED", "2")]
 
 
 def killable(argv: list[str], pid_file: Path) -> list[str]:
@@ -585,6 +638,142 @@ async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db,
         await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 9 (n: 0→1)"))
 
 
+async def test_ordinary_ddl_is_heard_through_the_real_event_trigger(db: Db, tmp_path: Path) -> None:
+    """A renamed column or table, a disabled trigger, a dropped column: each is said at once by
+    the event trigger's NOTIFY (whose oids are JSON strings), and the DDL that fixes it brings the
+    watch back with the net change, including writes made while it was broken."""
+    config = write_config(tmp_path, '[[table]]\nname = "items"\ncolumns = ["id", "status", "n", "note"]\n')
+    async with manager(server_argv(config, db.dsn)) as m:
+        await m.watch_start("items", STATE)
+        db.run("ALTER TABLE items RENAME COLUMN note TO remark")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items has no column 'note'"))
+        db.run("UPDATE items SET remark = 'x' WHERE id = 1")
+        db.run("ALTER TABLE items RENAME COLUMN remark TO note")
+        await lines_until(m, lambda ls: has(ls, "items", "MODIFIED 1 (note: one→x)"))
+        db.run("ALTER TABLE items DISABLE TRIGGER asyncai_watch_update")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items has no asyncai-watch triggers"))
+        db.run("UPDATE items SET n = 5 WHERE id = 1")  # not heard: the trigger is off
+        db.run("ALTER TABLE items ENABLE TRIGGER asyncai_watch_update")
+        await lines_until(m, lambda ls: has(ls, "items", "MODIFIED 1 (n: 0→5)"))
+        db.run("ALTER TABLE items RENAME TO items_old")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items does not exist"))
+        db.run("UPDATE items_old SET n = 6 WHERE id = 1")
+        db.run("ALTER TABLE items_old RENAME TO items")
+        await lines_until(m, lambda ls: has(ls, "items", "MODIFIED 1 (n: 5→6)"))
+        db.run("ALTER TABLE items DROP COLUMN status")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items has no column 'status'"))
+        db.run("ALTER TABLE items ADD COLUMN status text NOT NULL DEFAULT 'back'")
+        await lines_until(m, lambda ls: has(ls, "items", "(status: open→back)"))
+
+
+async def test_columns_named_like_the_servers_aliases_are_read(db: Db, tmp_path: Path) -> None:
+    """Columns ``t``, ``c`` and ``q`` (the aliases the server's SQL used), a ``[[query]]`` ending in
+    a ``-- comment``, and a query that fails as written: an error naming the query and its fix."""
+    db.run("CREATE TABLE odd (id int PRIMARY KEY, t timestamptz NOT NULL DEFAULT now(), c int, q int)")
+    db.run("CREATE TABLE odd2 (id int PRIMARY KEY, c int, q int)")
+    db.run("INSERT INTO odd (id, c, q) VALUES (1, 10, 100)")
+    db.run("INSERT INTO odd2 (id, c, q) VALUES (1, 20, 200)")
+    install_triggers(db.dsn, [TableName("public", "odd"), TableName("public", "odd2")])
+    config = write_config(
+        tmp_path,
+        '[[table]]\nname = "odd"\n\n[[table]]\nname = "odd2"\ncolumns = ["id", "c"]\n\n'
+        '[[query]]\nname = "qs"\nsql = "SELECT id, q FROM odd2 -- q is a column too"\ndepends_on = ["odd2"]\n\n'
+        '[[query]]\nname = "broken"\nsql = "SELECT nosuch FROM odd2"\ndepends_on = ["odd2"]\n\n'
+        '[[query]]\nname = "untyped"\nsql = "SELECT length(id) FROM odd2"\ndepends_on = ["odd2"]\n',
+    )
+    async with pg_client(server_argv(config, db.dsn)) as client:
+        with anyio.fail_after(WAIT):
+            body = await read(client, "pg://public/odd")
+            assert set(body["1"]) == {"id", "t", "c", "q"}
+            assert (body["1"]["c"], body["1"]["q"]) == (10, 100)
+            assert await read(client, "pg://public/odd2") == {"1": {"id": 1, "c": 20}}
+            assert await read(client, "pg-query://qs") == [{"id": 1, "q": 200}]
+            with pytest.raises(MCPError) as caught:
+                await read(client, "pg-query://broken")
+            with pytest.raises(MCPError) as untyped:
+                await read(client, "pg-query://untyped")
+    assert caught.value.error.code != -32603  # the config's mistake, not the server's
+    assert "query 'broken': column \"nosuch\" does not exist" in caught.value.error.message
+    assert "the config's [[query]] 'broken' sql fails as written" in caught.value.error.message
+    assert untyped.value.error.code != -32603  # was -32603 with no hint
+    assert "function length(integer) does not exist (SQLSTATE 42883); the config's [[query]] 'untyped'" in (
+        untyped.value.error.message
+    )
+
+
+async def test_numeric_keys_stay_exact_text(db: Db, tmp_path: Path) -> None:
+    """Keys ``0.1000000000000000001`` and ``...0002`` are two rows, ``1.50`` keeps its zero, and a
+    change to one of them (re-read by the key its NOTIFY named) is that row's."""
+    db.run("CREATE TABLE prices (id numeric PRIMARY KEY, v int NOT NULL DEFAULT 0)")
+    db.run("INSERT INTO prices (id) VALUES (0.1000000000000000001), (0.1000000000000000002), (1.50)")
+    install_triggers(db.dsn, [TableName("public", "prices")])
+    config = write_config(tmp_path, '[[table]]\nname = "prices"\n')
+    state, events = "pg://public/prices", "pg-events://public/prices"
+    async with (
+        pg_client(server_argv(config, db.dsn)) as client,
+        client.listen(resource_subscriptions=[state, events]) as sub,
+    ):
+        with anyio.fail_after(WAIT):
+            assert sorted(await read(client, state)) == [
+                "0.1000000000000000001",
+                "0.1000000000000000002",
+                "1.50",
+            ]
+        db.run("UPDATE prices SET v = 1 WHERE id = 0.1000000000000000002")
+        (event,) = await events_until(client, sub, 0, lambda evs: len(evs) >= 1, uri=events)
+        assert (event["type"], event["key"], event["object"]["v"]) == ("MODIFIED", "0.1000000000000000002", 1)
+        db.run("INSERT INTO prices (id) VALUES (2.500)")
+        (added,) = await events_until(client, sub, 1, lambda evs: len(evs) >= 1, uri=events)
+        assert (added["type"], added["key"]) == ("ADDED", "2.500")
+
+
+async def test_writes_to_any_partition_are_seen_and_a_new_partition_is_covered(
+    db: Db, tmp_path: Path
+) -> None:
+    """A statement on a partition fires only the partition's triggers: they are installed on every
+    partition, name the partitioned table, and the event trigger adds them to a partition created
+    (or attached) later."""
+    db.run(
+        "CREATE TABLE orders (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region)"
+    )
+    db.run("CREATE TABLE orders_eu PARTITION OF orders FOR VALUES IN ('eu')")
+    db.run("CREATE TABLE orders_us PARTITION OF orders FOR VALUES IN ('us')")
+    install_triggers(db.dsn, [TableName("public", "orders")])
+    config = write_config(tmp_path, '[[table]]\nname = "orders"\n')
+    uri = "pg-events://public/orders"
+
+    def keys(events: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(e["type"], e["key"]) for e in events}
+
+    async with (
+        pg_client(server_argv(config, db.dsn)) as client,
+        client.listen(resource_subscriptions=[uri]) as sub,
+    ):
+        await read(client, uri)
+        db.run("INSERT INTO orders_eu VALUES (1, 'eu', 0)")  # the partition itself
+        db.run("INSERT INTO orders VALUES (2, 'us', 0)")  # through the partitioned table
+        db.run("UPDATE orders_us SET v = 1 WHERE id = 2")
+        seen = await events_until(client, sub, 0, lambda evs: len(evs) >= 3, uri=uri)
+        assert keys(seen) == {("ADDED", '[1,"eu"]'), ("ADDED", '[2,"us"]'), ("MODIFIED", '[2,"us"]')}
+        db.run("CREATE TABLE orders_ap PARTITION OF orders FOR VALUES IN ('ap')")
+        db.run("CREATE TABLE orders_sa (id int, region text, v int, PRIMARY KEY (id, region))")
+        db.run("ALTER TABLE orders ATTACH PARTITION orders_sa FOR VALUES IN ('sa')")
+        db.run("INSERT INTO orders_ap VALUES (3, 'ap', 0)")
+        db.run("INSERT INTO orders_sa VALUES (4, 'sa', 0)")
+        later = await events_until(client, sub, 3, lambda evs: len(keys(evs)) >= 2, uri=uri)
+        assert keys(later) == {("ADDED", '[3,"ap"]'), ("ADDED", '[4,"sa"]')}
+    # A partition without the triggers (made with the event triggers off): the watch says so.
+    db.run("ALTER EVENT TRIGGER asyncai_watch_ddl DISABLE")
+    db.run("CREATE TABLE orders_af PARTITION OF orders FOR VALUES IN ('af')")
+    db.run("ALTER EVENT TRIGGER asyncai_watch_ddl ENABLE")
+    async with pg_client(server_argv(config, db.dsn)) as client:
+        with (
+            anyio.fail_after(WAIT),
+            pytest.raises(MCPError, match="has partitions without asyncai-watch triggers"),
+        ):
+            await read(client, uri)
+
+
 async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None:
     db.run("CREATE TABLE big (id int PRIMARY KEY)")
     db.run("INSERT INTO big SELECT generate_series(1, 5)")
@@ -638,6 +827,77 @@ async def test_a_role_without_rights_gets_one_line(db: Db, tmp_path: Path) -> No
             m, lambda ls: has(ls, "changes", f"role {WATCHER} may not read public.items")
         )
     assert lines["changes"][-1].startswith("ERROR")
+
+
+# -- shared work, caps and refusals ----------------------------------------------------------------
+
+
+def _load_pg_stat_statements(db: Db) -> None:
+    """Load pg_stat_statements in the module's cluster (a restart: it needs shared memory)."""
+    loaded = db.run("SHOW shared_preload_libraries")[0][0]
+    if "pg_stat_statements" not in loaded:
+        db.run("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        db.server.restart()
+    db.run("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+
+def _statements(db: Db, role: str) -> int:
+    rows = db.run(
+        "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements"
+        " WHERE userid = %s::regrole AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (role,),
+    )
+    return int(rows[0][0])
+
+
+async def test_ten_thousand_filtered_uris_share_one_reread_per_change(db: Db, tmp_path: Path) -> None:
+    """One listen of 10,000 filtered URIs, a second client's watch beside it: a single-row UPDATE
+    costs a bounded number of statements (one shared re-read, not one per URI), and both clients
+    are told."""
+    await anyio.to_thread.run_sync(_load_pg_stat_statements, db)
+    config = write_config(tmp_path, '[[table]]\nname = "items"\nwhere = ["n"]\n')
+    argv = server_argv(config, db.as_role(WATCHER))
+    many = [f"pg://public/items?n={i}" for i in range(10_000)]
+    async with pg_client(argv) as client, pg_client(argv) as other:
+        with anyio.fail_after(120):  # 10,000 first reads before the ack
+            async with (
+                client.listen(resource_subscriptions=many) as sub,
+                other.listen(resource_subscriptions=["pg://public/items?n=5"]) as sub2,
+            ):
+                assert await read(other, "pg://public/items?n=5") == {}
+                assert set(await read(client, "pg://public/items?n=0")) == {"1", "2"}
+                db.run("SELECT pg_stat_statements_reset()")
+                db.run("UPDATE items SET n = 5 WHERE id = 1")
+                moved = await read_until(other, sub2, "pg://public/items?n=5", lambda b: "1" in b)
+                assert moved["1"]["n"] == 5
+                await read_until(client, sub, "pg://public/items?n=0", lambda b: set(b) == {"2"})
+                assert set(await read(client, "pg://public/items?n=5")) == {"1"}
+                spent = _statements(db, WATCHER)
+    assert spent <= 3, f"{spent} statements for one single-row UPDATE under 10,001 filtered URIs"
+
+
+async def test_a_listen_that_can_only_fail_or_is_over_the_cap_is_refused_at_once(
+    db: Db, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, '[[table]]\nname = "items"\nwhere = ["n", "status"]\n')
+    async with pg_client(server_argv(config, db.dsn, "--max-sources", "3")) as client:
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as bad_value:
+            async with client.listen(resource_subscriptions=["pg://public/items?n=abc"]):
+                pass
+        assert 'invalid input syntax for type integer: "abc"' in bad_value.value.error.message
+        uris = [f"pg://public/items?n={i}" for i in range(4)]
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as over:
+            async with client.listen(resource_subscriptions=uris):
+                pass
+        assert "the most it allows (--max-sources 3)" in over.value.error.message
+        async with client.listen(resource_subscriptions=uris[:3]) as sub:  # within the cap: served
+            db.run("UPDATE items SET n = 2 WHERE id = 1")
+            await read_until(client, sub, uris[2], lambda b: "1" in b)
+    async with pg_client(server_argv(config, db.as_role(NOBODY))) as client:
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as no_rights:
+            async with client.listen(resource_subscriptions=[STATE]):
+                pass
+    assert f"role {NOBODY} may not read public.items (permission denied)" in no_rights.value.error.message
 
 
 # -- the surface: listings, refusals, HTTP, the CLI, the bridge -------------------------------------

@@ -117,6 +117,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="URIs one subscriptions/listen (or one 2025-era session) may name (default 100,000)",
     )
+    p.add_argument(
+        "--max-sources",
+        type=int,
+        default=None,
+        metavar="N",
+        help="distinct targets (tables, filtered views, queries) watched at once, all clients together "
+        "(default 20,000): a listen or read past it is refused naming this flag",
+    )
     p.add_argument("--log-level", default=os.environ.get("ASYNCAI_PG_LOG", "WARNING"))
     return p
 
@@ -146,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--ring-events must be >= 1, got {args.ring_events}")
     if args.max_uris is not None and args.max_uris < 1:
         p.error(f"--max-uris must be >= 1, got {args.max_uris}")
+    if args.max_sources is not None and args.max_sources < 1:
+        p.error(f"--max-sources must be >= 1, got {args.max_sources}")
     reconnect = _backoff_arg(args.reconnect, p)
     from asyncai_servers.postgres.capture import Retention, parse_age, parse_size
 
@@ -177,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.install_triggers or args.remove_triggers:
         return _triggers(config, args.dsn, install=args.install_triggers, retention=retention)
 
-    from asyncai_servers.postgres.server import RING_EVENTS, PostgresServer
+    from asyncai_servers.postgres.server import MAX_SOURCES, RING_EVENTS, PostgresServer
     from asyncai_watch import Backoff
     from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 
@@ -190,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle_grace=args.idle_grace,
         ring_events=args.ring_events or RING_EVENTS,
         max_uris=DEFAULT_MAX_URIS if args.max_uris is None else args.max_uris,
+        max_sources=MAX_SOURCES if args.max_sources is None else args.max_sources,
     )
     return _serve(server, http, args.http)
 

@@ -1,7 +1,8 @@
 """One source per watched target: what it read last, and a task that re-reads when told.
 
 A :class:`TableSource` keeps a table's rows (or a filtered view's) in a
-:class:`~asyncai_servers.postgres.rowset.RowSet` and its changes in an event ring; a
+:class:`~asyncai_servers.postgres.rowset.RowSet` and a filtered view's changes in an event ring
+(an unfiltered table's event log is the database's durable change log); a
 :class:`QuerySource` keeps a named query's last result. Reads of the resource are answered from
 there, so any number of readers cost no query. What makes a source read the database:
 
@@ -16,8 +17,10 @@ Requests pile up while a read runs and are served together by the next one, so a
 changes costs as many reads as the database can answer, not one per change.
 
 A failure (a dropped table, lost rights, the row cap, the database unreachable) is one line: a
-read of the state then fails with it, and the event log gets it as an ``ERROR`` event (after
-its first good read; before, the read fails). The next change, resync or DDL tries again; a
+read of the state then fails with it, and a filtered event log gets it as an ``ERROR`` event
+(after its first good read; before, the read fails). A table's durable change log (capture.py,
+:meth:`TableSource.read_log`) is read from the database: its read fails with the same line,
+except over the row cap, which does not concern the log. The next change, resync or DDL tries again; a
 recovery is reported as the net change since the last good read.
 """
 

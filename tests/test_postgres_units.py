@@ -389,3 +389,18 @@ def test_a_log_page_keeps_the_database_text_and_says_when_more_follows() -> None
     assert body["events"][1]["old"] == {"id": 1, "amount": 1.5}
     assert body["events"][3]["object"] == {"table": "public.pay"}
     assert not log_body([head], TableName("public", "pay"), ("id",), None).more  # nothing after the position
+
+
+def test_a_bad_retention_flag_is_refused_saying_what_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from asyncai_servers.postgres.__main__ import main
+
+    config = tmp_path / "pg.toml"
+    config.write_text('[[table]]\nname = "t"\n')
+    with pytest.raises(SystemExit) as exited:
+        main(["--config", str(config), "--install-triggers", "--retain-size", "1TB"])
+    assert exited.value.code == 2
+    assert "--retain-size expects a size with B, kB, MB or GB (e.g. 256MB), at least 1 byte, got '1TB'" in (
+        capsys.readouterr().err
+    )

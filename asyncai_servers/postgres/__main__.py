@@ -157,12 +157,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.max_sources is not None and args.max_sources < 1:
         p.error(f"--max-sources must be >= 1, got {args.max_sources}")
     reconnect = _backoff_arg(args.reconnect, p)
-    from asyncai_servers.postgres.capture import Retention, parse_age, parse_size
-
-    try:
-        retention = Retention(max_age=parse_age(args.retain_age), max_bytes=parse_size(args.retain_size))
-    except ValueError as exc:
-        p.error(str(exc))
     http: tuple[str, int] | None = None
     if args.http:
         from asyncai_watch.server.http import parse_host_port
@@ -175,6 +169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         require("postgres", feature="this server")
     except MissingExtraError as exc:
         raise _fail(str(exc), 2) from None
+    from asyncai_servers.postgres.capture import Retention, parse_age, parse_size  # needs psycopg
+
+    try:
+        retention = Retention(max_age=parse_age(args.retain_age), max_bytes=parse_size(args.retain_size))
+    except ValueError as exc:
+        p.error(str(exc))
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
     )

@@ -24,15 +24,20 @@ runs as role ``poller`` on its own connection, so each role's statements are cou
    (none may be lost or reported in a GAP), the rate delivered, each row's lag from its
    statement to its notice against a 1 s poll of the same table, and the server's statements
    per committed row (re-reads batch what piles up while one runs).
-4. changes committed while the server is down: the server is killed (SIGKILL) with a durable
+4. shared work: one client's single event-log watch of ``payments`` (p50 commit -> notice)
+   alone, then beside another client of the same server (Streamable HTTP) whose one listen names
+   10,000 filtered URIs of ``payments``. Target: at most 1.5x its p50 alone.
+5. writer cost: a single-row UPDATE in its own transaction on ``payments`` (the triggers) against
+   an identical table without them, interleaved. Reported, not a target.
+6. changes committed while the server is down: the server is killed (SIGKILL) with a durable
    event-log watch (``pg-events://public/down``) open, a writer commits rows one per
    transaction, and the manager starts the server again 5 s later: rows delivered after it is
    back of rows committed while down. Baseline, same run: a filtered watch of the same rows
    (``?k=1``), whose log is the server's in-memory ring, as every log was before the capture.
-5. a restart under 1,000 changes/s: the sustained load of 3 into ``restart``, the server killed
+7. a restart under 1,000 changes/s: the sustained load of 3 into ``restart``, the server killed
    halfway and started again by the manager: rows delivered, lost, duplicated, and GAP lines, for
    the durable watch and the in-memory baseline beside it.
-6. the change source, measured side by side: a writer's single-row INSERT + commit (p50) into a
+8. the change source, measured side by side: a writer's single-row INSERT + commit (p50) into a
    table without triggers, with the NOTIFY triggers only, with the NOTIFY triggers and the
    capture, and with a logical replication slot (pgoutput, a publication of that table; the
    cluster runs ``wal_level = logical`` for this); and what reading 1,000 changes back costs
@@ -88,10 +93,12 @@ UNCAPPED = Limits(
 # The client's default events per update (the server's page is that size): a reader catching
 # up reads page after page; every line shown.
 UNCAPPED_D = Limits(debounce_quiet=0, debounce_max_wait=0, lines_per_notice=1_000_000)
+FILTERED = 10_000  # URIs in the crowding client's one listen (figure 4)
 CONFIG = f"""
 [[table]]
 name = "payments"
 max_rows = {ROWS * 2}
+where = ["id"]
 
 [[table]]
 name = "load"
@@ -366,6 +373,53 @@ async def sustained(source: McpResourceSource, dsn: str, admin: str, seconds: fl
     }
 
 
+async def crowded(argv: list[str], w: Writer, changes: int) -> tuple[list[Change], list[Change], float]:
+    """A client's single watch of ``payments``, alone and then beside another client of the same
+    server (Streamable HTTP, so both share it) whose one listen names 10,000 filtered URIs of the
+    same table (``pg://public/payments?id=N``, each updated row is one of them). The sources of one
+    table share one re-read per change, so the crowd should cost the single watch little. Also
+    the seconds from the crowd's listen to its acknowledgment (10,000 first reads)."""
+    from mcp import Client
+
+    from asyncai_watch.server.http import running_http_server
+
+    uri = "pg-events://public/payments"
+    many = [f"pg://public/payments?id={i}" for i in range(1, FILTERED + 1)]
+    async with AsyncExitStack() as stack:
+        url, _proc = await stack.enter_async_context(running_http_server([*argv, "--http", "127.0.0.1:0"]))
+        source = await stack.enter_async_context(McpResourceSource.http(url, name="pg"))
+        alone = await watch_latency(source, uri, w, changes, "a")
+        crowd = await stack.enter_async_context(Client(url))
+        t0 = time.monotonic()
+        with anyio.fail_after(600):
+            await stack.enter_async_context(crowd.listen(resource_subscriptions=many))
+        acked = time.monotonic() - t0
+        beside = await watch_latency(source, uri, w, changes, "b")
+    return alone, beside, acked
+
+
+def writer_cost(dsn: str, n: int) -> tuple[float, float]:
+    """p50 of a single-row UPDATE (its own transaction, round trip included) on ``payments``
+    (the triggers) and on an identical table without them, interleaved: the writers' price."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS plain (LIKE payments INCLUDING ALL)")
+        conn.execute("INSERT INTO plain SELECT * FROM payments ON CONFLICT DO NOTHING")
+        with_t: list[float] = []
+        without: list[float] = []
+        for i in range(-50, n):  # the first 50 warm up
+            for table, out in (("payments", with_t), ("plain", without)):
+                t0 = time.perf_counter()
+                conn.execute(
+                    psycopg.sql.SQL("UPDATE {} SET status = %s WHERE id = %s").format(
+                        psycopg.sql.Identifier(table)
+                    ),
+                    (f"w{i}", i % ROWS + 1),
+                )
+                if i >= 0:
+                    out.append(time.perf_counter() - t0)
+    return pct(with_t, 50), pct(without, 50)
+
+
 def killable(argv: list[str], pid_file: Path) -> list[str]:
     """``argv`` run so that ``pid_file`` names the server process itself (``exec`` keeps the PID)."""
     return ["sh", "-c", f'echo $$ > "{pid_file}"; exec "$@"', "sh", *argv]
@@ -394,7 +448,7 @@ def tally_lines(text: str, added: dict[str, list[int]], name: str, other: dict[s
 
 
 async def while_down(argv: list[str], pid_file: Path, dsn: str, rows: int) -> dict[str, Any]:
-    """Bench 4: rows committed while the server is down, and what each watch delivers after."""
+    """Bench 6: rows committed while the server is down, and what each watch delivers after."""
     added: dict[str, list[int]] = {"durable": [], "ring": []}
     other: dict[str, list[str]] = {"durable": [], "ring": []}
     limits = attrs.evolve(UNCAPPED_D, resubscribe_initial=DOWN_FOR, resubscribe_max=max(DOWN_FOR, 16.0))
@@ -434,7 +488,7 @@ async def while_down(argv: list[str], pid_file: Path, dsn: str, rows: int) -> di
 
 
 async def restart_under_load(argv: list[str], pid_file: Path, dsn: str, seconds: float) -> dict[str, Any]:
-    """Bench 5: the sustained load into ``restart``, the server killed halfway."""
+    """Bench 7: the sustained load into ``restart``, the server killed halfway."""
     total = round(RATE * seconds)
     added: dict[str, list[int]] = {"durable": [], "ring": []}
     other: dict[str, list[str]] = {"durable": [], "ring": []}
@@ -494,8 +548,8 @@ def outcome(total: int, added: list[int], order: list[int] | None = None) -> tup
     return len(distinct), lost, len(added) - len(distinct), order is None or added == order
 
 
-def writer_cost(dsn: str, rows: int) -> dict[str, list[float]]:
-    """Bench 6 (writers): each variant's single-row INSERT + commit times, s."""
+def source_cost(dsn: str, rows: int) -> dict[str, list[float]]:
+    """Bench 8 (writers): each variant's single-row INSERT + commit times, s."""
     out: dict[str, list[float]] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE PUBLICATION bench_pub FOR TABLE cost_logical")
@@ -514,7 +568,7 @@ def writer_cost(dsn: str, rows: int) -> dict[str, list[float]]:
 
 
 def reader_cost(dsn: str, rows: int) -> tuple[float, float]:
-    """Bench 6 (readers): seconds to read ``rows`` changes back, the capture's ``read_log`` (the
+    """Bench 8 (readers): seconds to read ``rows`` changes back, the capture's ``read_log`` (the
     server's page size) and the slot's ``pg_logical_slot_get_binary_changes``."""
     from asyncai_servers.postgres.capture import read_log
     from asyncai_servers.postgres.sources import LOG_PAGE
@@ -593,11 +647,13 @@ async def main(quick: bool) -> int:
                 tg.cancel_scope.cancel()
 
             s = await sustained(source, admin, admin, seconds)
+            alone, beside, acked = await crowded(argv, w, changes // 2)
+        cost_with, cost_without = await anyio.to_thread.run_sync(writer_cost, admin, changes)
         pid_file = base / "server.pid"
         down = await while_down(killable(argv, pid_file), pid_file, admin, 500 if quick else 2000)
         rs = await restart_under_load(killable(argv, pid_file), pid_file, admin, seconds)
         cost_rows = 400 if quick else COST_ROWS * 2
-        costs = writer_cost(admin, cost_rows)
+        costs = source_cost(admin, cost_rows)
         read_capture, read_logical = reader_cost(admin, cost_rows)
     finally:
         srv.stop()
@@ -680,9 +736,32 @@ async def main(quick: bool) -> int:
         f" ({s['queries']:,} for {s['total']:,} rows: re-reads batch what piles up while one runs);"
         f" server CPU per row: {s['cpu'] / s['total'] * 1e6:.0f} µs"
     )
+    a50 = pct([c.arrived - c.t0 for c in alone], 50) * 1e3
+    c50 = pct([c.arrived - c.t0 for c in beside], 50) * 1e3
+    crowd_ok = c50 <= a50 * 1.5
+    ok = ok and crowd_ok
+    print(
+        f"4. a client's single event-log watch of payments beside another client of the same server whose one"
+        f" listen names {FILTERED:,} filtered URIs of payments (listen -> ack: {acked:.1f} s):"
+    )
+    row(
+        "single watch p50, beside the crowd",
+        c50,
+        a50,
+        "ms",
+        f"baseline: the same watch alone; target <= 1.5x: {'met' if crowd_ok else 'MISSED'}",
+    )
+    print("5. what the triggers cost a writer (reported, not a target): single-row UPDATE, own transaction:")
+    row(
+        "UPDATE + commit p50, with the triggers",
+        cost_with * 1e3,
+        cost_without * 1e3,
+        "ms",
+        "baseline: no triggers",
+    )
 
     print(
-        f"4. changes committed while the server is down: SIGKILL, {down['rows']:,} rows committed one per transaction"
+        f"6. changes committed while the server is down: SIGKILL, {down['rows']:,} rows committed one per transaction"
         f" in {down['written_in']:.1f} s, the server started again {DOWN_FOR:g} s after the kill:"
     )
     d_delivered, d_lost, d_dup, d_order = outcome(down["rows"], down["added"]["durable"], down["order"])
@@ -703,7 +782,7 @@ async def main(quick: bool) -> int:
         f" its other lines: {down['other']['ring'][:2]}"
     )
     print(f"  {'':<38} all delivered {down['delivered_after']:.1f} s after the kill")
-    print(f"5. a restart under {RATE:,.0f} changes/s: {rs['total']:,} inserts, the server killed halfway:")
+    print(f"7. a restart under {RATE:,.0f} changes/s: {rs['total']:,} inserts, the server killed halfway:")
     l_delivered, l_lost, l_dup, l_order = outcome(rs["total"], rs["added"]["durable"], rs["order"])
     b_delivered, b_lost, b_dup, _ = outcome(rs["total"], rs["added"]["ring"])
     gaps = [x for x in rs["other"]["durable"] if x.startswith("GAP")]
@@ -727,7 +806,7 @@ async def main(quick: bool) -> int:
     if others:
         # A read in flight when the server died fails (the client says so once), then reads go on.
         print(f"  {'':<38} other lines of the durable watch: {len(others)}, e.g. {others[0][:110]}...")
-    print(f"6. the change source, side by side ({cost_rows:,} single-row INSERT + commit each, interleaved):")
+    print(f"8. the change source, side by side ({cost_rows:,} single-row INSERT + commit each, interleaved):")
     plain = pct(costs["cost_plain"], 50) * 1e6
     for label, table in (
         ("writer p50, NOTIFY triggers only", "cost_notify"),

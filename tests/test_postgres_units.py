@@ -18,8 +18,8 @@ from psycopg import sql
 
 from asyncai_servers.postgres.config import ConfigError, TableName, load_config, parse_config
 from asyncai_servers.postgres.listener import DdlChanged, RowsChanged, decode
-from asyncai_servers.postgres.queries import TableMeta, load_rows, query_rows, reread_rows
-from asyncai_servers.postgres.rowset import OverCap, RowSet, key_text, query_body
+from asyncai_servers.postgres.queries import TableMeta, load_rows, query_rows, reread_rows, shared_reread
+from asyncai_servers.postgres.rowset import Number, OverCap, RowSet, key_text, query_body
 from asyncai_servers.postgres.uri import (
     EVENTS_SCHEME,
     STATE_SCHEME,
@@ -316,6 +316,13 @@ def test_names_are_quoted_by_the_driver_and_values_are_parameters() -> None:
     assert rendered.endswith("LIMIT 1001)")
     query, params = reread_rows(META, target, [(1,), (2,)])
     assert params[0].obj == [{"id": 1}, {"id": 2}]  # type: ignore[attr-defined]
+    # The shared re-read: no filter in the SQL, the where column's match computed for memory.
+    query, params = shared_reread(META, HOSTILE.tables[0], [(Number("1.50"),)])
+    rendered = text(query)
+    assert '"x""; DROP TABLE y; --"."t t"' in rendered
+    assert 'trim_scale("t"."c""c"::text::numeric)' in rendered
+    assert "DELETE" not in rendered
+    assert params[0].dumps(params[0].obj) == '[{"id":1.50}]'  # type: ignore[attr-defined]  # exact
     named = parse_config(
         {"query": [{"name": "q", "sql": "SELECT 1 AS id", "depends_on": ["t"], "key": ["id"]}]}
     )

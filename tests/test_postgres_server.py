@@ -21,6 +21,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import Subscription
 from pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
 
+from asyncai_servers.postgres.capture import Retention
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.listener import LISTEN_APP_NAME
 from asyncai_servers.postgres.triggers import install_triggers
@@ -1014,6 +1016,24 @@ async def test_install_is_idempotent_and_remove_takes_the_triggers_away(db: Db, 
     assert done.returncode == 1
     assert done.stderr.decode().startswith("asyncai-mcp-postgres: installing the triggers failed: ")
     assert len(done.stderr.decode().strip().splitlines()) == 1
+
+
+async def test_changes_older_than_the_retention_age_are_dropped_at_a_later_write(
+    db: Db, tmp_path: Path
+) -> None:
+    """Installed with a retention of 1h: changes made "2 hours ago" (their commit time set back, as
+    a clock would) are dropped when the log next trims (a write crossing a multiple of 256 seqs);
+    a reader positioned before them gets the kept changes, and the body says what is kept."""
+    install_triggers(db.dsn, [ITEMS], Retention(max_age=timedelta(hours=1)))
+    async with pg_client(server_argv(write_config(tmp_path), db.dsn)) as client:
+        start = await read(client, EVENTS)
+        db.run("INSERT INTO items (id) SELECT generate_series(10, 14)")
+        db.run("UPDATE asyncai_watch.xacts SET at = at - interval '2 hours'")
+        db.run("INSERT INTO items (id) SELECT generate_series(100, 355)")  # 256 rows: a trim
+        body = await read(client, EVENTS, (start["log_id"], start["last_seq"]))
+    assert body["retention"] == "changes of the last 1h, at most 256MB per table"
+    assert body["first_seq"] == start["last_seq"] + 6  # the five old ones went
+    assert [e["key"] for e in body["events"]] == [str(i) for i in range(100, 200)]  # a page of the kept
 
 
 async def test_an_older_install_is_told_to_reinstall_and_upgraded_by_it(db: Db, tmp_path: Path) -> None:

@@ -58,6 +58,8 @@ class PgServer:
     port: int
     run_as: list[str]
     logfile: Path
+    options: str = ""
+    """The ``pg_ctl -o`` options it was started with (:meth:`start` after :meth:`stop` uses them)."""
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
@@ -83,6 +85,18 @@ class PgServer:
         )
         if done.returncode != 0:
             raise RuntimeError(f"pg_ctl restart failed: {done.stderr or done.stdout}")
+
+    def start(self) -> None:
+        """Start it again after :meth:`stop` (same port and options). Blocking: run it in a thread."""
+        how = ["-o", self.options, "-l", str(self.logfile), "-w", "-t", "60", "start"]
+        done = subprocess.run(
+            [*self.run_as, str(self.bindir / "pg_ctl"), "-D", str(self.datadir), *how],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl start failed: {done.stderr or done.stdout}")
 
     def stop(self) -> None:
         subprocess.run(
@@ -153,7 +167,9 @@ def start_postgres(base: Path, *, fsync: bool = False) -> PgServer:
             check=False,
         )
         if started.returncode == 0:
-            return PgServer(bindir=bindir, datadir=datadir, port=port, run_as=run_as, logfile=logfile)
+            return PgServer(
+                bindir=bindir, datadir=datadir, port=port, run_as=run_as, logfile=logfile, options=opts
+            )
         last = logfile.read_text() if logfile.exists() else started.stderr
     raise RuntimeError(f"PostgreSQL did not start: {last}")
 

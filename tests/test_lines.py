@@ -163,6 +163,25 @@ def test_gap_variants() -> None:
     assert default_line(gap) == "GAP: the event log restarted (seq 50 → 1); events in between may be missed"
 
 
+def test_a_gap_after_a_restart_with_an_empty_new_log_reads_as_a_sentence() -> None:
+    s = Sequencer()
+    s.prime({"log_id": "a", "last_seq": 1, "events": [{"seq": 1, "type": "X"}]})
+    (gap,) = s.feed({"log_id": "b", "last_seq": 0, "events": []}).events
+    assert default_line(gap) == "GAP: the event log restarted after seq 1; events since may be missed"
+
+
+def test_a_gap_past_the_servers_retention_names_it() -> None:
+    s = Sequencer(last_seq=2)
+    body = {
+        "retention": "changes of the last 7d, at most 64kB per table",
+        "events": [{"seq": 9, "type": "X"}],
+    }
+    (gap, _) = s.feed(body).events
+    assert default_line(gap) == (
+        "GAP: missed 6 events (seq 3-8): older than the log keeps (changes of the last 7d, at most 64kB per table)"
+    )
+
+
 def test_error_without_message() -> None:
     (ev,) = Sequencer(last_seq=0).feed({"events": [{"seq": 1, "type": "ERROR", "code": 7}]}).events
     assert default_line(ev) == 'ERROR: {"code":7}'

@@ -21,6 +21,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import Subscription
 from pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
 
+from asyncai_servers.postgres.capture import Retention
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.listener import LISTEN_APP_NAME
 from asyncai_servers.postgres.triggers import install_triggers
@@ -153,13 +155,24 @@ async def read(client: Client, uri: str, after: tuple[str, int] | None = None) -
     return json.loads(text)
 
 
-async def read_until(client: Client, sub: Subscription, uri: str, done: Callable[[Any], bool]) -> Any:
-    """Re-read ``uri`` after each update until ``done(body)``."""
+OUTAGE = "cannot reach PostgreSQL, so changes cannot be heard"
+
+
+async def read_until(
+    client: Client, sub: Subscription, uri: str, done: Callable[[Any], bool], *, outage: bool = False
+) -> Any:
+    """Re-read ``uri`` after each update until ``done(body)``; with ``outage``, a read failing
+    because PostgreSQL is not reachable (yet) waits for the next update too."""
     with anyio.fail_after(WAIT):
         while True:
-            body = await read(client, uri)
-            if done(body):
-                return body
+            try:
+                body = await read(client, uri)
+            except MCPError as exc:
+                if not (outage and OUTAGE in exc.error.message):
+                    raise
+            else:
+                if done(body):
+                    return body
             await sub.__anext__()
 
 
@@ -171,7 +184,8 @@ async def events_until(
     uri: str = EVENTS,
 ) -> list[dict[str, Any]]:
     """The events with seq > ``after``, once ``done(events)`` holds: every one of them, in seq
-    order (each read names the position reached, so none falls out of a read's window)."""
+    order (each read names the position reached, so none falls out of a read's window; a read
+    answers a page of the log and the server signals again when more follows)."""
     found: list[dict[str, Any]] = []
     log_id = (await read(client, uri))["log_id"]
     seq = after
@@ -182,7 +196,7 @@ async def events_until(
             new = [e for e in body["events"] if e["seq"] > seq]
             assert [e["seq"] for e in new] == list(range(seq + 1, seq + 1 + len(new))), "events missing"
             found += new
-            seq = body["last_seq"]
+            seq = new[-1]["seq"] if new else seq  # a page of a longer log: the next read goes on from here
             if done(found):
                 return found
             await sub.__anext__()
@@ -244,8 +258,9 @@ async def test_rows_changes_and_a_named_query_follow_a_psql_writer(db: Db, tmp_p
             await read_until(client, sub, QUERY, lambda body: body == [{"id": 1, "note": "one"}])
 
             await db.psql("UPDATE items SET id = 30 WHERE id = 3")  # a new primary key: another row
-            moved = await events_until(client, sub, 3, lambda evs: len(evs) >= 2)
-            assert sorted((e["type"], e["key"]) for e in moved) == [("ADDED", "30"), ("DELETED", "3")]
+            # The log records the UPDATE itself: the row under its new key, its old key in `old`.
+            (moved,) = await events_until(client, sub, 3, lambda evs: len(evs) >= 1)
+            assert (moved["type"], moved["key"], moved["old"]["id"]) == ("MODIFIED", "30", 3)
 
 
 async def test_a_filtered_uri_sees_rows_move_in_and_out_under_each_spelling(db: Db, tmp_path: Path) -> None:
@@ -302,6 +317,7 @@ async def test_concurrent_writers_never_step_a_row_back(db: Db, tmp_path: Path) 
         client.listen(resource_subscriptions=[EVENTS, STATE]) as sub,
     ):
         baseline = await read(client, STATE)
+        start = (await read(client, EVENTS))["last_seq"]  # the log holds the inserts above too
 
         async def writer() -> None:
             async with db.connect() as w:
@@ -323,7 +339,7 @@ async def test_concurrent_writers_never_step_a_row_back(db: Db, tmp_path: Path) 
         assert final["1"]["n"] == 100
         await read_until(client, sub, STATE, lambda body: body == final)
         events = await events_until(
-            client, sub, 0, lambda evs: all(_last(evs, k) == final[k] for k in final if k not in ("2",))
+            client, sub, start, lambda evs: all(_last(evs, k) == final[k] for k in final if k not in ("2",))
         )
     for key in ["1", *map(str, range(100, 150))]:
         chain = [e for e in events if e["key"] == key]
@@ -387,47 +403,97 @@ async def test_a_terminated_listen_connection_loses_no_change(db: Db, tmp_path: 
         finally:
             await admin.execute(psycopg.sql.SQL("ALTER ROLE {} CONNECTION LIMIT -1").format(role))
         final = db_rows(db)
-        body = await read_until(client, sub, STATE, lambda b: b == final)
+        # While the server could not LISTEN again, reads said so (an outage): then the net change.
+        body = await read_until(client, sub, STATE, lambda b: b == final, outage=True)
         assert body == final
         wanted = {("ADDED", str(i)) for i in range(100, 160)} | {("MODIFIED", "1"), ("DELETED", "2")}
         after = start["last_seq"]  # the warm-up's event came before
         events = await events_until(
-            client, sub, after, lambda evs: wanted <= {(e["type"], e["key"]) for e in evs}
+            client, sub, after, lambda evs: wanted <= {(e["type"], e.get("key")) for e in evs}
         )
         log = await read(client, EVENTS)
     assert log["log_id"] == start["log_id"]  # the same log: nothing to report as a GAP
     assert sorted(e["seq"] for e in events) == list(range(after + 1, after + 1 + len(events)))
-    assert {(e["type"], e["key"]) for e in events} == wanted
+    errors = [e for e in events if e["type"] == "ERROR"]
+    assert len(errors) <= 1, errors
+    assert all(OUTAGE in e["message"] for e in errors), errors
+    assert {(e["type"], e["key"]) for e in events if e["type"] != "ERROR"} == wanted
 
 
 async def test_a_database_restart_loses_no_change(db: Db, tmp_path: Path) -> None:
     """``pg_ctl restart`` cuts every connection, the LISTEN one and the reading ones: the server
-    listens again, replaces its reading connections, and a change made meanwhile is seen."""
+    listens again, replaces its reading connections, and a change made meanwhile is seen, in the
+    state and in the same change log (each once, in order)."""
     async with (
         pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
-        client.listen(resource_subscriptions=[STATE]) as sub,
+        client.listen(resource_subscriptions=[STATE, EVENTS]) as sub,
     ):
         db.run("UPDATE items SET note = 'before' WHERE id = 1")
         await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "before")
+        start = await read(client, EVENTS)
         await anyio.to_thread.run_sync(db.server.restart)
         db.run("UPDATE items SET note = 'after' WHERE id = 2")  # maybe before the server listens again
-        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after")
+        db.run("UPDATE items SET note = 'after, again' WHERE id = 2")
+        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "after, again", outage=True)
         assert body == db_rows(db)
         db.run("UPDATE items SET note = 'later' WHERE id = 1")  # and heard as usual afterwards
         await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "later")
+        events = await events_until(client, sub, start["last_seq"], lambda evs: len(evs) >= 3)
+        assert (await read(client, EVENTS))["log_id"] == start["log_id"]
+    assert [e["object"]["note"] for e in events] == ["after", "after, again", "later"]
 
 
-async def test_a_server_restart_is_a_gap_and_the_state_catches_up(db: Db, tmp_path: Path) -> None:
+async def test_an_outage_is_said_to_every_listener_and_the_recovery_too(db: Db, tmp_path: Path) -> None:
+    """PostgreSQL stopped: every listener is signalled, a state read is an error naming the cause
+    (not the rows held from before), and so is a read of the change log; started again: one more
+    signal, the net change (a write made as it came back), and that write in the same log."""
+    async with (
+        pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
+        client.listen(resource_subscriptions=[STATE]) as sub,
+        client.listen(resource_subscriptions=[EVENTS]) as sub2,
+    ):
+        await read(client, EVENTS)  # the baseline is read: the next change is an event
+        db.run("UPDATE items SET note = 'before' WHERE id = 1")
+        await read_until(client, sub, STATE, lambda b: b["1"]["note"] == "before")
+        start = await events_until(client, sub2, 0, lambda evs: len(evs) >= 1)
+        try:
+            await anyio.to_thread.run_sync(db.server.stop)
+            with anyio.fail_after(WAIT):
+                await sub.__anext__()
+                with pytest.raises(MCPError, match=OUTAGE):
+                    await read(client, STATE)
+            with anyio.fail_after(WAIT):
+                message = ""
+                while not message:  # level-triggered: read; while the log still answers, wait for a signal
+                    try:
+                        await read(client, EVENTS)
+                    except MCPError as exc:
+                        message = exc.error.message
+                    else:
+                        await sub2.__anext__()
+            assert OUTAGE in message
+        finally:
+            await anyio.to_thread.run_sync(db.server.start)
+        db.run("UPDATE items SET note = 'back' WHERE id = 2")
+        body = await read_until(client, sub, STATE, lambda b: b["2"]["note"] == "back", outage=True)
+        assert body == db_rows(db)
+        back = await events_until(client, sub2, start[-1]["seq"], lambda evs: len(evs) >= 1)
+        assert [(e["type"], e["key"]) for e in back] == [("MODIFIED", "2")]
+
+
+def killable(argv: list[str], pid_file: Path) -> list[str]:
+    """``argv`` run so that ``pid_file`` names the server process itself (``exec`` keeps the PID,
+    and the file is written before the server can answer)."""
+    return ["sh", "-c", f'echo $$ > "{pid_file}"; exec "$@"', "sh", *argv]
+
+
+async def test_a_server_killed_while_a_writer_commits_loses_no_change(db: Db, tmp_path: Path) -> None:
+    """SIGKILL the MCP server mid-traffic: the manager starts it again, and the event-log watch
+    gets every change committed meanwhile, once each, in commit order, in the same log (no GAP)."""
     pid_file = tmp_path / "server.pid"
-    # `exec` keeps the PID, so the file names the server itself, written before it can answer.
-    argv = [
-        "sh",
-        "-c",
-        f'echo $$ > "{pid_file}"; exec "$@"',
-        "sh",
-        *server_argv(write_config(tmp_path), db.dsn),
-    ]
-    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2)
+    argv = killable(server_argv(write_config(tmp_path), db.dsn), pid_file)
+    # Every line shown (a notice shows 20 by default): the test counts them.
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
     async with manager(argv, limits) as m:
         await m.watch_start("items", STATE)
         await m.watch_start("changes", EVENTS)
@@ -435,15 +501,119 @@ async def test_a_server_restart_is_a_gap_and_the_state_catches_up(db: Db, tmp_pa
         await lines_until(
             m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 0→1)") and has(ls, "items", "MODIFIED 1")
         )
-        os.kill(int(pid_file.read_text()), signal.SIGKILL)
-        db.run("INSERT INTO items (id, note) VALUES (3, 'while down')")  # nobody hears this one
+        killed = anyio.Event()
+
+        async def writer() -> None:
+            async with db.connect() as w:
+                for i in range(100, 200):
+                    await w.execute("INSERT INTO items (id) VALUES (%s)", (i,))
+                    if i == 120:
+                        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                        killed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer)
+        assert killed.is_set()
+        db.run("UPDATE items SET n = 2 WHERE id = 1")  # maybe before the server is back, maybe after
         lines = await lines_until(
-            m, lambda ls: has(ls, "items", "ADDED 3") and has(ls, "changes", "GAP: the event log restarted")
+            m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 1→2)") and has(ls, "items", "ADDED 199")
         )
-        # After the restart, the new log goes on as usual.
-        db.run("UPDATE items SET n = 2 WHERE id = 1")
-        lines = await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 1→2)"))
-    assert lines["changes"] == ["MODIFIED 1 (n: 1→2)"]
+    changes = lines["changes"]
+    assert not [line for line in changes if line.startswith("GAP")]
+    # (A read in flight when the server died may fail: the client says so, then reads on.)
+    assert all("the connection is closed" in line for line in changes if line.startswith("ERROR"))
+    added = [line for line in changes if line.startswith("ADDED ")]
+    assert added == [f"ADDED {i}" for i in range(100, 200)]  # each once, in commit order
+    assert changes[-1] == "MODIFIED 1 (n: 1→2)"
+
+
+async def test_a_reader_resumes_from_its_seq_across_a_server_restart(db: Db, tmp_path: Path) -> None:
+    """A session reads the log and goes, with its server; rows are written with nobody serving,
+    two of them by transactions that commit in the opposite order to the one they started in. A
+    new server and session, reading from the old position, get each change once, in commit
+    order, with the writer's transaction id."""
+    argv = server_argv(write_config(tmp_path), db.as_role(WATCHER))
+    async with pg_client(argv) as client:
+        start = await read(client, EVENTS)
+    committed: list[tuple[int, str]] = []  # (row id, txid) in commit order
+    async with db.connect() as a, db.connect() as b:
+        for i in (10, 11):
+            cur = await a.execute(
+                "INSERT INTO items (id) VALUES (%s) RETURNING pg_current_xact_id()::text", (i,)
+            )
+            committed.append((i, str((await cur.fetchone() or ("",))[0])))
+        # a starts first (the lower id and txid), b commits first.
+        await a.set_autocommit(False)
+        await b.set_autocommit(False)
+        cur_a = await a.execute("INSERT INTO items (id) VALUES (20) RETURNING pg_current_xact_id()::text")
+        cur_b = await b.execute("INSERT INTO items (id) VALUES (21) RETURNING pg_current_xact_id()::text")
+        txid_a, txid_b = (await cur_a.fetchone() or ("",))[0], (await cur_b.fetchone() or ("",))[0]
+        assert int(txid_a) < int(txid_b)
+        await b.commit()
+        await a.commit()
+        committed += [(21, txid_b), (20, txid_a)]
+    async with pg_client(argv) as client, client.listen(resource_subscriptions=[EVENTS]) as sub:
+        events = await events_until(client, sub, start["last_seq"], lambda evs: len(evs) >= 4)
+        assert (await read(client, EVENTS))["log_id"] == start["log_id"]  # the same log as before
+    assert [(e["type"], e["object"]["id"], str(e["txid"])) for e in events] == [
+        ("ADDED", i, txid) for i, txid in committed
+    ]
+
+
+async def test_two_writers_arrive_in_commit_order_while_watched(db: Db, tmp_path: Path) -> None:
+    """The transaction that started first (lower txid, lower capture row id) commits last: its
+    change has the higher seq, and each change arrives once."""
+    async with (
+        pg_client(server_argv(write_config(tmp_path), db.dsn)) as client,
+        client.listen(resource_subscriptions=[EVENTS]) as sub,
+        db.connect() as a,
+        db.connect() as b,
+    ):
+        start = (await read(client, EVENTS))["last_seq"]
+        await a.set_autocommit(False)
+        await b.set_autocommit(False)
+        for round_ in range(5):
+            await a.execute("UPDATE items SET note = %s WHERE id = 1", (f"a{round_}",))
+            await b.execute("UPDATE items SET note = %s WHERE id = 2", (f"b{round_}",))
+            await b.commit()
+            await a.commit()
+        events = await events_until(client, sub, start, lambda evs: len(evs) >= 10)
+    assert [e["object"]["note"] for e in events] == [x for r in range(5) for x in (f"b{r}", f"a{r}")]
+    # In each round, the change with the lower txid (a's) came second: seqs follow commits, not txids.
+    assert all(a["txid"] < b["txid"] for b, a in zip(events[0::2], events[1::2], strict=True))
+
+
+async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path: Path) -> None:
+    """Installed with --retain-size 16kB: while the server is down, rows of 1 kB each are written
+    until the oldest are dropped; back, the watch reports a GAP that names the retention, then the
+    changes still kept."""
+    config = write_config(tmp_path)
+    install = [sys.executable, "-m", "asyncai_servers.postgres", "--config", str(config), "--dsn", db.dsn]
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process([*install, "--install-triggers", "--retain-size", "16kB"], check=False)
+    assert done.returncode == 0, done.stderr
+    assert "the change log keeps changes of the last 7d, at most 16kB per table" in done.stdout.decode()
+    pid_file = tmp_path / "server.pid"
+    argv = killable(server_argv(config, db.dsn), pid_file)
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
+    async with manager(argv, limits) as m:
+        await m.watch_start("changes", EVENTS)
+        db.run("UPDATE items SET n = 1 WHERE id = 1")
+        await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 0→1)"))
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        for i in range(100, 400):
+            db.run("INSERT INTO items (id, note) VALUES (%s, repeat('x', 1000))", (i,))
+        lines = await lines_until(m, lambda ls: has(ls, "changes", "ADDED 399"))
+    changes = lines["changes"]
+    gaps = [line for line in changes if line.startswith("GAP")]
+    assert len(gaps) == 1, changes
+    assert gaps[0].startswith("GAP: missed ")
+    assert gaps[0].endswith(": older than the log keeps (changes of the last 7d, at most 16kB per table)")
+    kept = [line for line in changes if line.startswith("ADDED ")]
+    assert 0 < len(kept) < 300
+    assert kept == [f"ADDED {i}" for i in range(400 - len(kept), 400)]  # the newest, in order
+    size = db.run("SELECT sum(pg_column_size(c.*)) FROM asyncai_watch.changes c")[0][0]
+    assert size < 2 * 16 * 1024  # trimmed back under the cap as the writers went
 
 
 async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db, tmp_path: Path) -> None:
@@ -455,7 +625,8 @@ async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db,
         lines = await lines_until(m, lambda ls: has(ls, "items", gone) and has(ls, "changes", gone))
         assert all(line.startswith("ERROR") for line in lines["items"] + lines["changes"])
         assert all(len(line.splitlines()) == 1 for line in lines["changes"])
-        # The table comes back (with its triggers): the watch reports what it holds now.
+        # The table comes back (with its triggers): the state reports what it holds now; the
+        # new table's change log is a new log (it starts at the install), which the watch says.
         db.run(
             "CREATE TABLE items (id int PRIMARY KEY, status text NOT NULL DEFAULT 'open', n int NOT NULL DEFAULT 0, note text)"
         )
@@ -463,14 +634,146 @@ async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db,
         install_triggers(db.dsn, [ITEMS])
         lines = await lines_until(
             m,
-            lambda ls: (
-                has(ls, "changes", "ADDED 9")
-                and has(ls, "changes", "DELETED 2")
-                and has(ls, "items", "ADDED 9")
-            ),
+            lambda ls: has(ls, "changes", "GAP: the event log restarted") and has(ls, "items", "ADDED 9"),
         )
         db.run("UPDATE items SET n = 1 WHERE id = 9")
         await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 9 (n: 0→1)"))
+
+
+async def test_ordinary_ddl_is_heard_through_the_real_event_trigger(db: Db, tmp_path: Path) -> None:
+    """A renamed column or table, a disabled trigger, a dropped column: each is said at once by
+    the event trigger's NOTIFY (whose oids are JSON strings), and the DDL that fixes it brings the
+    watch back with the net change, including writes made while it was broken."""
+    config = write_config(tmp_path, '[[table]]\nname = "items"\ncolumns = ["id", "status", "n", "note"]\n')
+    async with manager(server_argv(config, db.dsn)) as m:
+        await m.watch_start("items", STATE)
+        db.run("ALTER TABLE items RENAME COLUMN note TO remark")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items has no column 'note'"))
+        db.run("UPDATE items SET remark = 'x' WHERE id = 1")
+        db.run("ALTER TABLE items RENAME COLUMN remark TO note")
+        await lines_until(m, lambda ls: has(ls, "items", "MODIFIED 1 (note: one→x)"))
+        db.run("ALTER TABLE items DISABLE TRIGGER asyncai_watch_update")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items has no asyncai-watch triggers"))
+        db.run("UPDATE items SET n = 5 WHERE id = 1")  # not heard: the trigger is off
+        db.run("ALTER TABLE items ENABLE TRIGGER asyncai_watch_update")
+        await lines_until(m, lambda ls: has(ls, "items", "MODIFIED 1 (n: 0→5)"))
+        db.run("ALTER TABLE items RENAME TO items_old")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items does not exist"))
+        db.run("UPDATE items_old SET n = 6 WHERE id = 1")
+        db.run("ALTER TABLE items_old RENAME TO items")
+        await lines_until(m, lambda ls: has(ls, "items", "MODIFIED 1 (n: 5→6)"))
+        db.run("ALTER TABLE items DROP COLUMN status")
+        await lines_until(m, lambda ls: has(ls, "items", "public.items has no column 'status'"))
+        db.run("ALTER TABLE items ADD COLUMN status text NOT NULL DEFAULT 'back'")
+        await lines_until(m, lambda ls: has(ls, "items", "(status: open→back)"))
+
+
+async def test_columns_named_like_the_servers_aliases_are_read(db: Db, tmp_path: Path) -> None:
+    """Columns ``t``, ``c`` and ``q`` (the aliases the server's SQL used), a ``[[query]]`` ending in
+    a ``-- comment``, and a query that fails as written: an error naming the query and its fix."""
+    db.run("CREATE TABLE odd (id int PRIMARY KEY, t timestamptz NOT NULL DEFAULT now(), c int, q int)")
+    db.run("CREATE TABLE odd2 (id int PRIMARY KEY, c int, q int)")
+    db.run("INSERT INTO odd (id, c, q) VALUES (1, 10, 100)")
+    db.run("INSERT INTO odd2 (id, c, q) VALUES (1, 20, 200)")
+    install_triggers(db.dsn, [TableName("public", "odd"), TableName("public", "odd2")])
+    config = write_config(
+        tmp_path,
+        '[[table]]\nname = "odd"\n\n[[table]]\nname = "odd2"\ncolumns = ["id", "c"]\n\n'
+        '[[query]]\nname = "qs"\nsql = "SELECT id, q FROM odd2 -- q is a column too"\ndepends_on = ["odd2"]\n\n'
+        '[[query]]\nname = "broken"\nsql = "SELECT nosuch FROM odd2"\ndepends_on = ["odd2"]\n\n'
+        '[[query]]\nname = "untyped"\nsql = "SELECT length(id) FROM odd2"\ndepends_on = ["odd2"]\n',
+    )
+    async with pg_client(server_argv(config, db.dsn)) as client:
+        with anyio.fail_after(WAIT):
+            body = await read(client, "pg://public/odd")
+            assert set(body["1"]) == {"id", "t", "c", "q"}
+            assert (body["1"]["c"], body["1"]["q"]) == (10, 100)
+            assert await read(client, "pg://public/odd2") == {"1": {"id": 1, "c": 20}}
+            assert await read(client, "pg-query://qs") == [{"id": 1, "q": 200}]
+            with pytest.raises(MCPError) as caught:
+                await read(client, "pg-query://broken")
+            with pytest.raises(MCPError) as untyped:
+                await read(client, "pg-query://untyped")
+    assert caught.value.error.code != -32603  # the config's mistake, not the server's
+    assert "query 'broken': column \"nosuch\" does not exist" in caught.value.error.message
+    assert "the config's [[query]] 'broken' sql fails as written" in caught.value.error.message
+    assert untyped.value.error.code != -32603  # was -32603 with no hint
+    assert "function length(integer) does not exist (SQLSTATE 42883); the config's [[query]] 'untyped'" in (
+        untyped.value.error.message
+    )
+
+
+async def test_numeric_keys_stay_exact_text(db: Db, tmp_path: Path) -> None:
+    """Keys ``0.1000000000000000001`` and ``...0002`` are two rows, ``1.50`` keeps its zero, and a
+    change to one of them (re-read by the key its NOTIFY named) is that row's."""
+    db.run("CREATE TABLE prices (id numeric PRIMARY KEY, v int NOT NULL DEFAULT 0)")
+    db.run("INSERT INTO prices (id) VALUES (0.1000000000000000001), (0.1000000000000000002), (1.50)")
+    install_triggers(db.dsn, [TableName("public", "prices")])
+    config = write_config(tmp_path, '[[table]]\nname = "prices"\n')
+    state, events = "pg://public/prices", "pg-events://public/prices"
+    async with (
+        pg_client(server_argv(config, db.dsn)) as client,
+        client.listen(resource_subscriptions=[state, events]) as sub,
+    ):
+        with anyio.fail_after(WAIT):
+            assert sorted(await read(client, state)) == [
+                "0.1000000000000000001",
+                "0.1000000000000000002",
+                "1.50",
+            ]
+        db.run("UPDATE prices SET v = 1 WHERE id = 0.1000000000000000002")
+        (event,) = await events_until(client, sub, 0, lambda evs: len(evs) >= 1, uri=events)
+        assert (event["type"], event["key"], event["object"]["v"]) == ("MODIFIED", "0.1000000000000000002", 1)
+        db.run("INSERT INTO prices (id) VALUES (2.500)")
+        (added,) = await events_until(client, sub, 1, lambda evs: len(evs) >= 1, uri=events)
+        assert (added["type"], added["key"]) == ("ADDED", "2.500")
+
+
+async def test_writes_to_any_partition_are_seen_and_a_new_partition_is_covered(
+    db: Db, tmp_path: Path
+) -> None:
+    """A statement on a partition fires only the partition's triggers: they are installed on every
+    partition, name the partitioned table, and the event trigger adds them to a partition created
+    (or attached) later."""
+    db.run(
+        "CREATE TABLE orders (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region)"
+    )
+    db.run("CREATE TABLE orders_eu PARTITION OF orders FOR VALUES IN ('eu')")
+    db.run("CREATE TABLE orders_us PARTITION OF orders FOR VALUES IN ('us')")
+    install_triggers(db.dsn, [TableName("public", "orders")])
+    config = write_config(tmp_path, '[[table]]\nname = "orders"\n')
+    uri = "pg-events://public/orders"
+
+    def keys(events: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(e["type"], e["key"]) for e in events}
+
+    async with (
+        pg_client(server_argv(config, db.dsn)) as client,
+        client.listen(resource_subscriptions=[uri]) as sub,
+    ):
+        await read(client, uri)
+        db.run("INSERT INTO orders_eu VALUES (1, 'eu', 0)")  # the partition itself
+        db.run("INSERT INTO orders VALUES (2, 'us', 0)")  # through the partitioned table
+        db.run("UPDATE orders_us SET v = 1 WHERE id = 2")
+        seen = await events_until(client, sub, 0, lambda evs: len(evs) >= 3, uri=uri)
+        assert keys(seen) == {("ADDED", '[1,"eu"]'), ("ADDED", '[2,"us"]'), ("MODIFIED", '[2,"us"]')}
+        db.run("CREATE TABLE orders_ap PARTITION OF orders FOR VALUES IN ('ap')")
+        db.run("CREATE TABLE orders_sa (id int, region text, v int, PRIMARY KEY (id, region))")
+        db.run("ALTER TABLE orders ATTACH PARTITION orders_sa FOR VALUES IN ('sa')")
+        db.run("INSERT INTO orders_ap VALUES (3, 'ap', 0)")
+        db.run("INSERT INTO orders_sa VALUES (4, 'sa', 0)")
+        later = await events_until(client, sub, 3, lambda evs: len(keys(evs)) >= 2, uri=uri)
+        assert keys(later) == {("ADDED", '[3,"ap"]'), ("ADDED", '[4,"sa"]')}
+    # A partition without the triggers (made with the event triggers off): the watch says so.
+    db.run("ALTER EVENT TRIGGER asyncai_watch_ddl DISABLE")
+    db.run("CREATE TABLE orders_af PARTITION OF orders FOR VALUES IN ('af')")
+    db.run("ALTER EVENT TRIGGER asyncai_watch_ddl ENABLE")
+    async with pg_client(server_argv(config, db.dsn)) as client:
+        with (
+            anyio.fail_after(WAIT),
+            pytest.raises(MCPError, match="has partitions without asyncai-watch triggers"),
+        ):
+            await read(client, uri)
 
 
 async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None:
@@ -491,12 +794,16 @@ async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None
         await m.watch_start("changes", EVENTS)
         db.run("INSERT INTO items (id) VALUES (3), (4)")
         over = "public.items has more than 3 rows, the row cap (max_rows = 3"
-        await lines_until(m, lambda ls: has(ls, "items", over) and has(ls, "changes", over))
+        # The state cannot be served over its cap; the change log does not hold the rows, and goes on.
+        await lines_until(m, lambda ls: has(ls, "items", over) and has(ls, "changes", "ADDED 4"))
         db.run(
             "DELETE FROM items WHERE id = 4"
         )  # back under the cap: the net change since the last good read
-        lines = await lines_until(m, lambda ls: has(ls, "changes", "ADDED 3") and has(ls, "items", "ADDED 3"))
-    assert not has(lines, "changes", "ADDED 4")
+        lines = await lines_until(
+            m, lambda ls: has(ls, "changes", "DELETED 4") and has(ls, "items", "ADDED 3")
+        )
+    assert not has(lines, "items", "ADDED 4")
+    assert not has(lines, "changes", over)
 
 
 async def test_a_role_without_rights_gets_one_line(db: Db, tmp_path: Path) -> None:
@@ -521,7 +828,78 @@ async def test_a_role_without_rights_gets_one_line(db: Db, tmp_path: Path) -> No
         lines = await lines_until(
             m, lambda ls: has(ls, "changes", f"role {WATCHER} may not read public.items")
         )
-    assert lines["changes"][-1].startswith("ERROR: ")
+    assert lines["changes"][-1].startswith("ERROR")
+
+
+# -- shared work, caps and refusals ----------------------------------------------------------------
+
+
+def _load_pg_stat_statements(db: Db) -> None:
+    """Load pg_stat_statements in the module's cluster (a restart: it needs shared memory)."""
+    loaded = db.run("SHOW shared_preload_libraries")[0][0]
+    if "pg_stat_statements" not in loaded:
+        db.run("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        db.server.restart()
+    db.run("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+
+def _statements(db: Db, role: str) -> int:
+    rows = db.run(
+        "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements"
+        " WHERE userid = %s::regrole AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (role,),
+    )
+    return int(rows[0][0])
+
+
+async def test_ten_thousand_filtered_uris_share_one_reread_per_change(db: Db, tmp_path: Path) -> None:
+    """One listen of 10,000 filtered URIs, a second client's watch beside it: a single-row UPDATE
+    costs a bounded number of statements (one shared re-read, not one per URI), and both clients
+    are told."""
+    await anyio.to_thread.run_sync(_load_pg_stat_statements, db)
+    config = write_config(tmp_path, '[[table]]\nname = "items"\nwhere = ["n"]\n')
+    argv = server_argv(config, db.as_role(WATCHER))
+    many = [f"pg://public/items?n={i}" for i in range(10_000)]
+    async with pg_client(argv) as client, pg_client(argv) as other:
+        with anyio.fail_after(120):  # 10,000 first reads before the ack
+            async with (
+                client.listen(resource_subscriptions=many) as sub,
+                other.listen(resource_subscriptions=["pg://public/items?n=5"]) as sub2,
+            ):
+                assert await read(other, "pg://public/items?n=5") == {}
+                assert set(await read(client, "pg://public/items?n=0")) == {"1", "2"}
+                db.run("SELECT pg_stat_statements_reset()")
+                db.run("UPDATE items SET n = 5 WHERE id = 1")
+                moved = await read_until(other, sub2, "pg://public/items?n=5", lambda b: "1" in b)
+                assert moved["1"]["n"] == 5
+                await read_until(client, sub, "pg://public/items?n=0", lambda b: set(b) == {"2"})
+                assert set(await read(client, "pg://public/items?n=5")) == {"1"}
+                spent = _statements(db, WATCHER)
+    assert spent <= 3, f"{spent} statements for one single-row UPDATE under 10,001 filtered URIs"
+
+
+async def test_a_listen_that_can_only_fail_or_is_over_the_cap_is_refused_at_once(
+    db: Db, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, '[[table]]\nname = "items"\nwhere = ["n", "status"]\n')
+    async with pg_client(server_argv(config, db.dsn, "--max-sources", "3")) as client:
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as bad_value:
+            async with client.listen(resource_subscriptions=["pg://public/items?n=abc"]):
+                pass
+        assert 'invalid input syntax for type integer: "abc"' in bad_value.value.error.message
+        uris = [f"pg://public/items?n={i}" for i in range(4)]
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as over:
+            async with client.listen(resource_subscriptions=uris):
+                pass
+        assert "the most it allows (--max-sources 3)" in over.value.error.message
+        async with client.listen(resource_subscriptions=uris[:3]) as sub:  # within the cap: served
+            db.run("UPDATE items SET n = 2 WHERE id = 1")
+            await read_until(client, sub, uris[2], lambda b: "1" in b)
+    async with pg_client(server_argv(config, db.as_role(NOBODY))) as client:
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as no_rights:
+            async with client.listen(resource_subscriptions=[STATE]):
+                pass
+    assert f"role {NOBODY} may not read public.items (permission denied)" in no_rights.value.error.message
 
 
 # -- the surface: listings, refusals, HTTP, the CLI, the bridge -------------------------------------
@@ -588,7 +966,8 @@ async def test_a_2025_client_subscribes_too(db: Db, tmp_path: Path) -> None:
 
 
 async def test_big_keys_and_truncate_fall_back_to_a_whole_read(db: Db, tmp_path: Path) -> None:
-    """Keys that do not fit a NOTIFY (8000 bytes) are sent as "the table changed"; so is TRUNCATE."""
+    """Keys that do not fit a NOTIFY (8000 bytes) are sent as "the table changed"; so is TRUNCATE,
+    which the change log records as one ``TRUNCATED`` event (the state shows each row gone)."""
     db.run("CREATE TABLE docs (id text PRIMARY KEY, v int)")
     install_triggers(db.dsn, [TableName("public", "docs")])
     config = write_config(tmp_path, '[[table]]\nname = "docs"\n')
@@ -603,8 +982,8 @@ async def test_big_keys_and_truncate_fall_back_to_a_whole_read(db: Db, tmp_path:
         events = await events_until(client, sub, 0, lambda evs: len(evs) >= 12, uri=uri)
         assert sorted((e["type"], e["key"]) for e in events) == [("ADDED", k) for k in keys]
         db.run("TRUNCATE docs")
-        events = await events_until(client, sub, 12, lambda evs: len(evs) >= 12, uri=uri)
-        assert sorted((e["type"], e["key"]) for e in events) == [("DELETED", k) for k in keys]
+        (event,) = await events_until(client, sub, 12, lambda evs: len(evs) >= 1, uri=uri)
+        assert (event["type"], event["object"]) == ("TRUNCATED", {"table": "public.docs"})
 
 
 async def test_install_is_idempotent_and_remove_takes_the_triggers_away(db: Db, tmp_path: Path) -> None:
@@ -614,10 +993,11 @@ async def test_install_is_idempotent_and_remove_takes_the_triggers_away(db: Db, 
         done = await anyio.run_process([*base, "--install-triggers"], check=False)  # installed already
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode().strip() == (
-        "asyncai-watch triggers installed on public.items; DDL event triggers installed"
+        "asyncai-watch triggers installed on public.items; DDL event triggers installed; "
+        "the change log keeps changes of the last 7d, at most 256MB per table"
     )
     count = "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'items'::regclass AND tgname LIKE 'asyncai%%'"
-    assert db.run(count) == [(4,)]
+    assert db.run(count) == [(6,)]  # four NOTIFY triggers, two capture triggers
     with anyio.fail_after(WAIT):
         done = await anyio.run_process([*base, "--remove-triggers"], check=False)
     assert done.returncode == 0, done.stderr
@@ -636,6 +1016,54 @@ async def test_install_is_idempotent_and_remove_takes_the_triggers_away(db: Db, 
     assert done.returncode == 1
     assert done.stderr.decode().startswith("asyncai-mcp-postgres: installing the triggers failed: ")
     assert len(done.stderr.decode().strip().splitlines()) == 1
+
+
+async def test_changes_older_than_the_retention_age_are_dropped_at_a_later_write(
+    db: Db, tmp_path: Path
+) -> None:
+    """Installed with a retention of 1h: changes made "2 hours ago" (their commit time set back, as
+    a clock would) are dropped when the log next trims (a write crossing a multiple of 256 seqs);
+    a reader positioned before them gets the kept changes, and the body says what is kept."""
+    install_triggers(db.dsn, [ITEMS], Retention(max_age=timedelta(hours=1)))
+    async with pg_client(server_argv(write_config(tmp_path), db.dsn)) as client:
+        start = await read(client, EVENTS)
+        db.run("INSERT INTO items (id) SELECT generate_series(10, 14)")
+        db.run("UPDATE asyncai_watch.xacts SET at = at - interval '2 hours'")
+        db.run("INSERT INTO items (id) SELECT generate_series(100, 355)")  # 256 rows: a trim
+        body = await read(client, EVENTS, (start["log_id"], start["last_seq"]))
+    assert body["retention"] == "changes of the last 1h, at most 256MB per table"
+    assert body["first_seq"] == start["last_seq"] + 6  # the five old ones went
+    assert [e["key"] for e in body["events"]] == [str(i) for i in range(100, 200)]  # a page of the kept
+
+
+async def test_an_older_install_is_told_to_reinstall_and_upgraded_by_it(db: Db, tmp_path: Path) -> None:
+    """An install from before the durable log (the NOTIFY triggers only): the state is served,
+    the change log says what to run; ``--install-triggers`` (twice) upgrades it."""
+    db.run(
+        "DROP TRIGGER asyncai_watch_capture_row ON items; DROP TRIGGER asyncai_watch_capture_truncate ON items;"
+        " DROP TABLE asyncai_watch.changes, asyncai_watch.xacts, asyncai_watch.logs"
+    )
+    config = write_config(tmp_path)
+    argv = server_argv(config, db.dsn)
+    async with pg_client(argv) as client:
+        assert await read(client, STATE) == db_rows(db)
+        with (
+            anyio.fail_after(WAIT),
+            pytest.raises(
+                MCPError, match=r"public\.items has no durable change log .* --install-triggers again"
+            ),
+        ):
+            await client.read_resource(EVENTS)
+    base = [sys.executable, "-m", "asyncai_servers.postgres", "--config", str(config), "--dsn", db.dsn]
+    for _ in range(2):
+        with anyio.fail_after(WAIT):
+            done = await anyio.run_process([*base, "--install-triggers"], check=False)
+        assert done.returncode == 0, done.stderr
+    async with pg_client(argv) as client, client.listen(resource_subscriptions=[EVENTS]) as sub:
+        start = await read(client, EVENTS)
+        db.run("UPDATE items SET n = 5 WHERE id = 2")
+        (event,) = await events_until(client, sub, start["last_seq"], lambda evs: len(evs) >= 1)
+    assert (event["type"], event["key"], event["object"]["n"]) == ("MODIFIED", "2", 5)
 
 
 async def test_cli_watch_prints_the_change(db: Db, tmp_path: Path) -> None:

@@ -18,8 +18,8 @@ from psycopg import sql
 
 from asyncai_servers.postgres.config import ConfigError, TableName, load_config, parse_config
 from asyncai_servers.postgres.listener import DdlChanged, RowsChanged, decode
-from asyncai_servers.postgres.queries import TableMeta, load_rows, query_rows, reread_rows
-from asyncai_servers.postgres.rowset import OverCap, RowSet, key_text, query_body
+from asyncai_servers.postgres.queries import TableMeta, load_rows, query_rows, reread_rows, shared_reread
+from asyncai_servers.postgres.rowset import Number, OverCap, RowSet, key_text, query_body
 from asyncai_servers.postgres.uri import (
     EVENTS_SCHEME,
     STATE_SCHEME,
@@ -97,6 +97,9 @@ def test_keys_and_events_keep_the_database_text() -> None:
     assert key_text('["abc"]') == "abc"
     assert key_text('[7, "eu"]') == '[7,"eu"]'
     assert key_text("[12345678901234567890123]") == "12345678901234567890123"
+    assert key_text("[1.50]") == "1.50"  # the value as text: no float in between
+    assert key_text("[0.1000000000000000001]") != key_text("[0.1000000000000000002]")
+    assert key_text('[1.50, "eu", 1e+20]') == '[1.50,"eu",1e+20]'
     rows = RowSet(max_rows=10)
     rows.replace([("[1]", '{"id":1,"amount":1.50}')])
     (change,) = rows.update([("[1]", '{"id":1,"amount":2.50}')])
@@ -275,6 +278,8 @@ def test_payloads_decode() -> None:
     )
     assert decode('{"ddl":"DROP TABLE","oids":[16386]}') == DdlChanged("DROP TABLE", frozenset({16386}))
     assert decode('{"ddl":"GRANT"}') == DdlChanged("GRANT", None)
+    # What jsonb_agg makes of an oid (the event triggers of earlier installs send these).
+    assert decode('{"ddl":"ALTER TABLE","oids":["16768"]}') == DdlChanged("ALTER TABLE", frozenset({16768}))
     assert decode("not json") is None
     assert decode('{"op":"INSERT"}') is None
 
@@ -307,17 +312,24 @@ def test_names_are_quoted_by_the_driver_and_values_are_parameters() -> None:
     assert '"x""; DROP TABLE y; --"."t t"' in rendered
     assert '"t"."c""c" = "f"."c""c"' in rendered
     assert "DELETE" not in rendered  # the value is a parameter
-    assert [p.obj for p in params] == [{'c"c': "'; DELETE FROM z; --"}]  # type: ignore[attr-defined]
-    assert rendered.endswith("LIMIT 1001")
+    assert [p.obj for p in params] == [{'c"c': "'; DELETE FROM z; --"}] * 2  # type: ignore[attr-defined]
+    assert rendered.endswith("LIMIT 1001)")
     query, params = reread_rows(META, target, [(1,), (2,)])
     assert params[0].obj == [{"id": 1}, {"id": 2}]  # type: ignore[attr-defined]
+    # The shared re-read: no filter in the SQL, the where column's match computed for memory.
+    query, params = shared_reread(META, HOSTILE.tables[0], [(Number("1.50"),)])
+    rendered = text(query)
+    assert '"x""; DROP TABLE y; --"."t t"' in rendered
+    assert 'trim_scale("t"."c""c"::text::numeric)' in rendered
+    assert "DELETE" not in rendered
+    assert params[0].dumps(params[0].obj) == '[{"id":1.50}]'  # type: ignore[attr-defined]  # exact
     named = parse_config(
         {"query": [{"name": "q", "sql": "SELECT 1 AS id", "depends_on": ["t"], "key": ["id"]}]}
     )
     query, params = query_rows(named.queries[0])
     assert (
         text(query)
-        == 'SELECT json_build_array("q"."id")::text, row_to_json(q)::text FROM (SELECT 1 AS id) AS q LIMIT 1001'
+        == 'SELECT json_build_array("q"."id")::text, row_to_json(q.*)::text FROM (SELECT 1 AS id\n) AS q LIMIT 1001'
     )
     assert params == []
 
@@ -330,3 +342,72 @@ def test_the_docs_config_example_is_a_valid_config() -> None:
     assert config.tables[0].where == ("status", "customer_id")
     assert [q.name for q in config.queries] == ["failed_today"]
     assert config.queries[0].key == ("id",)
+
+
+# -- the durable change log's pure parts (capture.py) ------------------------------------------------
+
+
+def test_retention_flags_parse_and_say_what_is_accepted() -> None:
+    from datetime import timedelta
+
+    from asyncai_servers.postgres.capture import Retention, parse_age, parse_size
+
+    assert parse_age("7d") == timedelta(days=7)
+    assert parse_age("90") == timedelta(seconds=90)
+    assert parse_size("64kB") == 64 << 10
+    assert parse_size("2GB") == 2 << 30
+    assert (
+        Retention(timedelta(hours=12), 16 << 10).text() == "changes of the last 12h, at most 16kB per table"
+    )
+    with pytest.raises(
+        ValueError, match=r"--retain-age expects a positive number with s, m, h or d .* got '0d'"
+    ):
+        parse_age("0d")
+    with pytest.raises(ValueError, match=r"--retain-size expects a size with B, kB, MB or GB .* got '1 TB'"):
+        parse_size("1 TB")
+
+
+def test_a_log_page_keeps_the_database_text_and_says_when_more_follows() -> None:
+    from asyncai_servers.postgres.capture import log_body
+
+    head = ("L1", 3, 9, 604800.0, 1 << 20, None, None, None, None, None, None)
+    at = '"2026-12-04T21:00:00+00:00"'
+    rows = [
+        head,
+        (None,) * 5 + (4, "700", "I", None, '{"id":1,"amount":1.50,"secret":"s"}', at),
+        (None,) * 5
+        + (5, "701", "U", '{"id":1,"amount":1.50,"secret":"s"}', '{"id":1,"amount":2.50,"secret":"t"}', at),
+        (None,) * 5 + (6, "702", "D", '{"id":1,"amount":2.50,"secret":"t"}', None, at),
+        (None,) * 5 + (7, "703", "T", None, None, at),
+    ]
+    page = log_body(rows, TableName("public", "pay"), ("id",), ("id", "amount"))
+    assert page.more  # seq 7 of 9
+    assert page.text.startswith(
+        '{"log_id":"L1","last_seq":9,"first_seq":3,"retention":"changes of the last 7d'
+    )
+    assert '"object":{"id":1,"amount":1.50}' in page.text  # the database's digits, the config's columns
+    body = json.loads(page.text)
+    assert [(e["seq"], e["type"], e.get("key"), e["txid"]) for e in body["events"]] == [
+        (4, "ADDED", "1", 700),
+        (5, "MODIFIED", "1", 701),
+        (6, "DELETED", "1", 702),
+        (7, "TRUNCATED", None, 703),
+    ]
+    assert body["events"][1]["old"] == {"id": 1, "amount": 1.5}
+    assert body["events"][3]["object"] == {"table": "public.pay"}
+    assert not log_body([head], TableName("public", "pay"), ("id",), None).more  # nothing after the position
+
+
+def test_a_bad_retention_flag_is_refused_saying_what_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from asyncai_servers.postgres.__main__ import main
+
+    config = tmp_path / "pg.toml"
+    config.write_text('[[table]]\nname = "t"\n')
+    with pytest.raises(SystemExit) as exited:
+        main(["--config", str(config), "--install-triggers", "--retain-size", "1TB"])
+    assert exited.value.code == 2
+    assert "--retain-size expects a size with B, kB, MB or GB (e.g. 256MB), at least 1 byte, got '1TB'" in (
+        capsys.readouterr().err
+    )

@@ -27,6 +27,7 @@ from asyncai_watch.server.policy import (
 )
 
 if TYPE_CHECKING:
+    from asyncai_servers.postgres.capture import Retention
     from asyncai_servers.postgres.config import Config
     from asyncai_servers.postgres.server import PostgresServer
 
@@ -63,6 +64,20 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="install (or refresh) the NOTIFY triggers on the config's tables, then exit; idempotent. "
         "Run as the tables' owner; as a superuser it also installs the DDL event triggers",
+    )
+    p.add_argument(
+        "--retain-age",
+        default="7d",
+        metavar="AGE",
+        help="with --install-triggers: how long each table's durable change log keeps a change "
+        "(s, m, h or d; default 7d); a reader further behind gets a GAP naming the retention",
+    )
+    p.add_argument(
+        "--retain-size",
+        default="256MB",
+        metavar="SIZE",
+        help="with --install-triggers: the most each table's change log may hold (B, kB, MB or GB; "
+        "default 256MB); past it the oldest changes are dropped",
     )
     setup.add_argument(
         "--remove-triggers",
@@ -110,6 +125,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="URIs one subscriptions/listen (or one 2025-era session) may name (default 100,000)",
     )
+    p.add_argument(
+        "--max-sources",
+        type=int,
+        default=None,
+        metavar="N",
+        help="distinct targets (tables, filtered views, queries) watched at once, all clients together "
+        "(default 20,000): a listen or read past it is refused naming this flag",
+    )
     p.add_argument("--log-level", default=os.environ.get("ASYNCAI_PG_LOG", "WARNING"))
     add_http_arguments(p)
     return p
@@ -140,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--ring-events must be >= 1, got {args.ring_events}")
     if args.max_uris is not None and args.max_uris < 1:
         p.error(f"--max-uris must be >= 1, got {args.max_uris}")
+    if args.max_sources is not None and args.max_sources < 1:
+        p.error(f"--max-sources must be >= 1, got {args.max_sources}")
     reconnect = _backoff_arg(args.reconnect, p)
     if args.http is None and (misuse := stdio_misuse(args)) is not None:
         p.error(misuse)
@@ -160,6 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         require("postgres", feature="this server")
     except MissingExtraError as exc:
         raise _fail(str(exc), 2) from None
+    from asyncai_servers.postgres.capture import Retention, parse_age, parse_size  # needs psycopg
+
+    try:
+        retention = Retention(max_age=parse_age(args.retain_age), max_bytes=parse_size(args.retain_size))
+    except ValueError as exc:
+        p.error(str(exc))
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
     )
@@ -170,9 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         raise _fail(str(exc), 2) from None
     if args.install_triggers or args.remove_triggers:
-        return _triggers(config, args.dsn, install=args.install_triggers)
+        return _triggers(config, args.dsn, install=args.install_triggers, retention=retention)
 
-    from asyncai_servers.postgres.server import RING_EVENTS, PostgresServer
+    from asyncai_servers.postgres.server import MAX_SOURCES, RING_EVENTS, PostgresServer
     from asyncai_watch import Backoff
     from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 
@@ -185,18 +216,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle_grace=args.idle_grace,
         ring_events=args.ring_events or RING_EVENTS,
         max_uris=DEFAULT_MAX_URIS if args.max_uris is None else args.max_uris,
+        max_sources=MAX_SOURCES if args.max_sources is None else args.max_sources,
     )
     return _serve(server, http, args.http, policy)
 
 
-def _triggers(config: Config, dsn: str, *, install: bool) -> int:
+def _triggers(config: Config, dsn: str, *, install: bool, retention: Retention) -> int:
     import psycopg
 
     from asyncai_servers.postgres.triggers import install_triggers, remove_triggers
 
     tables = config.trigger_tables()
     try:
-        report = install_triggers(dsn, tables) if install else remove_triggers(dsn, tables)
+        report = install_triggers(dsn, tables, retention) if install else remove_triggers(dsn, tables)
     except (psycopg.Error, ValueError) as exc:
         detail = " ".join(str(exc).split())
         verb = "installing" if install else "removing"

@@ -34,37 +34,54 @@ class PgError(Exception):
     """A read failed; ``str()`` is one line saying why. ``internal``: the server's fault or the
     database's (unreachable, too slow), not the watched resource's."""
 
-    def __init__(self, message: str, *, internal: bool = False) -> None:
+    def __init__(self, message: str, *, internal: bool = False, refuse: bool = False) -> None:
         super().__init__(message)
         self.internal = internal
+        self.refuse = refuse
+        """The URI can only fail this way (no rights, a filter value its column cannot take):
+        a listen naming it is refused, not acknowledged."""
 
 
 def _first_line(text: str) -> str:
     return " ".join(text.strip().splitlines()[:1]) or text.strip()
 
 
+_THE_DATABASES: Final = ("08", "40", "53", "55", "57", "58", "XX")
+"""SQLSTATE classes that are the database's condition (connection, resources, shutdown,
+lock or serialization, internal), not the watched resource's: -32603. Any other is -32002."""
+
+
 def one_line(
-    exc: psycopg.Error, what: str, *, role: str | None = None, timeout: float | None = None
+    exc: psycopg.Error,
+    what: str,
+    *,
+    role: str | None = None,
+    timeout: float | None = None,
+    hint: str = "",
 ) -> PgError:
-    """``exc`` from reading ``what`` (e.g. ``public.payments``) as a :class:`PgError`."""
+    """``exc`` from reading ``what`` (e.g. ``public.payments``) as a :class:`PgError`; ``hint``
+    (``"; ..."``) ends a message about the statement itself (e.g. where a named query's SQL is)."""
     primary = _first_line(exc.diag.message_primary or str(exc))
     if isinstance(exc, pgerrors.InsufficientPrivilege):
         who = f"role {role}" if role else "the server's role"
         return PgError(
-            f"{what}: {primary}: {who} may not read it (GRANT SELECT ON it TO {role or 'that role'})"
+            f"{what}: {primary}: {who} may not read it (GRANT SELECT ON it TO {role or 'that role'})",
+            refuse=True,
         )
     if isinstance(exc, pgerrors.UndefinedTable):
-        return PgError(f"{what}: {primary} (dropped or renamed?)")
+        return PgError(f"{what}: {primary} (dropped or renamed?){hint}")
     if isinstance(exc, pgerrors.UndefinedColumn):
-        return PgError(f"{what}: {primary} (the table was altered?)")
+        return PgError(f"{what}: {primary} (the table was altered?){hint}")
     if isinstance(exc, pgerrors.QueryCanceled):
         limit = f" ({timeout:g} s, --statement-timeout)" if timeout is not None else ""
         return PgError(f"{what}: the read took longer than the statement timeout{limit}", internal=True)
     if isinstance(exc, psycopg.OperationalError):
         return PgError(f"{what}: cannot reach PostgreSQL: {primary}", internal=True)
-    if isinstance(exc, pgerrors.DataError | pgerrors.SyntaxErrorOrAccessRuleViolation):
-        return PgError(f"{what}: {primary}")
-    return PgError(f"{what}: {type(exc).__name__}: {primary}", internal=True)
+    state = exc.sqlstate or "XX000"
+    if state[:2] in _THE_DATABASES:
+        return PgError(f"{what}: {type(exc).__name__}: {primary} (SQLSTATE {state})", internal=True)
+    # The statement itself failed (class 42: a name or type it uses, 22: a value ...): say which.
+    return PgError(f"{what}: {primary} (SQLSTATE {state}){hint}", refuse=state.startswith("22"))
 
 
 class Database:

@@ -9,7 +9,8 @@ re-read's snapshot is notified, and one committed before it is in the re-read.
 
 A lost connection (``pg_terminate_backend``, a database restart, a network cut: TCP keepalives
 find a silent one) is reconnected at once; failed connects back off (1, 2, 4 .. 16 s by
-default) on the injected clock. While nothing changes, the connection only waits: no query.
+default) on the injected clock, and each one calls ``on_down``: until ``on_resync``, the server
+cannot know what changes, and says so. While nothing changes, the connection only waits: no query.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import psycopg
 
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.db import APP_NAME
+from asyncai_servers.postgres.rowset import Number
 from asyncai_servers.postgres.triggers import CHANNEL
 from asyncai_watch import Backoff
 from asyncai_watch.clock import Clock, SystemClock
@@ -62,10 +64,11 @@ class _Payload(msgspec.Struct, forbid_unknown_fields=False):
     op: str = ""
     k: list[list[Any]] | None = None
     ddl: str | None = None
-    oids: list[int] | None = None
+    # jsonb_agg makes a JSON string of an ``oid`` ("16768"); triggers installed before 0.2 send those.
+    oids: list[int | str] | None = None
 
 
-_decode = msgspec.json.Decoder(_Payload).decode
+_decode = msgspec.json.Decoder(_Payload, float_hook=Number).decode  # keys exact: rowset.Number
 
 
 def decode(payload: str) -> RowsChanged | DdlChanged | None:
@@ -76,7 +79,12 @@ def decode(payload: str) -> RowsChanged | DdlChanged | None:
         log.warning("ignored a notification on %s that is not ours: %.200s", CHANNEL, payload)
         return None
     if p.ddl is not None:
-        return DdlChanged(p.ddl, None if p.oids is None else frozenset(p.oids))
+        if p.oids is None:
+            return DdlChanged(p.ddl, None)
+        try:
+            return DdlChanged(p.ddl, frozenset(int(oid) for oid in p.oids))
+        except ValueError:
+            return DdlChanged(p.ddl, None)  # unreadable oids: every watch looks again
     if p.s is None or p.t is None:
         log.warning("ignored a notification on %s without a table: %.200s", CHANNEL, payload)
         return None
@@ -91,12 +99,15 @@ class Listener:
         *,
         on_change: Callable[[RowsChanged | DdlChanged], None],
         on_resync: Callable[[], None],
+        on_down: Callable[[str], None] = lambda _reason: None,
         clock: Clock | None = None,
         backoff: Backoff = RECONNECT,
     ) -> None:
         self.dsn = dsn
         self.on_change = on_change
         self.on_resync = on_resync
+        self.on_down = on_down
+        """Called with the reason each time a connect fails: nothing is heard until ``on_resync``."""
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.backoff = backoff
         self.backend_pid: int | None = None
@@ -126,6 +137,9 @@ class Listener:
                 assert delay is not None  # attempts=None: forever
                 failures += 1
                 log.warning("LISTEN connect failed (%s); retrying in %g s", _line(exc), delay)
+                # A lost connection is tried again at once; only when that fails is PostgreSQL
+                # unreachable (a LISTEN cut with the database up is a resync, not an outage).
+                self.on_down(_line(exc))
                 await self.clock.sleep_until(self.clock.now() + delay)
                 continue
             failures = 0

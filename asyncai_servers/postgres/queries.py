@@ -16,10 +16,11 @@ import attrs
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from asyncai_servers.postgres.config import QuerySpec, TableName
+from asyncai_servers.postgres.config import QuerySpec, TableName, TableSpec
+from asyncai_servers.postgres.rowset import json_text
 from asyncai_servers.postgres.uri import TableTarget
 
-__all__ = ["TRIGGER_NAMES", "TableMeta", "catalog", "load_rows", "query_rows", "reread_rows"]
+__all__ = ["TRIGGER_NAMES", "TableMeta", "catalog", "load_rows", "query_rows", "reread_rows", "shared_reread"]
 
 TRIGGER_NAMES: Final = (
     "asyncai_watch_insert",
@@ -43,7 +44,10 @@ SELECT n.nspname::text, c.relname::text, c.oid::int8, c.relkind::text,
   ARRAY(SELECT g.tgname::text FROM pg_trigger g
          WHERE g.tgrelid = c.oid AND g.tgname LIKE 'asyncai\_watch\_%%' AND g.tgenabled <> 'D'),
   has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT'),
-  current_user::text
+  current_user::text,
+  ARRAY(SELECT p.relid::regclass::text FROM pg_partition_tree(c.oid) p
+         WHERE p.relid <> c.oid AND (SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = p.relid
+           AND g.tgname LIKE 'asyncai\_watch\_%%' AND g.tgenabled <> 'D') < 4)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE (n.nspname, c.relname) IN (SELECT * FROM unnest(%s::text[], %s::text[]))
 """
@@ -63,6 +67,8 @@ class TableMeta:
     triggers: frozenset[str]
     readable: bool
     role: str
+    unwatched: tuple[str, ...] = ()
+    """Partitions (of a partitioned table) without all four triggers: their writes go unheard."""
 
 
 def catalog(tables: Sequence[TableName]) -> Query:
@@ -71,7 +77,7 @@ def catalog(tables: Sequence[TableName]) -> Query:
 
 
 def meta_from_row(row: Sequence[Any]) -> TableMeta:
-    schema, name, oid, kind, pk, columns, triggers, readable, role = row
+    schema, name, oid, kind, pk, columns, triggers, readable, role, unwatched = row
     return TableMeta(
         name=TableName(schema, name),
         oid=int(oid),
@@ -81,6 +87,7 @@ def meta_from_row(row: Sequence[Any]) -> TableMeta:
         triggers=frozenset(triggers),
         readable=bool(readable),
         role=str(role),
+        unwatched=tuple(unwatched),
     )
 
 
@@ -90,10 +97,12 @@ def _cols(alias: str, columns: Sequence[str]) -> sql.Composable:
 
 def _row(target: TableTarget) -> sql.Composable:
     columns = target.spec.columns
+    # ``alias.*``, never a bare ``alias``: PostgreSQL resolves a bare name to a column first, so a
+    # table with a column ``t`` (or ``c``, or a query's ``q``) would hand that column to row_to_json.
     if columns is None:
-        return sql.SQL("row_to_json(t)")
+        return sql.SQL("row_to_json(t.*)")
     # A subselect keeps the column names (json_build_object would stop at 50 columns).
-    return sql.SQL("(SELECT row_to_json(c) FROM (SELECT {}) AS c)").format(_cols("t", columns))
+    return sql.SQL("(SELECT row_to_json(c.*) FROM (SELECT {}) AS c)").format(_cols("t", columns))
 
 
 def _filter(target: TableTarget) -> tuple[sql.Composable, sql.Composable, list[Any]]:
@@ -108,8 +117,23 @@ def _filter(target: TableTarget) -> tuple[sql.Composable, sql.Composable, list[A
     return join, conds, [Jsonb(dict(target.filter))]
 
 
+def _match(alias: str, column: str) -> sql.Composable:
+    """A value as the text a filter is matched by, in memory: the column type's own text, a
+    ``numeric`` without trailing zeros (``1.50`` equals ``1.5``, as ``=`` says)."""
+    col = sql.Identifier(alias, column)
+    return sql.SQL(
+        "CASE WHEN pg_typeof({c}) = 'numeric'::regtype THEN trim_scale({c}::text::numeric)::text ELSE {c}::text END"
+    ).format(c=col)
+
+
+def _matches(alias: str, columns: Sequence[str]) -> sql.Composable:
+    return sql.SQL("json_build_array({})::text").format(sql.SQL(", ").join(_match(alias, c) for c in columns))
+
+
 def load_rows(meta: TableMeta, target: TableTarget) -> Query:
-    """Every row of ``target`` as ``(key_json, row_json)``, in key order, at most ``max_rows + 1``."""
+    """Every row of ``target`` as ``(key_json, row_json)``, in key order, at most ``max_rows + 1``;
+    with a filter, one more row ``(NULL, match_json)`` first: the filter's values as
+    :func:`shared_reread` gives a row's (which also checks that the column can take them)."""
     table = sql.Identifier(meta.name.schema, meta.name.name)
     join, conds, params = _filter(target)
     pk = _cols("t", meta.primary_key)
@@ -124,7 +148,34 @@ def load_rows(meta: TableMeta, target: TableTarget) -> Query:
         conds=conds,
         limit=sql.Literal(target.spec.max_rows + 1),
     )
-    return query, params
+    if not target.filter:
+        return query, params
+    values = sql.SQL("SELECT NULL::text, {m} FROM jsonb_populate_record(NULL::{table}, %s) AS f").format(
+        m=_matches("f", [c for c, _ in target.filter]), table=table
+    )
+    return sql.SQL("{} UNION ALL ({})").format(values, query), [*params, *params]
+
+
+def shared_reread(meta: TableMeta, spec: TableSpec, keys: Sequence[Sequence[Any]]) -> Query:
+    """The rows with these primary keys now, for every watcher of the table at once (no filter):
+    ``(key_json, row_json or NULL, match_json)``, the match of the ``where`` columns (:func:`_match`)."""
+    table = sql.Identifier(meta.name.schema, meta.name.name)
+    pk = meta.primary_key
+    match = _matches("t", spec.where) if spec.where else sql.SQL("NULL::text")
+    query = sql.SQL(
+        "SELECT json_build_array({pk_r})::text, CASE WHEN {first} IS NULL THEN NULL ELSE {row}::text END,"
+        " {match} FROM jsonb_populate_recordset(NULL::{table}, %s) AS r"
+        " LEFT JOIN {table} AS t ON ({pk_t}) = ({pk_r})"
+    ).format(
+        pk_r=_cols("r", pk),
+        pk_t=_cols("t", pk),
+        first=sql.Identifier("t", pk[0]),
+        row=_row(TableTarget(spec)),
+        match=match,
+        table=table,
+    )
+    wanted = Jsonb([dict(zip(pk, key, strict=True)) for key in keys], dumps=json_text)
+    return query, [wanted]
 
 
 def reread_rows(meta: TableMeta, target: TableTarget, keys: Sequence[Sequence[Any]]) -> Query:
@@ -146,7 +197,7 @@ def reread_rows(meta: TableMeta, target: TableTarget, keys: Sequence[Sequence[An
         join=join,
         conds=conds,
     )
-    wanted = Jsonb([dict(zip(pk, key, strict=True)) for key in keys])
+    wanted = Jsonb([dict(zip(pk, key, strict=True)) for key in keys], dumps=json_text)  # numbers exact
     return query, [wanted, *params]
 
 
@@ -157,7 +208,8 @@ def query_rows(spec: QuerySpec) -> Query:
         if spec.key
         else sql.SQL("NULL::text")
     )
-    query = sql.SQL("SELECT {key}, row_to_json(q)::text FROM ({body}) AS q LIMIT {limit}").format(
+    # The body ends on a line of its own: a config's SQL may end in a ``-- comment``.
+    query = sql.SQL("SELECT {key}, row_to_json(q.*)::text FROM ({body}\n) AS q LIMIT {limit}").format(
         key=key,
         body=sql.SQL(spec.sql),
         limit=sql.Literal(spec.max_rows + 1),

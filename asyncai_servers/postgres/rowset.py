@@ -24,10 +24,25 @@ import msgspec
 
 from asyncai_watch.server.eventlog import dumps
 
-__all__ = ["OverCap", "RowChange", "RowSet", "key_text", "query_body"]
+__all__ = ["Number", "OverCap", "RowChange", "RowSet", "json_text", "key_text", "query_body"]
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
-_decode_key = msgspec.json.Decoder(list[Any]).decode
+
+
+class Number(str):
+    """A JSON number with a fraction or exponent, kept as the text PostgreSQL wrote (``1.50``,
+    ``0.1000000000000000001``): a float would round it, and two keys could become one."""
+
+    __slots__ = ()
+
+
+_decode_key = msgspec.json.Decoder(list[Any], float_hook=Number).decode
+_encoder = msgspec.json.Encoder(enc_hook=lambda n: msgspec.Raw(str(n).encode()))  # a Number, as is
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON of decoded keys, each :class:`Number` written back as its own text."""
+    return _encoder.encode(value).decode()
 
 
 class OverCap(ValueError):
@@ -44,8 +59,8 @@ def key_text(key_json: str) -> str:
     values = _decode_key(key_json)
     if len(values) == 1:
         value = values[0]
-        return value if isinstance(value, str) else dumps(value)
-    return dumps(values)
+        return value if isinstance(value, str) else dumps(value)  # a Number is its text
+    return json_text(values)
 
 
 @attrs.frozen

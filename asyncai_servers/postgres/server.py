@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from asyncai_servers.postgres.config import Config, TableName
 from asyncai_servers.postgres.db import Database, PgError
 from asyncai_servers.postgres.listener import RECONNECT, DdlChanged, Listener, RowsChanged
-from asyncai_servers.postgres.sources import QuerySource, Source, TableSource
+from asyncai_servers.postgres.sources import READY_TIMEOUT, QuerySource, Source, TableGroup, TableSource
 from asyncai_servers.postgres.uri import (
     EVENTS_SCHEME,
     STATE_SCHEME,
@@ -57,7 +57,15 @@ from asyncai_watch.server.eventlog import read_after
 from asyncai_watch.server.schemas import input_schemas
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
 
-__all__ = ["IDLE_GRACE", "RING_CHARS", "RING_EVENTS", "RING_WINDOW", "SERVER_NAME", "PostgresServer"]
+__all__ = [
+    "IDLE_GRACE",
+    "MAX_SOURCES",
+    "RING_CHARS",
+    "RING_EVENTS",
+    "RING_WINDOW",
+    "SERVER_NAME",
+    "PostgresServer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +78,9 @@ RING_CHARS: Final = 8 << 20
 """...and at most this much JSON text, whatever the rows' size."""
 RING_WINDOW: Final = 256
 """Events a read without a position returns."""
+MAX_SOURCES: Final = 20_000
+"""Distinct targets (a table, each filtered view of one, a query) watched at once, all clients
+together (``--max-sources``): each holds its rows in memory."""
 JSON: Final = "application/json"
 
 Target = TableTarget | QueryTarget
@@ -105,15 +116,25 @@ class PostgresServer:
         ring_chars: int | None = RING_CHARS,
         ring_window: int | None = RING_WINDOW,
         max_uris: int = DEFAULT_MAX_URIS,
+        max_sources: int = MAX_SOURCES,
     ) -> None:
         self.config = config
+        self.max_sources = max_sources
         self.db = Database(dsn, size=pool_size, statement_timeout=statement_timeout)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.idle_grace = idle_grace
         self._ring = (ring_events, ring_chars, ring_window)
         self.listener = Listener(
-            dsn, on_change=self._route, on_resync=self._resync, clock=self.clock, backoff=reconnect
+            dsn,
+            on_change=self._route,
+            on_resync=self._resync,
+            on_down=self._down,
+            clock=self.clock,
+            backoff=reconnect,
         )
+        self.reconnect = reconnect
+        self._unreachable: str | None = None
+        """Why PostgreSQL cannot be reached, from the LISTEN connection's last failed connect."""
         self.subscriptions = SubscriptionRegistry(
             SERVER_NAME,
             refuse=self._refusal,
@@ -124,6 +145,7 @@ class PostgresServer:
         )
         self._entries: dict[Target, _Entry] = {}
         self._by_table: defaultdict[TableName, set[Source]] = defaultdict(set)
+        self._groups: dict[TableName, tuple[TableGroup, anyio.CancelScope]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self.server: Server[Any] = Server(
             SERVER_NAME,
@@ -189,18 +211,52 @@ class PostgresServer:
             )
         else:
             source = QuerySource(target, self.db, self._publish)
+        if self._unreachable is not None:
+            source.unreachable(self._outage(source))
         entry = _Entry(source=source, scope=anyio.CancelScope())
         self._entries[target] = entry
         for table in source.tables():
             self._by_table[table].add(source)
+        if isinstance(source, TableSource):
+            self._group(source.target.table).add(source)  # its group reads for it
+        else:
 
-        async def run() -> None:
-            with entry.scope:
-                await source.run()
+            async def run() -> None:
+                with entry.scope:
+                    await source.run()
 
-        self._tg.start_soon(run)
+            self._tg.start_soon(run)
         log.info("%s: watching", source.describe())
         return entry
+
+    def _group(self, table: TableName) -> TableGroup:
+        found = self._groups.get(table)
+        if found is not None:
+            return found[0]
+        assert self._tg is not None
+        group, scope = TableGroup(table, self.db), anyio.CancelScope()
+        self._groups[table] = (group, scope)
+
+        async def run() -> None:
+            with scope:
+                await group.run()
+
+        self._tg.start_soon(run)
+        return group
+
+    def _over_cap(self, target: Target) -> str | None:
+        """Why a new source for ``target`` may not start (the cap on sources), or None."""
+        if target in self._entries or len(self._entries) < self.max_sources:
+            return None
+        for idle_target, entry in list(self._entries.items()):  # lingering ones give way first
+            if entry.idle:
+                self._stop(idle_target, entry)
+                if len(self._entries) < self.max_sources:
+                    return None
+        return (
+            f"this server watches {len(self._entries):,} targets (tables, filtered views, queries), the most it "
+            f"allows (--max-sources {self.max_sources:,}); stop some watches, or raise --max-sources"
+        )
 
     def _stop(self, target: Target, entry: _Entry) -> None:
         if self._entries.get(target) is not entry:
@@ -211,6 +267,12 @@ class PostgresServer:
             if not self._by_table[table]:
                 del self._by_table[table]
         entry.scope.cancel()
+        source = entry.source
+        if isinstance(source, TableSource) and source.group is not None:
+            group = source.group
+            group.remove(source)
+            if not group.sources and self._groups.get(group.table, (None,))[0] is group:
+                self._groups.pop(group.table)[1].cancel()
         if entry.linger is not None:
             entry.linger.cancel()
         log.info("%s: no longer watched", entry.source.describe())
@@ -232,8 +294,11 @@ class PostgresServer:
         self._tg.start_soon(wait)
 
     def _acquire(self, uri: str) -> None:
-        """``uri`` gained its first listener (the registry refused it already if it is not served)."""
+        """``uri`` gained its first listener (the registry refused it already if it is not served);
+        past the cap on sources nothing starts, and :meth:`_on_ready` refuses the listen."""
         target = self._resource(uri).target
+        if self._over_cap(target) is not None:
+            return
         entry = self._entries.get(target) or self._start(target)
         entry.listeners += 1
         entry.source.uris[uri] += 1
@@ -255,33 +320,74 @@ class PostgresServer:
             self._linger(target, entry)
 
     async def _on_ready(self, uris: Sequence[str]) -> None:
-        """Before a listen's ack (or a subscribe's answer): its listeners have had no update yet, so
-        the next change must signal them even if an earlier one is still unread by another
-        listener. (No wait for the first read: the source hears every change from its creation
-        on, and the client's baseline read waits for it.)"""
+        """Before a listen's ack (or a subscribe's answer): refuse it when a URI is over the cap on
+        sources or can only fail; else its listeners have had no update yet, so the next change
+        must signal them even if an earlier one is still unread by another listener."""
+        sources: dict[Source, str] = {}
         for uri in uris:
-            entry = self._entries.get(self._resource(uri).target)
-            if entry is not None:
-                entry.source.signalled = False
+            target = self._resource(uri).target
+            entry = self._entries.get(target)
+            if entry is None:
+                raise MCPError(types.INVALID_PARAMS, f"{uri}: {self._over_cap(target) or 'not watched'}")
+            sources.setdefault(entry.source, uri)
+        # A URI that can only fail (no rights, a value its column cannot take) is refused now, not
+        # acknowledged: wait for the first reads (its group runs them, one statement each).
+        refused: list[str] = []
+        for source, uri in sources.items():
+            if not source.ready.is_set():
+                with anyio.move_on_after(READY_TIMEOUT):
+                    await source.ready.wait()
+            if source.error is not None and source.error.refuse:
+                refused.append(f"{uri}: {source.error}")
+        if refused:
+            more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
+            raise MCPError(types.INVALID_PARAMS, "; ".join(refused[:3]) + more)
+        for source in sources:
+            source.signalled = False
 
     async def _publish(self, source: Source) -> None:
         for uri in list(source.uris):
             await self.subscriptions.publish(uri)
+
+    async def _more(self, source: Source) -> None:
+        """A durable log's reader got a full page and more follows: signal its event-log URIs."""
+        for uri in list(source.uris):
+            if uri.startswith(f"{EVENTS_SCHEME}:"):
+                await self.subscriptions.publish(uri)
 
     # -- what the database says ------------------------------------------------------------------
 
     def _route(self, change: RowsChanged | DdlChanged) -> None:
         if isinstance(change, RowsChanged):
             for source in self._by_table.get(change.table, ()):
-                source.changed(change)
+                if isinstance(source, QuerySource):
+                    source.changed(change)
+            group = self._groups.get(change.table)
+            if group is not None:
+                group[0].changed(change)  # one re-read for all of the table's sources
         else:
             log.info("DDL (%s): the sources it may concern look at the catalog again", change.tag)
             for entry in list(self._entries.values()):
                 entry.source.ddl(change)
 
     def _resync(self) -> None:
+        self._unreachable = None
         for entry in list(self._entries.values()):
             entry.source.resync()
+
+    def _down(self, reason: str) -> None:
+        self._unreachable = reason
+        for entry in list(self._entries.values()):
+            entry.source.unreachable(self._outage(entry.source))
+
+    def _outage(self, source: Source) -> PgError:
+        assert self._unreachable is not None
+        return PgError(
+            f"{source.describe()}: cannot reach PostgreSQL, so changes cannot be heard: {self._unreachable} "
+            f"(not watching until it is back; the server tries again every {self.reconnect.cap:g} s at most "
+            "and then reports the net change)",
+            internal=True,
+        )
 
     # -- handlers ----------------------------------------------------------------------------------
 
@@ -290,12 +396,21 @@ class PostgresServer:
     ) -> types.ReadResourceResult:
         uri = params.uri
         resource = self._resource(uri)
+        full = self._over_cap(resource.target)
+        if full is not None:
+            raise resource_error(uri, f"{uri}: {full}")
         entry = self._entries.get(resource.target) or self._start(resource.target)
         source = entry.source
         entry.readers += 1  # a read keeps its source (one nobody listens to lingers after it)
         try:
             await source.wait_ready()
-            if isinstance(source, TableSource):
+            if isinstance(source, TableSource) and resource.events and source.durable:
+                page = await source.read_log(read_after(params.meta))
+                text = page.text
+                if page.more and self._tg is not None:
+                    # The reader is catching up: tell it at once that there is more to read.
+                    self._tg.start_soon(self._more, source)
+            elif isinstance(source, TableSource):
                 text = source.read(resource.events, read_after(params.meta))
             else:
                 assert isinstance(source, QuerySource)

@@ -17,6 +17,11 @@ With a superuser, two event triggers also ``NOTIFY`` DDL (``ALTER TABLE``, ``DRO
 altered says so at once. Without them the server learns of DDL at the next change, reconnect
 or restart (docs/servers/postgres.md).
 
+A partitioned table's partitions get the triggers too (a statement on a partition fires only
+the partition's statement triggers); their ``NOTIFY`` names the partitioned table
+(``pg_partition_root``), and the DDL event trigger adds them to a partition created or attached
+later (``asyncai_watch.add_triggers``).
+
 Everything is idempotent (``CREATE OR REPLACE``, ``DROP ... IF EXISTS``) and runs in one
 transaction: a table that does not exist installs nothing.
 """
@@ -30,6 +35,7 @@ import attrs
 import psycopg
 from psycopg import sql
 
+from asyncai_servers.postgres.capture import DEFAULT_RETENTION, Retention, install_capture, remove_capture
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.queries import TRIGGER_NAMES
 
@@ -47,6 +53,8 @@ DECLARE
   keys jsonb;
   n bigint;
   payload text;
+  sch name;
+  tab name;
 BEGIN
   IF TG_OP <> 'TRUNCATE' THEN
     SELECT array_agg(a.attname::text ORDER BY k.ord) INTO pk
@@ -82,14 +90,38 @@ BEGIN
       RETURN NULL;  -- the statement changed no row: nothing to say
     END IF;
   END IF;
+  -- A partition's rows are its partitioned table's: name the root (the table a config names).
+  SELECT n.nspname, c.relname INTO sch, tab FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+   WHERE c.oid = coalesce(pg_catalog.pg_partition_root(TG_RELID), TG_RELID);
   IF keys IS NOT NULL THEN
-    payload := json_build_object('s', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME, 'op', TG_OP, 'k', keys)::text;
+    payload := json_build_object('s', sch, 't', tab, 'op', TG_OP, 'k', keys)::text;
   END IF;
   IF payload IS NULL OR octet_length(payload) >= 8000 THEN
-    payload := json_build_object('s', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME, 'op', TG_OP)::text;
+    payload := json_build_object('s', sch, 't', tab, 'op', TG_OP)::text;
   END IF;
   PERFORM pg_notify('asyncai_watch', payload);
   RETURN NULL;
+END
+$fn$
+"""
+
+_WATCH_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION asyncai_watch.add_triggers(rel regclass) RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+  EXECUTE format('DROP TRIGGER IF EXISTS asyncai_watch_insert ON %s', rel);
+  EXECUTE format('DROP TRIGGER IF EXISTS asyncai_watch_update ON %s', rel);
+  EXECUTE format('DROP TRIGGER IF EXISTS asyncai_watch_delete ON %s', rel);
+  EXECUTE format('DROP TRIGGER IF EXISTS asyncai_watch_truncate ON %s', rel);
+  EXECUTE format('CREATE TRIGGER asyncai_watch_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS '
+    'asyncai_watch_new FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.notify_rows()', rel);
+  EXECUTE format('CREATE TRIGGER asyncai_watch_update AFTER UPDATE ON %s REFERENCING OLD TABLE AS '
+    'asyncai_watch_old NEW TABLE AS asyncai_watch_new FOR EACH STATEMENT EXECUTE FUNCTION '
+    'asyncai_watch.notify_rows()', rel);
+  EXECUTE format('CREATE TRIGGER asyncai_watch_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS '
+    'asyncai_watch_old FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.notify_rows()', rel);
+  EXECUTE format('CREATE TRIGGER asyncai_watch_truncate AFTER TRUNCATE ON %s '
+    'FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.notify_rows()', rel);
 END
 $fn$
 """
@@ -100,14 +132,29 @@ DECLARE
   oids jsonb;
   ours boolean;
   payload text;
+  part regclass;
 BEGIN
   IF TG_EVENT = 'sql_drop' THEN
-    SELECT jsonb_agg(DISTINCT d.objid) FILTER (WHERE d.classid = 'pg_catalog.pg_class'::regclass),
+    SELECT jsonb_agg(DISTINCT d.objid::int8) FILTER (WHERE d.classid = 'pg_catalog.pg_class'::regclass),
            bool_or(d.object_type = 'trigger' AND d.object_identity LIKE 'asyncai\_watch\_%')
       INTO oids, ours
       FROM pg_event_trigger_dropped_objects() d WHERE NOT d.is_temporary;
   ELSE
-    SELECT jsonb_agg(DISTINCT d.objid) FILTER (WHERE d.classid = 'pg_catalog.pg_class'::regclass),
+    -- A partition created or attached under a partitioned table that carries our triggers gets
+    -- them too: a statement on a partition fires only the partition's statement triggers.
+    FOR part IN
+      SELECT DISTINCT t.relid FROM pg_event_trigger_ddl_commands() d
+        CROSS JOIN LATERAL pg_catalog.pg_partition_tree(d.objid) t
+       WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.object_type = 'table'
+         AND t.relid <> pg_catalog.pg_partition_root(t.relid)
+         AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g
+                      WHERE g.tgrelid = pg_catalog.pg_partition_root(t.relid) AND g.tgname = 'asyncai_watch_insert')
+         AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g
+                          WHERE g.tgrelid = t.relid AND g.tgname = 'asyncai_watch_insert')
+    LOOP
+      PERFORM asyncai_watch.add_triggers(part);
+    END LOOP;
+    SELECT jsonb_agg(DISTINCT d.objid::int8) FILTER (WHERE d.classid = 'pg_catalog.pg_class'::regclass),
            bool_or(d.object_type = 'trigger' AND d.object_identity LIKE 'asyncai\_watch\_%')
              OR bool_or(d.objid IS NULL)  -- GRANT / REVOKE name no object here
       INTO oids, ours
@@ -138,6 +185,8 @@ class TriggerReport:
     """Whether the DDL event triggers were installed (or removed): they need a superuser."""
     kept_function: bool = False
     """``--remove-triggers``: the shared function stays, other tables' triggers still use it."""
+    retention: Retention | None = None
+    """``--install-triggers``: what each table's durable change log keeps."""
 
     def text(self, verb: str) -> str:
         names = ", ".join(map(str, self.tables)) or "no table"
@@ -150,7 +199,8 @@ class TriggerReport:
         kept = (
             "; kept asyncai_watch.notify_rows(): other tables' triggers use it" if self.kept_function else ""
         )
-        return f"asyncai-watch triggers {verb} on {names}; {ddl}{kept}"
+        log = f"; the change log keeps {self.retention.text()}" if self.retention is not None else ""
+        return f"asyncai-watch triggers {verb} on {names}; {ddl}{kept}{log}"
 
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -188,8 +238,11 @@ def _define(conn: Conn, name: str, definition: str) -> None:
     conn.execute(sql.SQL(definition))
 
 
-def install_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
-    """Install (or refresh) the triggers on ``tables``; raise ``psycopg.Error`` or ValueError."""
+def install_triggers(
+    dsn: str, tables: Sequence[TableName], retention: Retention = DEFAULT_RETENTION
+) -> TriggerReport:
+    """Install (or refresh, or upgrade an older install of) the triggers and the durable change
+    capture (capture.py) on ``tables``; raise ``psycopg.Error`` or ValueError."""
     with psycopg.connect(dsn) as conn, conn.transaction():
         missing = _missing(conn, tables)
         if missing:
@@ -198,29 +251,16 @@ def install_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
                 "these triggers); nothing was installed"
             )
         _define(conn, "notify_rows", _ROW_FUNCTION % {"max_keys": MAX_KEYS})
+        _define(conn, "add_triggers", _WATCH_FUNCTION)
         for t in tables:
-            table = sql.Identifier(t.schema, t.name)
-            for name in TRIGGER_NAMES:
-                conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
-            for name, event, referencing in (
-                (TRIGGER_NAMES[0], "INSERT", "REFERENCING NEW TABLE AS asyncai_watch_new"),
-                (
-                    TRIGGER_NAMES[1],
-                    "UPDATE",
-                    "REFERENCING OLD TABLE AS asyncai_watch_old NEW TABLE AS asyncai_watch_new",
-                ),
-                (TRIGGER_NAMES[2], "DELETE", "REFERENCING OLD TABLE AS asyncai_watch_old"),
-                (TRIGGER_NAMES[3], "TRUNCATE", ""),
-            ):
-                conn.execute(
-                    sql.SQL(
-                        "CREATE TRIGGER {} AFTER "
-                        + event
-                        + " ON {} "
-                        + referencing
-                        + " FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.notify_rows()"
-                    ).format(sql.Identifier(name), table)
-                )
+            # The table and, when it is partitioned, every partition (a statement on a partition
+            # fires only that partition's statement triggers).
+            conn.execute(
+                "SELECT asyncai_watch.add_triggers(r) FROM"
+                " (SELECT %s::regclass AS r UNION SELECT relid FROM pg_partition_tree(%s::regclass)) x",
+                (sql.Identifier(t.schema, t.name).as_string(conn),) * 2,
+            )
+        install_capture(conn, tables, retention)
         ddl = _superuser(conn)
         if ddl:
             _define(conn, "notify_ddl", _DDL_FUNCTION)
@@ -231,7 +271,7 @@ def install_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
                         "CREATE EVENT TRIGGER {} ON " + event + " EXECUTE FUNCTION asyncai_watch.notify_ddl()"
                     ).format(sql.Identifier(name))
                 )
-    return TriggerReport(tables=tuple(tables), ddl=ddl)
+    return TriggerReport(tables=tuple(tables), ddl=ddl, retention=retention)
 
 
 def remove_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
@@ -241,9 +281,19 @@ def remove_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
         for t in tables:
             if t in missing:
                 continue
-            table = sql.Identifier(t.schema, t.name)
-            for name in TRIGGER_NAMES:
-                conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+            tree = conn.execute(
+                "SELECT n.nspname::text, c.relname::text FROM"
+                " (SELECT %s::regclass AS r UNION SELECT relid FROM pg_partition_tree(%s::regclass)) x"
+                " JOIN pg_class c ON c.oid = x.r JOIN pg_namespace n ON n.oid = c.relnamespace",
+                (sql.Identifier(t.schema, t.name).as_string(conn),) * 2,
+            ).fetchall()
+            for schema, name in tree:
+                table = sql.Identifier(schema, name)
+                for trigger in TRIGGER_NAMES:
+                    conn.execute(
+                        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(trigger), table)
+                    )
+        remove_capture(conn, [t for t in tables if t not in missing])
         ddl = _superuser(conn)
         still_used = conn.execute(
             "SELECT count(*) FROM pg_trigger g JOIN pg_proc p ON p.oid = g.tgfoid"
@@ -259,6 +309,9 @@ def remove_triggers(dsn: str, tables: Sequence[TableName]) -> TriggerReport:
                 conn.execute(
                     sql.SQL("DROP FUNCTION IF EXISTS {}.notify_ddl()").format(sql.Identifier(SCHEMA))
                 )
+            conn.execute(
+                sql.SQL("DROP FUNCTION IF EXISTS {}.add_triggers(regclass)").format(sql.Identifier(SCHEMA))
+            )
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}.notify_rows()").format(sql.Identifier(SCHEMA)))
             try:
                 with conn.transaction():  # a savepoint: the schema goes only once it is empty

@@ -337,7 +337,9 @@ class Sequencer:
             start = hole_from if hole_from is not None else dropped[0][0]
             gaps.append(_gap(GAP_LIMIT, start, dropped[-1][0], hole_missed + len(dropped), limit=limit))
         elif hole_from is not None:
-            gaps.append(_gap(GAP_TRUNCATED, hole_from, new[0][0] - 1, hole_missed))
+            kept = data.get("retention") if data is not None else None
+            extra = {"retention": kept} if type(kept) is str and kept else {}
+            gaps.append(_gap(GAP_TRUNCATED, hole_from, new[0][0] - 1, hole_missed, **extra))
         self.last_seq = new[-1][0]
         return gaps, new, error
 

@@ -221,6 +221,10 @@ def _gap_line(fields: Mapping[str, Any]) -> str:
     reason = fields.get("reason")
     if reason == GAP_RESET:
         prev, first = fields.get("previous_seq"), fields.get("first_seq")
+        if prev is None:
+            return "GAP: the event log restarted; events before it may be missed"
+        if first is None:  # the new log had no event yet
+            return f"GAP: the event log restarted after seq {prev}; events since may be missed"
         return f"GAP: the event log restarted (seq {prev} → {first}); events in between may be missed"
     missed, a, b = fields.get("missed"), fields.get("from_seq"), fields.get("to_seq")
     noun = "event" if missed == 1 else "events"
@@ -228,6 +232,9 @@ def _gap_line(fields: Mapping[str, Any]) -> str:
     line = f"GAP: missed {missed} {noun} ({seqs})"
     if reason == GAP_LIMIT:
         line += f", more than {fields.get('limit')} new events in one update"
+    kept = fields.get("retention")
+    if type(kept) is str and kept:
+        line += f": older than the log keeps ({_one_line(kept)})"
     return line
 
 

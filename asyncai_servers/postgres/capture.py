@@ -1,0 +1,469 @@
+"""Durable change capture: the ``pg-events://SCHEMA/TABLE`` log kept in the database itself.
+
+Why triggers and a table, not logical decoding (docs/servers/postgres.md has the measurement):
+the server serves as a role that may only read, and a replication slot needs ``wal_level =
+logical`` (a restart of PostgreSQL to turn on), a role with ``REPLICATION``, and a reader that
+advances the slot: a slot nobody reads holds WAL without bound. Triggers need only the tables'
+owner, already needed for the ``NOTIFY`` triggers, and the log lives in ordinary tables that
+``pg_dump``, backups and replicas carry.
+
+How a change becomes an event, all in the writer's transaction:
+
+1. A row trigger (``asyncai_watch_capture_row``; ``..._truncate`` for ``TRUNCATE``) appends
+   each changed row to ``asyncai_watch.changes``: the table's oid, the transaction id
+   (``pg_current_xact_id()``), the operation, the row before and after (``row_to_json``).
+2. The first change of a transaction to a table also queues a deferred constraint trigger
+   (``seal``), which runs at ``COMMIT``: it takes a per-table advisory lock, numbers the
+   transaction's changes with the table's next seqs and records the range in
+   ``asyncai_watch.xacts``. The lock is held until the transaction ends, so seqs are handed
+   out in commit order: a transaction that started first but commits last gets the higher
+   seqs, and a reader that sees a seq sees every lower one. The counters are sequences (not
+   rows), so writers at ``REPEATABLE READ`` or ``SERIALIZABLE`` do not collide on them.
+3. Every 256 seqs (and each time the log grows by a sixteenth of its size cap) the committing
+   writer trims the table's log to its retention, by age and by size
+   (``--retain-age``/``--retain-size`` at ``--install-triggers``): the oldest transactions go
+   first, the newest is always kept. A reader behind them gets a ``GAP`` naming the retention.
+
+The server reads with :func:`read_log` (one statement: the log's header and the events after a
+position) through a ``SECURITY DEFINER`` function that checks the reading role may ``SELECT``
+the table: the log holds row images, and only those who may read the table may read its log.
+The ``seq`` a client sees is the database's, so it is the same across a restart of the server,
+a lost ``LISTEN`` connection or a restart of PostgreSQL, and the log's ``log_id`` (made at
+install) changes only when the log starts over (the table was dropped and installed again).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+import attrs
+import msgspec
+import psycopg
+from psycopg import sql
+
+from asyncai_servers.postgres.config import TableName
+from asyncai_servers.postgres.rowset import key_text
+from asyncai_watch.server.eventlog import dumps
+
+__all__ = [
+    "CAPTURE_TRIGGERS",
+    "DEFAULT_RETENTION",
+    "LogPage",
+    "Retention",
+    "install_capture",
+    "log_body",
+    "parse_age",
+    "parse_size",
+    "read_log",
+    "remove_capture",
+]
+
+CAPTURE_TRIGGERS: Final = ("asyncai_watch_capture_row", "asyncai_watch_capture_truncate")
+TRIM_EVERY: Final = 256
+"""The committing writer checks the retention each time the log passes a multiple of this many seqs."""
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+@attrs.frozen
+class Retention:
+    """How much of each table's log the database keeps: changes younger than ``max_age`` and at
+    most ``max_bytes`` of them (PostgreSQL's ``pg_column_size`` of the stored rows)."""
+
+    max_age: timedelta = timedelta(days=7)
+    max_bytes: int = 256 << 20
+
+    def text(self) -> str:
+        return (
+            f"changes of the last {format_age(self.max_age)}, at most {format_size(self.max_bytes)} per table"
+        )
+
+
+DEFAULT_RETENTION: Final = Retention()
+
+_AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*", re.IGNORECASE)
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)?\s*", re.IGNORECASE)
+_AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_SIZE_UNITS: Final = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30}
+
+
+def parse_age(text: str) -> timedelta:
+    """``30s``, ``15m``, ``12h``, ``7d`` (a bare number is seconds); raise ValueError saying what is accepted."""
+    m = _AGE.fullmatch(text)
+    if m is None or float(m[1]) <= 0:
+        raise ValueError(
+            f"--retain-age expects a positive number with s, m, h or d (e.g. 7d, 12h), got {text!r}"
+        )
+    return timedelta(seconds=float(m[1]) * _AGE_UNITS[(m[2] or "s").lower()])
+
+
+def parse_size(text: str) -> int:
+    """``64kB``, ``256MB``, ``2GB`` (a bare number is bytes); raise ValueError saying what is accepted."""
+    m = _SIZE.fullmatch(text)
+    if m is None or float(m[1]) < 1:
+        raise ValueError(
+            f"--retain-size expects a size with B, kB, MB or GB (e.g. 256MB), at least 1 byte, got {text!r}"
+        )
+    return int(float(m[1]) * _SIZE_UNITS[(m[2] or "b").lower()])
+
+
+def format_age(age: timedelta) -> str:
+    seconds = age.total_seconds()
+    for unit, name in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= unit and seconds % unit == 0:
+            return f"{int(seconds // unit)}{name}"
+    return f"{seconds:g}s"
+
+
+def format_size(size: int) -> str:
+    for unit, name in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "kB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit}{name}"
+    return f"{size}B"
+
+
+_TABLES = r"""
+CREATE TABLE IF NOT EXISTS asyncai_watch.changes (
+  id bigint GENERATED ALWAYS AS IDENTITY,
+  relid oid NOT NULL,
+  xid xid8 NOT NULL,
+  op "char" NOT NULL,
+  old json,
+  new json,
+  first boolean NOT NULL DEFAULT false
+);
+CREATE INDEX IF NOT EXISTS changes_xact ON asyncai_watch.changes (relid, xid, id);
+CREATE TABLE IF NOT EXISTS asyncai_watch.xacts (
+  relid oid NOT NULL,
+  last_seq bigint NOT NULL,
+  n bigint NOT NULL,
+  xid xid8 NOT NULL,
+  cum bigint NOT NULL,
+  at timestamptz NOT NULL,
+  PRIMARY KEY (relid, last_seq)
+);
+CREATE TABLE IF NOT EXISTS asyncai_watch.logs (
+  relid oid PRIMARY KEY,
+  log_id text NOT NULL,
+  max_age interval NOT NULL,
+  max_bytes bigint NOT NULL
+);
+REVOKE ALL ON asyncai_watch.changes, asyncai_watch.xacts, asyncai_watch.logs FROM PUBLIC;
+"""
+# cum: the bytes the table's log took before this transaction (running total, for the size cap).
+
+_CAPTURE_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION asyncai_watch.capture() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  -- A partition's changes go to its root's log (row triggers are cloned onto partitions).
+  rel oid := coalesce(pg_partition_root(TG_RELID), TG_RELID);
+  mark text := 'asyncai_watch.x' || rel::text;
+  first boolean := current_setting(mark, true) IS DISTINCT FROM '1';
+BEGIN
+  -- The first change of this transaction to this table queues the commit-time seal (a
+  -- transaction-local setting: it reverts with a rolled-back subtransaction, as the row does).
+  IF first THEN
+    PERFORM set_config(mark, '1', true);
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO asyncai_watch.changes (relid, xid, op, new, first)
+      VALUES (rel, pg_current_xact_id(), 'I', row_to_json(NEW), first);
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO asyncai_watch.changes (relid, xid, op, old, new, first)
+      VALUES (rel, pg_current_xact_id(), 'U', row_to_json(OLD), row_to_json(NEW), first);
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO asyncai_watch.changes (relid, xid, op, old, first)
+      VALUES (rel, pg_current_xact_id(), 'D', row_to_json(OLD), first);
+  ELSE
+    INSERT INTO asyncai_watch.changes (relid, xid, op, first)
+      VALUES (rel, pg_current_xact_id(), 'T', first);
+  END IF;
+  RETURN NULL;
+END
+$fn$
+"""
+
+_SEAL_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION asyncai_watch.seal() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  n bigint;
+  b bigint;
+  last bigint;
+  cum bigint;
+  seqs regclass := to_regclass('asyncai_watch.seq_' || NEW.relid::text);
+  sizes regclass := to_regclass('asyncai_watch.bytes_' || NEW.relid::text);
+  lg asyncai_watch.logs;
+BEGIN
+  SELECT count(*), coalesce(sum(pg_column_size(c.*)), 0) INTO n, b
+    FROM asyncai_watch.changes c WHERE c.relid = NEW.relid AND c.xid = NEW.xid;
+  IF n = 0 OR seqs IS NULL OR sizes IS NULL THEN
+    RETURN NULL;  -- (no counters: the capture was half removed; never fail the writer's commit)
+  END IF;
+  -- Held to the end of the transaction: the next committer of this table numbers after us.
+  PERFORM pg_advisory_xact_lock(1634298211, NEW.relid::int4);
+  last := coalesce(pg_sequence_last_value(seqs), 0);
+  cum := coalesce(pg_sequence_last_value(sizes), 0);
+  PERFORM setval(seqs, last + n), setval(sizes, cum + b);
+  INSERT INTO asyncai_watch.xacts (relid, last_seq, n, xid, cum, at)
+    VALUES (NEW.relid, last + n, n, NEW.xid, cum, clock_timestamp());
+  SELECT * INTO lg FROM asyncai_watch.logs WHERE relid = NEW.relid;
+  IF FOUND AND ((last + n) / %(every)s <> last / %(every)s
+                OR (cum + b) / greatest(lg.max_bytes / 16, 1) <> cum / greatest(lg.max_bytes / 16, 1)) THEN
+    PERFORM asyncai_watch.trim(NEW.relid, last + n, cum + b, lg.max_age, lg.max_bytes);
+  END IF;
+  RETURN NULL;
+END
+$fn$
+"""
+
+_TRIM_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION asyncai_watch.trim(rel oid, newest bigint, total bigint, max_age interval, max_bytes bigint)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  keep bigint;
+  xids xid8[];
+BEGIN
+  -- The oldest transaction still within both limits; everything before it goes.
+  SELECT min(x.last_seq) INTO keep FROM asyncai_watch.xacts x
+   WHERE x.relid = rel AND x.cum >= total - max_bytes AND x.at >= clock_timestamp() - max_age;
+  keep := least(coalesce(keep, newest), newest);  -- the newest transaction always stays
+  WITH gone AS (
+    DELETE FROM asyncai_watch.xacts x WHERE x.relid = rel AND x.last_seq < keep RETURNING x.xid
+  )
+  SELECT array_agg(gone.xid) INTO xids FROM gone;
+  -- ``= ANY``: the index on both columns, whatever the table's statistics say.
+  DELETE FROM asyncai_watch.changes c WHERE c.relid = rel AND c.xid = ANY (xids);
+END
+$fn$
+"""
+
+_READ_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION asyncai_watch.read_log(rel oid, reader_log text, after bigint, lim integer)
+RETURNS TABLE (log_id text, first_seq bigint, last_seq bigint, max_age interval, max_bytes bigint,
+               seq bigint, txid xid8, op "char", old json, new json, at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  lg asyncai_watch.logs;
+  lo bigint;
+  hi bigint;
+BEGIN
+  IF NOT has_table_privilege(session_user, rel, 'SELECT') THEN
+    RAISE EXCEPTION 'permission denied for the change log of table %%', rel::regclass
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  SELECT * INTO lg FROM asyncai_watch.logs l WHERE l.relid = rel;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'table %% has no change log: run --install-triggers', rel::regclass
+      USING ERRCODE = 'undefined_object';
+  END IF;
+  SELECT x.last_seq - x.n + 1 INTO lo FROM asyncai_watch.xacts x WHERE x.relid = rel ORDER BY x.last_seq LIMIT 1;
+  SELECT x.last_seq INTO hi FROM asyncai_watch.xacts x WHERE x.relid = rel ORDER BY x.last_seq DESC LIMIT 1;
+  hi := coalesce(hi, 0);
+  lo := coalesce(lo, hi + 1);
+  -- A reader without a position, or with one in another log (the log started over): the newest
+  -- ``lim`` events.
+  IF reader_log IS DISTINCT FROM lg.log_id OR after IS NULL THEN
+    after := hi - lim;
+  END IF;
+  RETURN QUERY SELECT lg.log_id, lo, hi, lg.max_age, lg.max_bytes, NULL::bigint, NULL::xid8, NULL::"char",
+                      NULL::json, NULL::json, NULL::timestamptz;
+  RETURN QUERY
+    SELECT NULL::text, NULL::bigint, NULL::bigint, NULL::interval, NULL::bigint, e.seq, e.xid, e.op, e.old, e.new, e.at
+      FROM (SELECT x.last_seq - x.n + c.nth AS seq, x.xid, c.op, c.old, c.new, x.at
+              FROM (SELECT * FROM asyncai_watch.xacts x WHERE x.relid = rel AND x.last_seq > after
+                     ORDER BY x.last_seq LIMIT lim) x
+              -- Per transaction, by its xid (a lateral lookup: the index on both columns, whatever
+              -- the table's statistics say).
+              CROSS JOIN LATERAL (
+                SELECT row_number() OVER (ORDER BY c.id) AS nth, c.op, c.old, c.new
+                  FROM asyncai_watch.changes c WHERE c.relid = rel AND c.xid = x.xid) c) e
+     WHERE e.seq > after ORDER BY e.seq LIMIT lim;
+END
+$fn$
+"""
+
+_FUNCTIONS: Final = (
+    ("capture", _CAPTURE_FUNCTION),
+    ("seal", _SEAL_FUNCTION % {"every": TRIM_EVERY}),
+    ("trim", _TRIM_FUNCTION),
+    ("read_log", _READ_FUNCTION % {}),
+)
+
+
+def _define(conn: Conn, name: str, definition: str) -> None:
+    body = definition.split("$fn$")[1]
+    found = conn.execute(
+        "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = 'asyncai_watch' AND p.proname = %s",
+        (name,),
+    ).fetchone()
+    if found is None or found[0] != body:
+        conn.execute(sql.SQL(definition))
+
+
+def _relid(conn: Conn, table: TableName) -> int:
+    row = conn.execute(
+        "SELECT c.oid::int8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s",
+        (table.schema, table.name),
+    ).fetchone()
+    if row is None:
+        raise ValueError(f"{table}: no such table")
+    return int(row[0])
+
+
+def install_capture(
+    conn: Conn, tables: Sequence[TableName], retention: Retention = DEFAULT_RETENTION
+) -> None:
+    """Create (or upgrade) the log's tables and functions and capture ``tables``; in the caller's
+    transaction, with the ``asyncai_watch`` schema already there. A table's log and ``log_id``
+    survive a re-install (only its retention is updated), so readers keep their positions."""
+    conn.execute(sql.SQL(_TABLES))
+    for name, definition in _FUNCTIONS:
+        _define(conn, name, definition)
+    # Readers call read_log (it checks they may read the table); nobody but the seal trims.
+    conn.execute("GRANT USAGE ON SCHEMA asyncai_watch TO PUBLIC")
+    conn.execute(
+        "REVOKE ALL ON FUNCTION asyncai_watch.trim(oid, bigint, bigint, interval, bigint) FROM PUBLIC"
+    )
+    # Logs of tables that are gone (dropped, or dropped and made again: a new oid, a new log).
+    for (relid,) in conn.execute(
+        "SELECT l.relid::int8 FROM asyncai_watch.logs l WHERE NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = l.relid)"
+    ).fetchall():
+        _drop_log(conn, int(relid))
+    there = conn.execute(
+        "SELECT 1 FROM pg_trigger WHERE tgname = 'asyncai_watch_seal' AND tgrelid = 'asyncai_watch.changes'::regclass"
+    ).fetchone()
+    if there is None:
+        conn.execute(
+            "CREATE CONSTRAINT TRIGGER asyncai_watch_seal AFTER INSERT ON asyncai_watch.changes"
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.first) EXECUTE FUNCTION asyncai_watch.seal()"
+        )
+    for t in tables:
+        table = sql.Identifier(t.schema, t.name)
+        relid = _relid(conn, t)
+        for kind in ("seq", "bytes"):
+            conn.execute(
+                sql.SQL("CREATE SEQUENCE IF NOT EXISTS {} AS bigint MINVALUE 0 START 0").format(
+                    sql.Identifier("asyncai_watch", f"{kind}_{relid}")
+                )
+            )
+        conn.execute(
+            "INSERT INTO asyncai_watch.logs (relid, log_id, max_age, max_bytes)"
+            " VALUES (%s, md5(random()::text || clock_timestamp()::text || %s::text), %s, %s)"
+            " ON CONFLICT (relid) DO UPDATE SET max_age = EXCLUDED.max_age, max_bytes = EXCLUDED.max_bytes",
+            (relid, relid, retention.max_age, retention.max_bytes),
+        )
+        for name in CAPTURE_TRIGGERS:
+            conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+        conn.execute(
+            sql.SQL(
+                "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW"
+                " EXECUTE FUNCTION asyncai_watch.capture()"
+            ).format(sql.Identifier(CAPTURE_TRIGGERS[0]), table)
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.capture()"
+            ).format(sql.Identifier(CAPTURE_TRIGGERS[1]), table)
+        )
+
+
+def _drop_log(conn: Conn, relid: int) -> None:
+    conn.execute("DELETE FROM asyncai_watch.changes WHERE relid = %s", (relid,))
+    conn.execute("DELETE FROM asyncai_watch.xacts WHERE relid = %s", (relid,))
+    conn.execute("DELETE FROM asyncai_watch.logs WHERE relid = %s", (relid,))
+    for kind in ("seq", "bytes"):
+        conn.execute(
+            sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier("asyncai_watch", f"{kind}_{relid}"))
+        )
+
+
+def remove_capture(conn: Conn, tables: Sequence[TableName]) -> None:
+    """Take the capture off ``tables`` and drop their logs; the shared tables and functions go
+    once no table is captured. In the caller's transaction."""
+    there = conn.execute("SELECT to_regclass('asyncai_watch.logs') IS NOT NULL").fetchone()
+    for t in tables:
+        table = sql.Identifier(t.schema, t.name)
+        for name in CAPTURE_TRIGGERS:
+            conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+        if there and there[0]:
+            _drop_log(conn, _relid(conn, t))
+    left = conn.execute(
+        "SELECT count(*) FROM pg_trigger WHERE tgname = %s", (CAPTURE_TRIGGERS[0],)
+    ).fetchone()
+    if left is not None and left[0] == 0:
+        conn.execute("DROP TABLE IF EXISTS asyncai_watch.changes, asyncai_watch.xacts, asyncai_watch.logs")
+        for name, _definition in _FUNCTIONS:
+            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier("asyncai_watch", name)))
+
+
+_LOG_READ = sql.SQL(
+    "SELECT log_id, first_seq, last_seq, extract(epoch FROM max_age)::float8, max_bytes,"
+    " seq, txid::text, op::text, old::text, new::text, to_json(at)::text"
+    " FROM asyncai_watch.read_log(%s, %s, %s, %s)"
+)
+_TYPES: Final = {"I": "ADDED", "U": "MODIFIED", "D": "DELETED", "T": "TRUNCATED"}
+_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+
+
+def read_log(relid: int, after: tuple[str, int] | None, limit: int) -> tuple[sql.SQL, Sequence[Any]]:
+    """The statement reading a table's log: a header row (``log_id``, first and last seq kept,
+    retention), then up to ``limit`` events after the reader's position ``(log_id, seq)`` (none,
+    or one in another log: the newest ``limit``)."""
+    log_id, seq = after if after is not None else (None, None)
+    return _LOG_READ, (relid, log_id, seq, limit)
+
+
+@attrs.frozen
+class LogPage:
+    """One read of a table's log as the event-log body, and whether more events follow it."""
+
+    text: str
+    more: bool
+
+
+def log_body(
+    rows: Sequence[Sequence[Any]], table: TableName, primary_key: Sequence[str], columns: Sequence[str] | None
+) -> LogPage:
+    """The body of a :func:`read_log` answer (pure): ``{"log_id", "last_seq", "first_seq",
+    "retention", "events": [{"seq", "type", "key", "object", "old", "txid", "at"}]}``, rows as the
+    text PostgreSQL made (``row_to_json``), projected to ``columns`` when the config names them."""
+    head, events = rows[0], rows[1:]
+    log_id, first, last, age, size = head[:5]
+    retention = Retention(max_age=timedelta(seconds=float(age)), max_bytes=int(size))
+    out: list[str] = []
+    for row in events:
+        seq, txid, op, old, new = row[5:10]
+        at = row[10]
+        typ = _TYPES[op]
+        parts = [f'{{"seq":{int(seq)},"type":"{typ}"']
+        if typ == "TRUNCATED":
+            parts.append(f',"object":{{"table":{dumps(str(table))}}}')
+        else:
+            shown = _fields(new if new is not None else old)
+            key = (
+                "[" + ",".join(bytes(shown[c]).decode() if c in shown else "null" for c in primary_key) + "]"
+            )
+            parts.append(f',"key":{dumps(key_text(key))},"object":{_project(shown, new or old, columns)}')
+            if typ == "MODIFIED":
+                parts.append(f',"old":{_project(_fields(old), old, columns)}')
+        parts.append(f',"txid":{int(txid)},"at":{at}}}')
+        out.append("".join(parts))
+    more = bool(events) and int(events[-1][5]) < int(last)
+    text = (
+        f'{{"log_id":{dumps(log_id)},"last_seq":{int(last)},"first_seq":{int(first)},'
+        f'"retention":{dumps(retention.text())},"events":[{",".join(out)}]}}'
+    )
+    return LogPage(text, more)
+
+
+def _project(fields: dict[str, msgspec.Raw], text: str, columns: Sequence[str] | None) -> str:
+    if columns is None:
+        return text
+    return "{" + ",".join(f"{dumps(c)}:{bytes(fields[c]).decode()}" for c in columns if c in fields) + "}"

@@ -24,14 +24,12 @@ import resource
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 
 if TYPE_CHECKING:  # kept light: every server's CLI builds its parser from this module
     from mcp.server.auth.provider import AccessToken, TokenVerifier
-
-    from .subscriptions import SubscriptionRegistry
 
 __all__ = [
     "CLIENT_KEY",
@@ -48,6 +46,7 @@ __all__ = [
     "TOKEN_ENV",
     "HttpLimits",
     "HttpPolicy",
+    "ListenLimited",
     "PolicyError",
     "StaticTokens",
     "add_http_arguments",
@@ -102,6 +101,13 @@ def client_key(scope: Mapping[str, object] | None) -> str:
     return f"anonymous@{client[0]}" if isinstance(client, tuple | list) and client else "local"
 
 
+class ListenLimited(Protocol):
+    """What takes the listen limits: a :class:`~asyncai_watch.server.subscriptions.SubscriptionRegistry`
+    (which imports this module for its defaults, so this one names no registry)."""
+
+    def set_limits(self, *, max_listens: int, max_listens_per_client: int, max_total_uris: int) -> None: ...
+
+
 class PolicyError(ValueError):
     """A policy option is not acceptable; the message names the option and what it accepts."""
 
@@ -130,7 +136,7 @@ class HttpLimits:
     replay_events: int = DEFAULT_REPLAY_EVENTS
     replay_bytes: int = DEFAULT_REPLAY_BYTES
 
-    def apply_to(self, registry: SubscriptionRegistry) -> None:
+    def apply_to(self, registry: ListenLimited) -> None:
         """Give a server's subscription registry the listen limits."""
         registry.set_limits(
             max_listens=self.max_listens,

@@ -15,7 +15,7 @@ from fastmcp.resources.template import ResourceTemplate
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import ToolResult
 
-from asyncai_watch.server.kit import NOTIFIED_META_KEY, Watchable
+from asyncai_watch.server._watchable import NOTIFIED_META_KEY, Watchable
 
 __all__ = ["WatchableMiddleware", "attach"]
 

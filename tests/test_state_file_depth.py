@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from agent_state_run import run_agent_with_state
 
 from asyncai_watch.errors import StateFileError
 from asyncai_watch.state_file import StateFile
@@ -36,16 +34,7 @@ def test_a_value_nested_just_under_the_limit_is_a_shape_error(tmp_path: Path) ->
 def test_the_agent_reports_a_deeply_nested_state_file_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     path.write_text(DEEP)
-    script = tmp_path / "s.json"
-    script.write_text(json.dumps({"turns": [{"steps": [{"reply": "hi"}]}]}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "asyncai_agent", "--model", f"scripted:{script}", "--watch-state", str(path)],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_agent_with_state(tmp_path, path)
     assert proc.stderr.splitlines() == [
         f"asyncai-agent: error: watch state file {path} is nested too deeply to be a watch state file; "
         'it was left untouched. Fix or remove it; the expected shape is {"version": 2, '

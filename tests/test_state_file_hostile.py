@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from agent_state_run import run_agent_with_state
 
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import StateFileError
@@ -118,16 +119,7 @@ async def test_the_manager_starts_none_of_5000_saved_watches_over_its_limit(tmp_
 def test_the_agent_with_a_fifo_state_file_exits_2_in_one_line(tmp_path: Path) -> None:
     fifo = tmp_path / "state.json"
     os.mkfifo(fifo)
-    script = tmp_path / "s.json"
-    script.write_text(json.dumps({"turns": [{"steps": [{"reply": "hi"}]}]}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "asyncai_agent", "--model", f"scripted:{script}", "--watch-state", str(fifo)],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_agent_with_state(tmp_path, fifo)
     assert proc.stderr.splitlines() == [
         f"asyncai-agent: error: watch state file {fifo} is not a regular file (a FIFO); give a file"
     ]

@@ -16,9 +16,7 @@ from asyncai_watch.server.policy import (
     HttpPolicy,
     PolicyError,
     add_http_arguments,
-    check_bind,
-    http_policy_from_args,
-    stdio_misuse,
+    bind_from_args,
 )
 
 if TYPE_CHECKING:
@@ -96,21 +94,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     if args.max_uris is not None and args.max_uris < 1:
         parser.error(f"--max-uris must be >= 1, got {args.max_uris}")
-    if args.http is None and (misuse := stdio_misuse(args)) is not None:
-        parser.error(misuse)
     try:
-        policy = http_policy_from_args(args)
+        policy, http = bind_from_args(args, PROG)
     except PolicyError as exc:
         parser.error(str(exc))
-    http: tuple[str, int] | None = None
-    if args.http is not None:
-        from asyncai_watch.server.http import parse_host_port
-
-        try:
-            http = parse_host_port(args.http)
-        except ValueError as exc:
-            parser.error(str(exc))
-        check_bind(policy, http[0], args.http, PROG)
     try:
         roots = Roots.from_args(args.roots)
         timing = NotifyTiming(debounce_ms=args.debounce_ms)

@@ -22,13 +22,11 @@ from asyncai_servers.kcp.server import KcpServer
 from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, WatcherPool
 from asyncai_watch import Backoff
 from asyncai_watch.cli_help import HelpFormatter, examples
-from asyncai_watch.server.http import parse_host_port, serve_http
+from asyncai_watch.server.http import serve_http
 from asyncai_watch.server.policy import (
     PolicyError,
     add_http_arguments,
-    check_bind,
-    http_policy_from_args,
-    stdio_misuse,
+    bind_from_args,
 )
 from asyncai_watch.server.resumable import streamable_http_app
 from asyncai_watch.server.stdio import stdio_server
@@ -156,19 +154,10 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
         p.error(f"--max-uris must be >= 1, got {args.max_uris}")
     if args.ring_events < 1 or args.ring_bytes < 1:
         p.error(f"--ring-events and --ring-bytes must be >= 1, got {args.ring_events} and {args.ring_bytes}")
-    if args.http is None and (misuse := stdio_misuse(args)) is not None:
-        p.error(misuse)
     try:
-        policy = http_policy_from_args(args)
+        policy, http = bind_from_args(args, prog)
     except PolicyError as exc:
         p.error(str(exc))
-    http = None
-    if args.http:
-        try:
-            http = parse_host_port(args.http)
-        except ValueError as exc:
-            p.error(str(exc))
-        check_bind(policy, http[0], args.http, prog)
     kcp = KcpServer(
         Kubectl(args.kubectl, endpoints), read_write=not read_only, name=prog, max_uris=args.max_uris
     )

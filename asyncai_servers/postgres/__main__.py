@@ -21,9 +21,7 @@ from asyncai_watch.server.policy import (
     HttpPolicy,
     PolicyError,
     add_http_arguments,
-    check_bind,
-    http_policy_from_args,
-    stdio_misuse,
+    bind_from_args,
 )
 
 if TYPE_CHECKING:
@@ -166,21 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.max_sources is not None and args.max_sources < 1:
         p.error(f"--max-sources must be >= 1, got {args.max_sources}")
     reconnect = _backoff_arg(args.reconnect, p)
-    if args.http is None and (misuse := stdio_misuse(args)) is not None:
-        p.error(misuse)
     try:
-        policy = http_policy_from_args(args)
+        policy, http = bind_from_args(args, PROG)
     except PolicyError as exc:
         p.error(str(exc))
-    http: tuple[str, int] | None = None
-    if args.http:
-        from asyncai_watch.server.http import parse_host_port
-
-        try:
-            http = parse_host_port(args.http)
-        except ValueError as exc:
-            p.error(str(exc))
-        check_bind(policy, http[0], args.http, PROG)
     try:  # before anything starts: a missing driver is a one-line install hint
         require("postgres", feature="this server")
     except MissingExtraError as exc:

@@ -25,20 +25,9 @@ import uvicorn
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .guard import HttpGuard, guarded_protocol
-from .policy import HttpPolicy
+from .policy import HttpPolicy, parse_host_port
 
 __all__ = ["ServerExitedError", "bind_error", "parse_host_port", "running_http_server", "serve_http"]
-
-
-def parse_host_port(value: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[::1]:8080`` for IPv6); raise ValueError naming the accepted form."""
-    host, sep, port_text = value.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(
-            f"--http expects HOST:PORT (e.g. 127.0.0.1:8765, port 0 = any free port), got {value!r}"
-        )
-    return host, int(port_text)
 
 
 def bind_error(exc: BaseException) -> OSError | None:

@@ -50,11 +50,13 @@ __all__ = [
     "PolicyError",
     "StaticTokens",
     "add_http_arguments",
+    "bind_from_args",
     "check_bind",
     "client_key",
     "default_max_connections",
     "http_policy_from_args",
     "is_loopback",
+    "parse_host_port",
     "stdio_misuse",
 ]
 
@@ -222,6 +224,36 @@ def check_bind(policy: HttpPolicy, host: str, address: str, prog: str) -> None:
     warning = policy.warning(host, address, prog)
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """Parse ``HOST:PORT`` (``[::1]:8080`` for IPv6); raise ValueError naming the accepted form."""
+    host, sep, port_text = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(
+            f"--http expects HOST:PORT (e.g. 127.0.0.1:8765, port 0 = any free port), got {value!r}"
+        )
+    return host, int(port_text)
+
+
+def bind_from_args(args: argparse.Namespace, prog: str) -> tuple[HttpPolicy, tuple[str, int] | None]:
+    """A server's HTTP policy and ``--http`` bind (``None``: stdio) from its parsed arguments.
+
+    An authentication option without ``--http``, a bad policy option or a bad ``HOST:PORT`` raises
+    :class:`PolicyError` (one line, for ``parser.error``); a bare non-loopback bind exits 2
+    (:func:`check_bind`)."""
+    if args.http is None and (misuse := stdio_misuse(args)) is not None:
+        raise PolicyError(misuse)
+    policy = http_policy_from_args(args)
+    if args.http is None:
+        return policy, None
+    try:
+        bind = parse_host_port(args.http)
+    except ValueError as exc:
+        raise PolicyError(str(exc)) from None
+    check_bind(policy, bind[0], args.http, prog)
+    return policy, bind
 
 
 def stdio_misuse(args: argparse.Namespace) -> str | None:

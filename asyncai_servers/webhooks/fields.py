@@ -11,6 +11,8 @@ The fields (each a string, absent when the payload has no such thing):
 - Stripe: ``object`` (``data.object.object``, e.g. ``invoice``), ``customer``, ``livemode``;
 - Standard Webhooks and hmac: none beyond ``action`` when the payload has one.
 
+Beside them, for a notice to show: ``id`` (the object's, below) and ``url`` (its ``html_url``).
+
 A source's *object*, where it has one, is what a state resource follows: a GitHub workflow run,
 job, check run or check suite (by its ``id``), a pull request (by ``number``, prefixed by the
 repository), a Stripe object (``data.object.id``), a Standard Webhooks payload's ``data.id``.
@@ -104,4 +106,7 @@ def describe(kind: str, event: str, payload: Any) -> Described:
         object_id = _text(_get(obj, "id"))
     if object_id is None:
         obj = None
+    else:  # shown in notices beside the filter fields (not filterable: the state URI names an object)
+        fields["id"] = object_id
+        fields["url"] = _text(_get(obj, "html_url"))
     return Described({k: v for k, v in fields.items() if v is not None}, object_id, obj)

@@ -79,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
         help="deliveries kept per source at most (default 100,000)",
     )
     p.add_argument(
+        "--sync",
+        choices=("full", "normal"),
+        default="full",
+        help="full (default): each delivery is on disk (fsync) before its 2xx, so it survives a power loss; "
+        "normal: it survives a crash of the server, not of the machine, and commits cost no fsync",
+    )
+    p.add_argument(
         "--http",
         metavar="HOST:PORT",
         help="serve MCP Streamable HTTP at http://HOST:PORT/mcp instead of stdio "
@@ -158,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             retention=Retention(max_age=retain_age, max_count=args.retain_count),
             max_body=args.max_body or DEFAULT_MAX_BODY,
             max_uris=args.max_uris or DEFAULT_MAX_URIS,
+            sync=args.sync,
         )
     except sqlite3.Error as exc:
         print(f"{PROG}: cannot open the database {args.db}: {exc}", file=sys.stderr)
@@ -194,7 +202,7 @@ def _serve(
             print(f"RECEIVING {server.endpoint}", file=sys.stderr, flush=True)
             receiving.set()
 
-        async with anyio.create_task_group() as tg:
+        async with server.running(), anyio.create_task_group() as tg:
 
             async def receiver() -> None:
                 await serve_http(

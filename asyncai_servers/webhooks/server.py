@@ -21,18 +21,21 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import anyio
+import anyio.abc
 import anyio.to_thread
+import attrs
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from asyncai_servers.webhooks.config import Config
-from asyncai_servers.webhooks.fields import FILTER_FIELDS, describe
+from asyncai_servers.webhooks.fields import FILTER_FIELDS, Described, describe
 from asyncai_servers.webhooks.receiver import DEFAULT_MAX_BODY, PATH_PREFIX, Receiver
 from asyncai_servers.webhooks.store import MAX_VIEWS, Retention, Store
 from asyncai_servers.webhooks.uri import (
@@ -61,6 +64,15 @@ _FILTERS: Final = ",".join(FILTER_FIELDS)
 Target = LogTarget | StateTarget
 
 
+@attrs.define(eq=False)
+class _Job:
+    delivery: Delivery
+    described: Described
+    done: anyio.Event = attrs.Factory(anyio.Event)
+    stored: bool = False
+    error: Exception | None = None
+
+
 class WebhooksServer:
     """The MCP server object, the receiver and the store (``server``, ``receiver``, ``store``)."""
 
@@ -73,6 +85,7 @@ class WebhooksServer:
         max_body: int = DEFAULT_MAX_BODY,
         max_views: int = MAX_VIEWS,
         max_uris: int = DEFAULT_MAX_URIS,
+        sync: str = "full",
         now: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
@@ -81,6 +94,7 @@ class WebhooksServer:
             retention=retention,
             max_views=max_views,
             kinds={name: spec.kind for name, spec in config.sources.items()},
+            sync=sync,
             now=now,
         )
         self._disk = anyio.CapacityLimiter(1)  # one sqlite connection: one statement at a time
@@ -95,6 +109,9 @@ class WebhooksServer:
             ready=self._ready,
             max_uris=max_uris,
         )
+        self._queue: list[_Job] = []
+        self._wake = anyio.Event()
+        self._writer: anyio.abc.TaskGroup | None = None
         self._spellings: defaultdict[Target | None, Counter[str]] = defaultdict(Counter)
         self.server: Server[Any] = Server(
             SERVER_NAME,
@@ -127,16 +144,55 @@ class WebhooksServer:
     # -- deliveries --------------------------------------------------------------------------------
 
     async def deliver(self, delivery: Delivery) -> bool:
-        """Store a verified delivery (committed on return) and notify its listeners; False for a retry."""
+        """Store a verified delivery (committed on return) and notify its listeners; False for a retry.
+
+        Deliveries that arrive while a commit is on disk wait for the next one and go in together
+        (a group commit: one fsync for all of them), so the rate is not one fsync per delivery."""
+        if self._writer is None:
+            raise RuntimeError("WebhooksServer.deliver needs `async with server.running()`")
         described = describe(self.config.sources[delivery.source].kind, delivery.event, delivery.payload)
-        inserted = await self._disk_call(self.store.insert, delivery, described)
-        if inserted is None:
-            return False
-        # After the commit: a reader woken by this finds the delivery.
-        for target in (*inserted.logs, inserted.state, None):
-            for uri in self._spellings.get(target, ()):
-                self.subscriptions.publish_nowait(uri)
-        return True
+        job = _Job(delivery, described)
+        self._queue.append(job)
+        self._wake.set()
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.stored
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[WebhooksServer]:
+        """Run the writer (the one task that commits deliveries) while entered."""
+        async with anyio.create_task_group() as tg:
+            self._writer = tg
+            tg.start_soon(self._write)
+            try:
+                yield self
+            finally:
+                self._writer = None
+                tg.cancel_scope.cancel()
+
+    async def _write(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            batch, self._queue = self._queue, []
+            try:
+                results = await self._disk_call(
+                    self.store.insert_many, [(j.delivery, j.described) for j in batch]
+                )
+            except Exception as exc:  # each sender gets a 503 and retries; nothing of the batch is stored
+                for job in batch:
+                    job.error = exc
+                    job.done.set()
+                continue
+            for job, inserted in zip(batch, results, strict=True):
+                if inserted is not None:
+                    job.stored = True
+                    # After the commit: a reader woken by this finds the delivery.
+                    for target in (*inserted.logs, inserted.state, None):
+                        for uri in self._spellings.get(target, ()):
+                            self.subscriptions.publish_nowait(uri)
+                job.done.set()
 
     # -- subscriptions -----------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -140,6 +140,7 @@ class Store:
         retention: Retention = Retention(),
         max_views: int = MAX_VIEWS,
         kinds: Mapping[str, str] | None = None,
+        sync: str = "full",
         now: Callable[[], float] = time.time,
     ) -> None:
         self.path = path
@@ -150,7 +151,11 @@ class Store:
         self.now = now
         self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")  # each commit on disk before the 2xx
+        if sync not in ("full", "normal"):
+            raise ValueError(f"sync must be 'full' or 'normal', got {sync!r}")
+        # full: each commit is on disk before the 2xx (an fsync per commit); normal: it survives a
+        # crash of this process, not of the machine (the WAL is synced at checkpoints only).
+        self.db.execute(f"PRAGMA synchronous={sync.upper()}")
         self.db.executescript(_SCHEMA)
         self._views: dict[tuple[str, str, str], _View] = {}
         for vid, source, event, filt, log_id, last in self.db.execute(
@@ -169,69 +174,84 @@ class Store:
     def insert(self, delivery: Delivery, described: Described) -> Inserted | None:
         """Store ``delivery`` and append it to every log it belongs in, in one transaction;
         ``None`` when the source already has a delivery with its id (a retry)."""
+        return self.insert_many([(delivery, described)])[0]
+
+    def insert_many(self, batch: Sequence[tuple[Delivery, Described]]) -> list[Inserted | None]:
+        """:meth:`insert` for each of ``batch``, all in one transaction (one fsync: a group commit),
+        in order; nothing of it is stored when it raises."""
         now = self.now()
         db = self.db
+        bumps: dict[int, int] = {}
+        made: list[tuple[str, str, str]] = []
+        out: list[Inserted | None] = []
         db.execute("BEGIN IMMEDIATE")
         try:
-            cur = db.execute(
-                "INSERT OR IGNORE INTO deliveries (source, delivery_id, event, received, fields, object_id, payload)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    delivery.source,
-                    delivery.delivery_id,
-                    delivery.event,
-                    now,
-                    dumps(described.fields),
-                    described.object_id,
-                    _encode(delivery.payload).decode(),
-                ),
-            )
-            if cur.rowcount == 0:
-                db.execute("ROLLBACK")
-                return None
-            row = cur.lastrowid
-            assert row is not None
-            self._view(LogTarget(delivery.source, delivery.event), now)
-            self._view(LogTarget(delivery.source, ""), now)
-            appended: list[_View] = []
-            for view in list(self._views.values()):
-                target = view.target
-                if target.source == delivery.source and target.matches(delivery.event, described.fields):
-                    appended.append(view)
-            for view in appended:
-                db.execute(
-                    "INSERT INTO entries (view, seq, delivery) VALUES (?, ?, ?)",
-                    (view.id, view.last_seq + 1, row),
-                )
-                db.execute("UPDATE views SET last_seq = last_seq + 1 WHERE id = ?", (view.id,))
-            state = None
-            if described.object_id is not None:
-                db.execute(
-                    "INSERT OR REPLACE INTO objects (source, event, object_id, delivery) VALUES (?, ?, ?, ?)",
-                    (delivery.source, delivery.event, described.object_id, row),
-                )
-                state = StateTarget(delivery.source, delivery.event, described.object_id)
+            for delivery, described in batch:
+                out.append(self._insert(delivery, described, now, bumps, made))
+            for vid, n in bumps.items():
+                db.execute("UPDATE views SET last_seq = last_seq + ? WHERE id = ?", (n, vid))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
-            # The views' counters may have moved in memory: reload them from what was committed.
-            self._reload()
+            for key in made:  # views made in the rolled-back transaction are gone
+                self._views.pop(key, None)
             raise
-        for view in appended:
-            view.last_seq += 1
-        self._since_trim += 1
+        for view in self._views.values():
+            view.last_seq += bumps.get(view.id, 0)
+        self._since_trim += len(batch)
         if self._since_trim >= TRIM_EVERY:
             self.trim()
-        return Inserted(row, tuple(v.target for v in appended), state)
+        return out
 
-    def _reload(self) -> None:
-        for vid, last in self.db.execute("SELECT id, last_seq FROM views").fetchall():
-            for view in self._views.values():
-                if view.id == vid:
-                    view.last_seq = last
-        ids = {vid for (vid,) in self.db.execute("SELECT id FROM views")}
-        self._views = {k: v for k, v in self._views.items() if v.id in ids}
+    def _insert(
+        self,
+        delivery: Delivery,
+        described: Described,
+        now: float,
+        bumps: dict[int, int],
+        made: list[tuple[str, str, str]],
+    ) -> Inserted | None:
+        db = self.db
+        cur = db.execute(
+            "INSERT OR IGNORE INTO deliveries (source, delivery_id, event, received, fields, object_id, payload)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                delivery.source,
+                delivery.delivery_id,
+                delivery.event,
+                now,
+                dumps(described.fields),
+                described.object_id,
+                _encode(delivery.payload).decode(),
+            ),
+        )
+        if cur.rowcount == 0:
+            return None
+        row = cur.lastrowid
+        assert row is not None
+        for target in (LogTarget(delivery.source, delivery.event), LogTarget(delivery.source, "")):
+            key = (target.source, target.event, target.filter_key)
+            if key not in self._views:
+                self._view(target, now)
+                made.append(key)
+        appended = [
+            view
+            for view in self._views.values()
+            if view.target.source == delivery.source and view.target.matches(delivery.event, described.fields)
+        ]
+        for view in appended:
+            seq = view.last_seq + bumps.get(view.id, 0) + 1
+            db.execute("INSERT INTO entries (view, seq, delivery) VALUES (?, ?, ?)", (view.id, seq, row))
+            bumps[view.id] = bumps.get(view.id, 0) + 1
+        state = None
+        if described.object_id is not None:
+            db.execute(
+                "INSERT OR REPLACE INTO objects (source, event, object_id, delivery) VALUES (?, ?, ?, ?)",
+                (delivery.source, delivery.event, described.object_id, row),
+            )
+            state = StateTarget(delivery.source, delivery.event, described.object_id)
+        return Inserted(row, tuple(v.target for v in appended), state)
 
     def _view(self, target: LogTarget, now: float) -> _View:
         """The view of ``target``, made (in the caller's transaction) when it does not exist yet."""

@@ -199,3 +199,19 @@ def test_retention_drops_old_deliveries_and_a_reader_behind_gets_a_gap_naming_it
     assert events[0].type == "GAP"
     assert events[0].fields["retention"] == "deliveries of the last 3600s, at most 3 per source"
     assert [e.seq for e in events[1:]] == [7]
+
+
+def test_past_the_cap_the_least_recently_read_filtered_log_goes_and_its_reader_sees_a_new_log(
+    tmp_path: Path,
+) -> None:
+    clock = [NOW]
+    s = store(tmp_path, clock=clock, max_views=2)
+    main, dev, ci = (LogTarget("github", "workflow_run", (("branch", b),)) for b in ("main", "dev", "ci"))
+    s.insert(*run_delivery(1))
+    first = {t: json.loads(s.read_log(t, None).text)["log_id"] for t in (main, dev)}
+    clock[0] += 1
+    s.read_log(main, None)  # main is read again: dev is now the least recently read
+    clock[0] += 1
+    s.read_log(ci, None)  # a third filtered log: one must go
+    assert json.loads(s.read_log(main, None).text)["log_id"] == first[main]
+    assert json.loads(s.read_log(dev, None).text)["log_id"] != first[dev]

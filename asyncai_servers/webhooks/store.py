@@ -126,6 +126,8 @@ class _View:
     target: LogTarget
     log_id: str
     last_seq: int
+    used: float
+    """When it was last read (kept in memory, written at each trim: a read writes nothing)."""
 
 
 def _iso(at: float) -> str:
@@ -158,11 +160,11 @@ class Store:
         self.db.execute(f"PRAGMA synchronous={sync.upper()}")
         self.db.executescript(_SCHEMA)
         self._views: dict[tuple[str, str, str], _View] = {}
-        for vid, source, event, filt, log_id, last in self.db.execute(
-            "SELECT id, source, event, filter, log_id, last_seq FROM views"
+        for vid, source, event, filt, log_id, last, used in self.db.execute(
+            "SELECT id, source, event, filter, log_id, last_seq, used FROM views"
         ):
             target = LogTarget(source, event, tuple(sorted(parse_qsl(filt, keep_blank_values=True))))
-            self._views[(source, event, filt)] = _View(vid, target, log_id, last)
+            self._views[(source, event, filt)] = _View(vid, target, log_id, last, used)
         self._since_trim = 0
         self.trim()
 
@@ -265,7 +267,7 @@ class Store:
             (target.source, target.event, target.filter_key, log_id, now),
         )
         assert cur.lastrowid is not None
-        view = _View(cur.lastrowid, target, log_id, 0)
+        view = _View(cur.lastrowid, target, log_id, 0, now)
         self._views[key] = view
         return view
 
@@ -281,7 +283,7 @@ class Store:
         try:
             filtered = [v for v in self._views.values() if v.target.filter]
             if len(filtered) >= self.max_views:
-                oldest = min(filtered, key=lambda v: self._used(v))
+                oldest = min(filtered, key=lambda v: v.used)
                 db.execute("DELETE FROM entries WHERE view = ?", (oldest.id,))
                 db.execute("DELETE FROM views WHERE id = ?", (oldest.id,))
                 del self._views[(oldest.target.source, oldest.target.event, oldest.target.filter_key)]
@@ -313,10 +315,6 @@ class Store:
         view.last_seq = seq
         return True
 
-    def _used(self, view: _View) -> float:
-        row = self.db.execute("SELECT used FROM views WHERE id = ?", (view.id,)).fetchone()
-        return float(row[0]) if row else 0.0
-
     def trim(self) -> int:
         """Apply the retention; the number of deliveries deleted."""
         self._since_trim = 0
@@ -331,6 +329,9 @@ class Store:
                     " ORDER BY id DESC LIMIT 1 OFFSET ?)",
                     (source, source, self.retention.max_count),
                 ).rowcount
+            db.executemany(
+                "UPDATE views SET used = ? WHERE id = ?", [(v.used, v.id) for v in self._views.values()]
+            )
             if gone:
                 db.execute("DELETE FROM entries WHERE delivery NOT IN (SELECT id FROM deliveries)")
                 db.execute("DELETE FROM objects WHERE delivery NOT IN (SELECT id FROM deliveries)")
@@ -353,7 +354,7 @@ class Store:
                 f'{{"log_id":"empty","last_seq":0,"first_seq":1,"retention":{dumps(self.retention.text())},"events":[]}}',
                 False,
             )
-        self.db.execute("UPDATE views SET used = ? WHERE id = ?", (self.now(), view.id))
+        view.used = self.now()
         first = self.db.execute("SELECT min(seq) FROM entries WHERE view = ?", (view.id,)).fetchone()[0]
         if after is not None and after[0] == view.log_id:
             rows = self.db.execute(

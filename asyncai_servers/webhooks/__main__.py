@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from asyncai_watch.extras import MissingExtraError, require
 
         try:
-            require("webhooks", feature="kind = 'standard'", module="standardwebhooks")
+            require("webhooks", feature="kind = 'standard'")
         except MissingExtraError as exc:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return 2

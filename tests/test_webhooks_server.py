@@ -135,6 +135,12 @@ async def test_wrong_missing_and_stale_signatures_are_refused_and_stored_nowhere
             answer = await post(hooks + source, body, sent)
             assert answer.status_code == 401, (source, answer.text)
             assert source in answer.json()["error"]
+        # A signed delivery under another Host (DNS rebinding, or a proxy not named by --allow-host).
+        elsewhere = await post(
+            hooks + "github", run, {**github(run, "workflow_run"), "Host": "hooks.example.com"}
+        )
+        assert elsewhere.status_code == 421
+        assert "--allow-host" in elsewhere.text
         stale = await post(hooks + "stripe", ev, stripe(ev, at=int(time.time()) - 3600))
         assert "tolerance of 300 s" in stale.json()["error"]
         listed = await sources(client)

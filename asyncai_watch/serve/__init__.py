@@ -33,8 +33,8 @@ import anyio
 
 from asyncai_watch import log
 from asyncai_watch.clock import SystemClock, fail_after
-from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
+from asyncai_watch.echo import redact
 from asyncai_watch.errors import LimitError, WatchError
 from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES, add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource

@@ -45,9 +45,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
 from asyncai_watch.clock import Clock, SystemClock, fail_after
-from asyncai_watch.core.echo import clip, quoted, redact
 from asyncai_watch.core.tools import BRIDGE_TOOLS, DEFAULT_NOTICES_LIMIT, ToolSpec, check_arguments
 from asyncai_watch.core.tools import tool as tool_spec
+from asyncai_watch.echo import clip, quoted, redact
 from asyncai_watch.errors import WatchError
 from asyncai_watch.server.errors import unknown_tool
 from asyncai_watch.server.schemas import input_schemas

@@ -127,7 +127,7 @@ class StdioTransport:
         exit_fd = _pidfd(process.pid)
         read_send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
-        connection = _Connection(
+        connection = _PipeBridge(
             process, exit_fd, read_send, write_receive, self.max_line, self, self.on_exit
         )
         try:
@@ -161,7 +161,7 @@ _Streams = tuple[
 ]
 
 
-class _Connection:
+class _PipeBridge:
     """One server process and the two tasks that bridge its pipes to the session's streams."""
 
     def __init__(

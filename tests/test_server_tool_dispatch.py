@@ -30,7 +30,9 @@ async def test_lists_the_tools_runs_the_named_one_and_refuses_others_naming_what
     assert handlers["get_tool_input_schema"]("nope") is None
     result = await handlers["on_call_tool"](CTX, types.CallToolRequestParams(name="echo"))
     assert result.content[0].text == "{}"  # no arguments: the function gets {}
-    result = await handlers["on_call_tool"](CTX, types.CallToolRequestParams(name="echo", arguments={"x": "1"}))
+    result = await handlers["on_call_tool"](
+        CTX, types.CallToolRequestParams(name="echo", arguments={"x": "1"})
+    )
     assert result.content[0].text == "{'x': '1'}"
     with pytest.raises(MCPError) as refused:
         await handlers["on_call_tool"](CTX, types.CallToolRequestParams(name="nope"))

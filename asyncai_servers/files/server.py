@@ -121,7 +121,7 @@ class FilesServer:
             instructions=(
                 f"Files under {roots.describe()}, watchable without polling (inotify). "
                 "file://{+path} is a file's current text (JSON parsed for *.json); "
-                "dir-events://{+path}{?recursive,glob} is an event log of ADDED/MODIFIED/DELETED entries."
+                "dir-events://{+path}{?recursive,glob,exclude} is an event log of ADDED/MODIFIED/DELETED entries."
             ),
             on_list_resources=self._on_list_resources,
             on_list_resource_templates=self._on_list_templates,
@@ -316,9 +316,10 @@ class FilesServer:
                     name="dir-events",
                     description=(
                         "Changes in a directory as an event log: ADDED / MODIFIED / DELETED per entry, "
-                        "object {path, name, size, mtime, type}, `old` on MODIFIED; a rename is DELETED + "
-                        "ADDED. recursive=true includes subdirectories; glob (e.g. *.json) filters by "
-                        "name, right-anchored.\n"
+                        "object {path, name, size, mtime (ISO 8601 UTC), type}, `old` on MODIFIED; a rename "
+                        "is DELETED + ADDED. recursive=true includes subdirectories; glob (e.g. *.json) "
+                        "keeps matching names, right-anchored; exclude (e.g. .git,node_modules,*.tmp) "
+                        "leaves out matching entries and everything below them.\n"
                         f'Example: await watch_start(name="json", uri="dir-events://{root}?recursive=true&glob=*.json")'
                     ),
                     mime_type=EVENTS_MIME_TYPE,

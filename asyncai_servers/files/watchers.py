@@ -140,10 +140,13 @@ class Watcher:
     restart means for the watcher's targets is its subclass's business.
     """
 
-    def __init__(self, owner: WatcherHost, path: str, *, recursive: bool) -> None:
+    def __init__(
+        self, owner: WatcherHost, path: str, *, recursive: bool, skip: Callable[[str], bool] | None = None
+    ) -> None:
         self.owner = owner
         self.path = path
         self.recursive = recursive
+        self.skip = skip  # directories below ``path`` that need no inotify watch
         self.ready = anyio.Event()
         self.start_error: str | None = None
         self.alive = True
@@ -181,7 +184,12 @@ class Watcher:
 
     async def _open(self, path: str, recursive: bool) -> ChangeSource:
         source = ChangeSource(
-            self.owner.inotify, path, recursive=recursive, timing=self.owner.timing, clock=self.owner.clock
+            self.owner.inotify,
+            path,
+            recursive=recursive,
+            timing=self.owner.timing,
+            clock=self.owner.clock,
+            skip=self.skip,
         )
         self._source = source
         if self._stopping:
@@ -330,7 +338,11 @@ class DirWatcher(Watcher):
     """One ``dir-events`` target's watch, shared by every listener of that target."""
 
     def __init__(self, owner: WatcherHost, target: DirTarget) -> None:
-        super().__init__(owner, target.spec.path, recursive=target.spec.recursive)
+        spec = target.spec
+        # An excluded directory gets no watch: its changes are never reported, so need not be seen.
+        super().__init__(
+            owner, spec.path, recursive=spec.recursive, skip=spec.excluded if spec.exclude else None
+        )
         self.target = target
         self.uris: Counter[str] = Counter()
         self.pending = False  # an update went out and no read has started since

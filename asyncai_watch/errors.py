@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from asyncai_watch.core.echo import clip, redact
+from asyncai_watch.echo import clip, redact
 
 __all__ = [
     "FilterEngineError",
@@ -113,6 +113,6 @@ _DESCRIBE_CAP: Final = 2000  # an error's text in a notice or log: several quote
 
 def describe(exc: BaseException) -> str:
     """``Type: message`` (or just the type): how errors are named in notices, logs and tool
-    results; URLs in the message lose their secrets (:func:`~asyncai_watch.core.echo.redact`)."""
+    results; URLs in the message lose their secrets (:func:`~asyncai_watch.echo.redact`)."""
     text = clip(redact(str(exc)), _DESCRIBE_CAP)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

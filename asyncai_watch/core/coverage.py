@@ -112,6 +112,21 @@ class Ended:
     opens: list[ListenAction] = attrs.field(factory=list)
 
 
+def covering_uris(updated: str, watched: Iterable[str] | frozenset[str] | set[str]) -> list[str]:
+    """The watched URIs an update of ``updated`` changes: itself, and each watched URI it is a
+    sub-resource of (the spec lets a server stamp a sub-resource's URI, which changes its parent)."""
+    pool = watched if isinstance(watched, set | frozenset | dict) else set(watched)
+    out = [updated] if updated in pool else []
+    cut = len(updated)
+    while (cut := updated.rfind("/", 0, cut)) > 0:
+        parent = updated[:cut]
+        if parent in pool:
+            out.append(parent)
+        if parent + "/" in pool:
+            out.append(parent + "/")
+    return out
+
+
 class Coverage:
     """Listens, the URIs they hold, and the watched URIs none holds (see the module doc)."""
 

@@ -36,21 +36,16 @@ Inputs::
     tick(now)                     time passed (the resubscribe deadline, :attr:`deadline`)
     speaks(mode)                  the connection now takes URIs per listen or per subscribe
 
-**Reads.** At most one read per URI is in flight; an update during a read makes exactly one
-more read after it; at most ``max_reads`` reads run at once (the rest wait their turn, e.g. the
-re-reads after a reconnect). A URI is first read once an acknowledged listen covers it, so no
-change falls between the subscription and the baseline.
-
-**Joiners.** A watcher whose URI is CURRENT, covered and IDLE begins at once on the current
-state (:class:`Begin` with ``fresh=False``); otherwise it begins on the next read of the URI
-(``fresh=True`` when that read is the URI's first: its baseline is made from it).
-
-**Resubscribing.** When a listen ends, its URIs that no other acknowledged listen covers are
-STALE; those no listen holds are down: their watchers hear :class:`Down`, and after
-:class:`Resubscribe`'s delay (1, 2, 4, 8, 16 s by default, less the jitter) one listen is
-opened for every uncovered URI; once acknowledged, they hear :class:`Up` and are read again
-(changes made while nobody was subscribed). After the last attempt they hear :class:`GaveUp` and
-are forgotten. A watch that starts meanwhile tries at once.
+**Reads.** At most one read per URI is in flight, an update during a read makes exactly one
+more read after it, at most ``max_reads`` run at once; a URI is first read once an acknowledged
+listen covers it, so no change falls between the subscription and the baseline. **Joiners.** A
+watcher whose URI is CURRENT, covered and IDLE begins at once on the current state
+(:class:`Begin`, ``fresh=False``); otherwise on the URI's next read (``fresh=True`` when that
+read makes the baseline). **Resubscribing.** The watchers of URIs no listen holds any more hear
+:class:`Down`; after :class:`Resubscribe`'s delay one listen is opened for every uncovered URI,
+and once acknowledged they hear :class:`Up` and are read again; after the last attempt they hear
+:class:`GaveUp` and are forgotten. A watch that starts meanwhile tries at once. The full account
+is docs/core.md.
 """
 
 from __future__ import annotations
@@ -63,7 +58,7 @@ from typing import Final, Generic, Literal, TypeVar
 import attrs
 
 from asyncai_watch.core.backoff import Backoff
-from asyncai_watch.core.coverage import DEFAULT_MAX_LISTEN, MERGE_WIDTH, Coverage, Mode
+from asyncai_watch.core.coverage import DEFAULT_MAX_LISTEN, MERGE_WIDTH, Coverage, Mode, covering_uris
 from asyncai_watch.core.feed_actions import (
     Action,
     Begin,
@@ -112,21 +107,6 @@ P = TypeVar("P")
 
 DEFAULT_MAX_READS: Final = 16
 """Reads one connection runs at once."""
-
-
-def covering_uris(updated: str, watched: Iterable[str] | frozenset[str] | set[str]) -> list[str]:
-    """The watched URIs an update of ``updated`` changes: itself, and each watched URI it is a
-    sub-resource of (the spec lets a server stamp a sub-resource's URI, which changes its parent)."""
-    pool = watched if isinstance(watched, set | frozenset | dict) else set(watched)
-    out = [updated] if updated in pool else []
-    cut = len(updated)
-    while (cut := updated.rfind("/", 0, cut)) > 0:
-        parent = updated[:cut]
-        if parent in pool:
-            out.append(parent)
-        if parent + "/" in pool:
-            out.append(parent + "/")
-    return out
 
 
 class Sync(enum.Enum):

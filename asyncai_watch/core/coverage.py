@@ -64,14 +64,21 @@ MERGE_WIDTH: Final = 4
 
 
 class ListenState(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons; the table lookups skip Enum.__hash__ (Python code)
     OPENING = "opening"  # opened, not sent: URIs may still join it
     SENT = "sent"  # sent, its URIs fixed; waiting for the ack
     ACKED = "acked"
 
 
+# Module constants: an enum member looked up on its class costs ~10x a global on Python 3.11.
+_OPENING: Final = ListenState.OPENING
+_SENT: Final = ListenState.SENT
+_ACKED: Final = ListenState.ACKED
+
+
 MOVES: Final[dict[tuple[ListenState, str], ListenState]] = {
-    (ListenState.OPENING, "send"): ListenState.SENT,
-    (ListenState.SENT, "ack"): ListenState.ACKED,
+    (_OPENING, "send"): _SENT,
+    (_SENT, "ack"): _ACKED,
 }
 """The legal moves of a listen: ``(state, event) -> state``; ending (any state) and closing
 (ACKED) remove it."""
@@ -84,7 +91,7 @@ class _Listen:
     purpose: Purpose
     order: list[str] = attrs.field(factory=list)  # the URIs in the order they came (reads go in that order)
     replaces: tuple[int, ...] = ()  # listens closed once this one is acknowledged
-    state: ListenState = ListenState.OPENING
+    state: ListenState = _OPENING
     wanted: int = 0  # how many of its URIs are watched
     replaced_by: int | None = None  # an opening listen that will take this one's place
 
@@ -154,7 +161,7 @@ class Coverage:
     def covered(self, uri: str) -> bool:
         """Whether an acknowledged listen holds ``uri``."""
         listens = self._listens
-        return any(listens[i].state is ListenState.ACKED for i in self._holders.get(uri, ()))
+        return any(listens[i].state is _ACKED for i in self._holders.get(uri, ()))
 
     def held(self, uri: str) -> bool:
         """Whether any listen (opening, sent or acknowledged) holds ``uri``."""
@@ -200,11 +207,7 @@ class Coverage:
             return []
         if self.mode == "listen":
             unsent = next(
-                (
-                    lst
-                    for lst in self._listens.values()
-                    if lst.purpose != "replace" and lst.state is ListenState.OPENING
-                ),
+                (lst for lst in self._listens.values() if lst.purpose != "replace" and lst.state is _OPENING),
                 None,
             )
             if unsent is not None:
@@ -221,25 +224,25 @@ class Coverage:
     def send(self, listen: int) -> frozenset[str]:
         """The runner sends ``listen`` now: its URIs, fixed from here on."""
         lst = self._listen(listen)
-        if lst.state is not ListenState.OPENING:
+        if lst.state is not _OPENING:
             raise FeedStateError(f"Feed.send: listen {listen} was already sent")
-        lst.state = move(MOVES, lst.state, "send", f"listen {listen}")
+        lst.state = move(MOVES, lst.state, "send", "Coverage.send", listen)
         lst.uris = frozenset(lst.uris)
         return lst.uris
 
     def ack(self, listen: int, honored: Iterable[str] | None) -> Acked:
         """``listen`` was acknowledged; ``honored`` is what the server took (``None``: all)."""
         lst = self._listen(listen)
-        if lst.state is ListenState.OPENING:
+        if lst.state is _OPENING:
             raise FeedStateError(f"Feed.acked: listen {listen} was never sent")
-        if lst.state is ListenState.ACKED:
+        if lst.state is _ACKED:
             raise FeedStateError(f"Feed.acked: listen {listen} was already acknowledged")
         refused = lst.uris - frozenset(honored) if honored is not None else frozenset()
         self._unhold(lst, refused)
         newly = [
             uri for uri in lst.order if uri in lst.uris and uri in self._watched and not self.covered(uri)
         ]
-        lst.state = move(MOVES, lst.state, "ack", f"listen {listen}")
+        lst.state = move(MOVES, lst.state, "ack", "Coverage.ack", listen)
         closes: list[ListenAction] = []
         for old in lst.replaces:
             if old in self._listens:  # not ended meanwhile
@@ -255,7 +258,7 @@ class Coverage:
             if other.replaced_by == listen:
                 other.replaced_by = None
         uris = frozenset(lst.uris)
-        acked = lst.state is ListenState.ACKED
+        acked = lst.state is _ACKED
         if lst.purpose == "replace" and not acked:
             # The listens it was to replace cover its URIs, unless they ended meanwhile.
             if refused and len(uris) > 1:
@@ -277,7 +280,7 @@ class Coverage:
         out: list[ListenAction] = []
         if self.mode == "subscribe":
             for lst in list(self._listens.values()):
-                if lst.state is ListenState.ACKED and not lst.wanted:
+                if lst.state is _ACKED and not lst.wanted:
                     out.append(CloseListen(lst.id))
                     self._drop(lst.id)
             return out
@@ -285,7 +288,7 @@ class Coverage:
             return out  # one replacement at a time: the next is decided once it is acknowledged
         classes: dict[int, list[_Listen]] = {}
         for lst in list(self._listens.values()):
-            if lst.state is not ListenState.ACKED or lst.replaced_by is not None:
+            if lst.state is not _ACKED or lst.replaced_by is not None:
                 continue
             if not lst.wanted:
                 out.append(CloseListen(lst.id))
@@ -360,13 +363,8 @@ class Coverage:
     def _opening(self, purpose: Purpose) -> bool:
         """A listen for ``purpose`` (``"replace"``, or else cover/retry) is not acknowledged yet."""
         if purpose == "replace":
-            return any(
-                lst.state is not ListenState.ACKED and lst.purpose == "replace"
-                for lst in self._listens.values()
-            )
-        return any(
-            lst.state is not ListenState.ACKED and lst.purpose != "replace" for lst in self._listens.values()
-        )
+            return any(lst.state is not _ACKED and lst.purpose == "replace" for lst in self._listens.values())
+        return any(lst.state is not _ACKED and lst.purpose != "replace" for lst in self._listens.values())
 
     def _wanted(self, lst: _Listen) -> list[str]:
         return [uri for uri in lst.order if uri in lst.uris and uri in self._watched]

@@ -74,7 +74,7 @@ from asyncai_watch.core.feed_actions import (
     Up,
 )
 from asyncai_watch.core.feed_state import FeedStateError
-from asyncai_watch.core.reads import Reads, ReadState
+from asyncai_watch.core.reads import Reads
 from asyncai_watch.core.resubscribe import GiveUp, Resubscribe, Retry
 
 __all__ = [
@@ -112,27 +112,35 @@ DEFAULT_MAX_READS: Final = 16
 class Sync(enum.Enum):
     """How a watched URI's last read stands to its subscription."""
 
+    __hash__ = object.__hash__  # members are singletons; the table lookups skip Enum.__hash__ (Python code)
+
     UNREAD = "unread"  # not read yet: its first read makes the baseline
     CURRENT = "current"  # read, and its listen held since: updates keep it current
     STALE = "stale"  # lost its listen: read again once a listen holds it again
 
 
+# Module constants: an enum member looked up on its class costs ~10x a global on Python 3.11.
+_UNREAD: Final = Sync.UNREAD
+_CURRENT: Final = Sync.CURRENT
+_STALE: Final = Sync.STALE
+
+
 SYNC_MOVES: Final[dict[tuple[Sync, str], Sync]] = {
     # A read finished while an acknowledged listen covers the URI, or while none does.
-    (Sync.UNREAD, "read"): Sync.CURRENT,
-    (Sync.CURRENT, "read"): Sync.CURRENT,
-    (Sync.STALE, "read"): Sync.STALE,
-    (Sync.UNREAD, "read uncovered"): Sync.STALE,
-    (Sync.CURRENT, "read uncovered"): Sync.STALE,
-    (Sync.STALE, "read uncovered"): Sync.STALE,
+    (_UNREAD, "read"): _CURRENT,
+    (_CURRENT, "read"): _CURRENT,
+    (_STALE, "read"): _STALE,
+    (_UNREAD, "read uncovered"): _STALE,
+    (_CURRENT, "read uncovered"): _STALE,
+    (_STALE, "read uncovered"): _STALE,
     # Its listen ended and no other acknowledged one covers it.
-    (Sync.UNREAD, "lost"): Sync.UNREAD,
-    (Sync.CURRENT, "lost"): Sync.STALE,
-    (Sync.STALE, "lost"): Sync.STALE,
+    (_UNREAD, "lost"): _UNREAD,
+    (_CURRENT, "lost"): _STALE,
+    (_STALE, "lost"): _STALE,
     # An acknowledged listen covers it again (the read that follows brings it up to date).
-    (Sync.UNREAD, "covered"): Sync.UNREAD,
-    (Sync.CURRENT, "covered"): Sync.CURRENT,
-    (Sync.STALE, "covered"): Sync.CURRENT,
+    (_UNREAD, "covered"): _UNREAD,
+    (_CURRENT, "covered"): _CURRENT,
+    (_STALE, "covered"): _CURRENT,
 }
 """Every move of a URI's :class:`Sync` state (each event is legal in each state)."""
 
@@ -141,7 +149,7 @@ SYNC_MOVES: Final[dict[tuple[Sync, str], Sync]] = {
 class _Uri(Generic[W]):
     watchers: set[W] = attrs.field(factory=set)  # began: they get every read
     joiners: list[W] = attrs.field(factory=list)  # wait for the next read (or for a listen)
-    sync: Sync = Sync.UNREAD
+    sync: Sync = _UNREAD
 
     def moved(self, event: str) -> None:
         self.sync = SYNC_MOVES[self.sync, event]
@@ -149,11 +157,11 @@ class _Uri(Generic[W]):
     @property
     def baseline(self) -> bool:
         """Read at least once since it was first watched."""
-        return self.sync is not Sync.UNREAD
+        return self.sync is not _UNREAD
 
     @property
     def stale(self) -> bool:
-        return self.sync is Sync.STALE
+        return self.sync is _STALE
 
 
 class Feed(Generic[W, P]):
@@ -243,14 +251,14 @@ class Feed(Generic[W, P]):
             entry = self._track(uri)
         elif watcher in entry.watchers or watcher in entry.joiners:
             raise FeedStateError(f"Feed.watch: {watcher!r} already watches {uri!r}")
-        idle = self._reads.state(uri) is ReadState.IDLE
+        idle = not self._reads.busy(uri)
         covered = self._coverage.covered(uri)
-        if entry.sync is Sync.CURRENT and idle and covered:
+        if entry.sync is _CURRENT and idle and covered:
             entry.watchers.add(watcher)
             return [Begin(uri, (watcher,), fresh=False)]
         entry.joiners.append(watcher)
         out: list[Action[W, P]] = []
-        if covered and entry.sync is Sync.UNREAD and idle:
+        if covered and entry.sync is _UNREAD and idle:
             self._read(uri, out)  # covered by a listen kept for an earlier watcher
         elif not self._coverage.held(uri):
             self._cover(now, out, "join")
@@ -324,7 +332,7 @@ class Feed(Generic[W, P]):
         for watched in covering_uris(uri, self._uris):
             if self._reads.busy(watched):
                 self._reads.mark(watched)
-            elif self._uris[watched].sync is Sync.CURRENT:
+            elif self._uris[watched].sync is _CURRENT:
                 self._reads.clear_retry(watched)
                 self._read(watched, out)
         return out
@@ -335,7 +343,7 @@ class Feed(Generic[W, P]):
         entry = self._finish(uri)
         dirty = self._reads.finish(uri, ok=True)
         out: list[Action[W, P]] = []
-        fresh = entry.sync is Sync.UNREAD
+        fresh = entry.sync is _UNREAD
         # Its listen may have gone while it was read: then it is read again once covered.
         entry.moved("read" if self._coverage.covered(uri) else "read uncovered")
         if entry.watchers and not fresh:
@@ -355,7 +363,7 @@ class Feed(Generic[W, P]):
         entry = self._finish(uri)
         dirty = self._reads.finish(uri, ok=False)
         out: list[Action[W, P]] = []
-        if entry.sync is Sync.UNREAD:
+        if entry.sync is _UNREAD:
             if entry.joiners:
                 out.append(StartFailed(uri, error, tuple(entry.joiners)))
                 entry.joiners.clear()
@@ -410,13 +418,13 @@ class Feed(Generic[W, P]):
     def _next_read_retry(self) -> tuple[float, str] | None:
         """The next failed read to try again; one of a STALE URI is dropped (the read once it is
         covered again shows what it was to show)."""
-        while (nxt := self._reads.next_retry()) is not None and self._uris[nxt[1]].sync is Sync.STALE:
+        while (nxt := self._reads.next_retry()) is not None and self._uris[nxt[1]].sync is _STALE:
             self._reads.drop_next_retry()
         return nxt
 
     def _finish(self, uri: str) -> _Uri[W]:
         entry = self._uris.get(uri)
-        if entry is None or self._reads.state(uri) is not ReadState.READING:
+        if entry is None or not self._reads.reading(uri):
             raise FeedStateError(f"Feed: no read of {uri!r} is in flight")
         return entry
 
@@ -444,7 +452,7 @@ class Feed(Generic[W, P]):
     def _release(self, uri: str, entry: _Uri[W], out: list[Action[W, P]]) -> None:
         """Drop ``uri`` once nobody watches it and no read of it is in flight (a queued read of it
         is skipped)."""
-        if entry.watchers or entry.joiners or self._reads.state(uri) is ReadState.READING:
+        if entry.watchers or entry.joiners or self._reads.reading(uri):
             return
         del self._uris[uri]
         self._down.discard(uri)
@@ -460,7 +468,7 @@ class Feed(Generic[W, P]):
             entry = self._uris.get(uri)
             if entry is None:
                 continue
-            if entry.joiners and entry.sync is Sync.UNREAD:
+            if entry.joiners and entry.sync is _UNREAD:
                 out.append(StartFailed(uri, reason, tuple(entry.joiners)))
                 entry.joiners.clear()
             if entry.watchers:
@@ -480,7 +488,7 @@ class Feed(Generic[W, P]):
             entry = self._uris.get(uri)
             if entry is None or self._coverage.covered(uri):
                 continue
-            if entry.joiners and entry.sync is Sync.UNREAD and before_ack:
+            if entry.joiners and entry.sync is _UNREAD and before_ack:
                 # A watch whose first subscription failed says so at once (its watch_start raises).
                 out.append(StartFailed(uri, reason, tuple(entry.joiners)))
                 entry.joiners.clear()

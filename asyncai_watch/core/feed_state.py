@@ -21,14 +21,15 @@ class FeedStateError(RuntimeError):
     """An input that makes no sense in the feed's state: a bug in the code driving it."""
 
 
-def move(table: Mapping[tuple[S, str], S], state: S, event: str, what: str) -> S:
-    """The state after ``event`` in ``state``; :class:`FeedStateError` (naming ``what`` and the
-    events that state accepts) when the table has no such move."""
+def move(table: Mapping[tuple[S, str], S], state: S, event: str, what: str, subject: object) -> S:
+    """The state after ``event`` in ``state``; :class:`FeedStateError` (naming ``what`` of
+    ``subject`` and the events that state accepts) when the table has no such move. (The message is
+    built only then: this runs for every read and listen.)"""
     nxt = table.get((state, event))
     if nxt is None:
         legal = sorted(e for (s, e) in table if s is state)
         raise FeedStateError(
-            f"{what}: {event!r} is not possible in state {state.name}"
+            f"{what}({subject!r}): {event!r} is not possible in state {state.name}"
             f" (it accepts {', '.join(map(repr, legal)) if legal else 'nothing'})"
         )
     return nxt

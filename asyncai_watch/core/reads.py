@@ -31,23 +31,30 @@ __all__ = ["MOVES", "ReadState", "Reads"]
 
 
 class ReadState(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons; the table lookups skip Enum.__hash__ (Python code)
     IDLE = "idle"
     QUEUED = "queued"  # waiting for a read slot
     READING = "reading"  # a read is in flight
 
 
+# Module constants: an enum member looked up on its class costs ~10x a global on Python 3.11.
+_IDLE: Final = ReadState.IDLE
+_QUEUED: Final = ReadState.QUEUED
+_READING: Final = ReadState.READING
+
+
 MOVES: Final[dict[tuple[ReadState, str], ReadState]] = {
-    (ReadState.IDLE, "start"): ReadState.READING,
-    (ReadState.IDLE, "queue"): ReadState.QUEUED,
-    (ReadState.QUEUED, "start"): ReadState.READING,
-    (ReadState.READING, "finish"): ReadState.IDLE,
+    (_IDLE, "start"): _READING,
+    (_IDLE, "queue"): _QUEUED,
+    (_QUEUED, "start"): _READING,
+    (_READING, "finish"): _IDLE,
 }
 """The legal moves: ``(state, event) -> state``; anything else raises."""
 
 
 @attrs.define(eq=False, slots=True)
 class _Entry:
-    state: ReadState = ReadState.IDLE
+    state: ReadState = _IDLE
     dirty: bool = False  # an update came while queued or reading: read once more after
     failures: int = 0  # reads that failed in a row
     retry_at: float | None = None  # a failed read is tried again then
@@ -76,7 +83,12 @@ class Reads:
 
     def busy(self, uri: str) -> bool:
         """A read of ``uri`` is queued or in flight."""
-        return self._entry(uri).state is not ReadState.IDLE
+        return self._entry(uri).state is not _IDLE
+
+    def reading(self, uri: str) -> bool:
+        """A read of ``uri`` is in flight (``False`` for a URI not tracked)."""
+        entry = self._entries.get(uri)
+        return entry is not None and entry.state is _READING
 
     def failures(self, uri: str) -> int:
         return self._entry(uri).failures
@@ -92,7 +104,7 @@ class Reads:
     def untrack(self, uri: str) -> None:
         """Nobody watches ``uri`` any more; a queued read of it is skipped. Not while it is read."""
         entry = self._entry(uri)
-        if entry.state is ReadState.READING:
+        if entry.state is _READING:
             raise FeedStateError(f"Reads.untrack: a read of {uri!r} is in flight")
         del self._entries[uri]
 
@@ -101,17 +113,17 @@ class Reads:
         waits QUEUED for a slot."""
         entry = self._entry(uri)
         if self._in_flight < self.max_reads:
-            entry.state = move(MOVES, entry.state, "start", f"Reads.start({uri!r})")
+            entry.state = move(MOVES, entry.state, "start", "Reads.start", uri)
             self._in_flight += 1
             return True
-        entry.state = move(MOVES, entry.state, "queue", f"Reads.start({uri!r})")
+        entry.state = move(MOVES, entry.state, "queue", "Reads.start", uri)
         self._waiting.append(uri)
         return False
 
     def mark(self, uri: str) -> None:
         """An update came while ``uri`` is QUEUED or READING: one more read after this one."""
         entry = self._entry(uri)
-        if entry.state is ReadState.IDLE:
+        if entry.state is _IDLE:
             raise FeedStateError(f"Reads.mark: no read of {uri!r} is queued or in flight (start one)")
         entry.dirty = True
 
@@ -127,9 +139,9 @@ class Reads:
         """The read of ``uri`` ended (``ok``: it succeeded; that resets the failure count); answers
         whether it owes one more read (the dirty mark, cleared here)."""
         entry = self._entries.get(uri)
-        if entry is None or entry.state is not ReadState.READING:
+        if entry is None or entry.state is not _READING:
             raise FeedStateError(f"Feed: no read of {uri!r} is in flight")
-        entry.state = move(MOVES, entry.state, "finish", f"Reads.finish({uri!r})")
+        entry.state = move(MOVES, entry.state, "finish", "Reads.finish", uri)
         self._in_flight -= 1
         if ok:
             entry.failures = 0
@@ -148,7 +160,7 @@ class Reads:
         while self._waiting and self._in_flight < self.max_reads:
             uri = self._waiting.popleft()
             entry = self._entries.get(uri)
-            if entry is not None and entry.state is ReadState.QUEUED:
+            if entry is not None and entry.state is _QUEUED:
                 self.start(uri)
                 started.append(uri)
         return started
@@ -158,7 +170,7 @@ class Reads:
     def retry_at(self, uri: str, when: float) -> None:
         """Read ``uri`` (IDLE) again at ``when``, unless a read of it starts first."""
         entry = self._entry(uri)
-        if entry.state is not ReadState.IDLE:
+        if entry.state is not _IDLE:
             raise FeedStateError(f"Reads.retry_at: a read of {uri!r} is queued or in flight")
         entry.retry_at = when
         heapq.heappush(self._retries, (when, uri))
@@ -179,7 +191,7 @@ class Reads:
 
     def _stale(self, when: float, uri: str) -> bool:
         entry = self._entries.get(uri)
-        return entry is None or entry.retry_at != when or entry.state is not ReadState.IDLE
+        return entry is None or entry.retry_at != when or entry.state is not _IDLE
 
     def _entry(self, uri: str) -> _Entry:
         entry = self._entries.get(uri)

@@ -58,7 +58,7 @@ def _jitter(inst: Resubscribe, _attr: object, value: float) -> None:
     check_jitter("Resubscribe", value)
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)  # validated when built; its fields change per ending
 class Resubscribe:
     """The resubscribe policy (see the module docstring)."""
 

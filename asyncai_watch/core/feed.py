@@ -1,28 +1,18 @@
 """One connection's subscriptions as a pure state machine: which URIs are watched, how they are
 grouped into listens, when each is read, who gets each read, and when to resubscribe.
 
-Sans-IO, in the shape of h11's ``Connection``. A :class:`Feed` never awaits, reads a clock or
-touches a server: every input is a plain call (``now`` passed in where time matters) and every
-answer is a list of actions (:mod:`asyncai_watch.core.feed_actions`) for the runner
-(:mod:`asyncai_watch.runtime.runner`) to execute, in order. An input that makes no sense in the
-current state (an ack for a listen that was never opened, a read finishing that was never
-started, a watcher leaving a URI it never joined) raises :class:`FeedStateError`: a bug in the
-shell, never a server's fault.
+Sans-IO, like h11's ``Connection``: no awaits, no clock (``now`` comes in), no server. Every
+input is a plain call and every answer a list of actions (:mod:`~asyncai_watch.core.feed_actions`)
+for the runner (:mod:`asyncai_watch.runtime.runner`) to execute in order. An input that makes no
+sense in the state raises :class:`FeedStateError`: a bug in the shell, never a server's fault.
 
-The feed is a coordinator over two sub-machines, each with named states and a table of legal
-moves, and a policy:
-
-- :mod:`asyncai_watch.core.reads`: per URI IDLE / QUEUED / READING plus a dirty mark, the
-  concurrency cap (``max_reads``) and the retry heap of failed reads;
-- :mod:`asyncai_watch.core.coverage`: listens OPENING / SENT / ACKED, the URIs each holds, the
-  watched URIs none holds, grouping a burst into one listen, merging acknowledged listens and
-  splitting a refused one;
-- :mod:`asyncai_watch.core.resubscribe`: when to resubscribe (backoff with jitter) or give up.
-
-What the feed itself keeps per URI is who watches it and its :class:`Sync` state: UNREAD (no
-read yet: its first read makes the baseline), CURRENT (read, and its listen held), STALE (it lost
-its listen: read again once a listen holds it again); and which URIs are *down* (no listen holds
-them: their watchers heard :class:`Down` and hear :class:`Up` once covered).
+A coordinator over named-state sub-machines (tables of legal moves) and a policy:
+:mod:`~asyncai_watch.core.reads` (a URI's read IDLE / QUEUED / READING plus a dirty mark, the
+``max_reads`` cap, the retry heap), :mod:`~asyncai_watch.core.coverage` (a listen OPENING / SENT
+/ ACKED; grouping, merging, splitting) and :mod:`~asyncai_watch.core.resubscribe` (backoff with
+jitter, or give up). The feed keeps per URI its watchers, its joiners and its :class:`Sync`
+(UNREAD / CURRENT / STALE), and which URIs are *down* (no listen holds them: their watchers
+heard :class:`Down`, and hear :class:`Up` once covered).
 
 Inputs::
 

@@ -10,8 +10,12 @@ subscriptions (which listens, which reads, who gets which read, when to resubscr
 - :class:`~asyncai_watch.core.feed.Read` starts a task that reads the URI, parses it, runs the
   URI's shared extraction (:mod:`asyncai_watch.runtime.topic`) and only then reports the read
   done: the feed keeps one read per URI in flight, so extractions of a URI never overlap.
-- The other actions are plain calls: watchers begin, take a read's events, fail; the topic of a
-  URI nobody watches is dropped; resubscribes are logged.
+- The other actions are plain calls: watchers begin, take a read's events (the payload
+  :class:`~asyncai_watch.core.feed.Deliver` carries), fail; the topic of a URI nobody watches is
+  dropped; resubscribes are logged.
+
+The actions are a closed union, dispatched with ``match`` ending in ``assert_never``: an action
+the feed gains and this runner does not handle is a mypy error, never one dropped in silence.
 
 Tasks: one per open listen (a handful per connection), one per read in flight (at most the
 feed's ``max_reads``), and :meth:`Runner.run`, which wakes the feed at its deadline. An idle

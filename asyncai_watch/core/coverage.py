@@ -36,7 +36,7 @@ from typing import Final, Literal
 import attrs
 
 from asyncai_watch.core.feed_actions import CloseListen, ListenAction, OpenListen
-from asyncai_watch.core.feed_state import FeedStateError, move
+from asyncai_watch.core.feed_state import FeedStateError, by_event
 
 __all__ = [
     "DEFAULT_MAX_LISTEN",
@@ -82,6 +82,7 @@ MOVES: Final[dict[tuple[ListenState, str], ListenState]] = {
 }
 """The legal moves of a listen: ``(state, event) -> state``; ending (any state) and closing
 (ACKED) remove it."""
+_ON: Final = by_event(MOVES)
 
 
 @attrs.define(eq=False, slots=True)
@@ -226,7 +227,7 @@ class Coverage:
         lst = self._listen(listen)
         if lst.state is not _OPENING:
             raise FeedStateError(f"Feed.send: listen {listen} was already sent")
-        lst.state = move(MOVES, lst.state, "send", "Coverage.send", listen)
+        lst.state = _ON["send"][lst.state]  # OPENING, checked above
         lst.uris = frozenset(lst.uris)
         return lst.uris
 
@@ -242,7 +243,7 @@ class Coverage:
         newly = [
             uri for uri in lst.order if uri in lst.uris and uri in self._watched and not self.covered(uri)
         ]
-        lst.state = move(MOVES, lst.state, "ack", "Coverage.ack", listen)
+        lst.state = _ON["ack"][lst.state]  # SENT, checked above
         closes: list[ListenAction] = []
         for old in lst.replaces:
             if old in self._listens:  # not ended meanwhile

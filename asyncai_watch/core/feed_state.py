@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from typing import TypeVar
 
-__all__ = ["FeedStateError", "move"]
+__all__ = ["FeedStateError", "by_event", "illegal", "move"]
 
 S = TypeVar("S", bound=enum.Enum)
 
@@ -27,9 +27,25 @@ def move(table: Mapping[tuple[S, str], S], state: S, event: str, what: str, subj
     built only then: this runs for every read and listen.)"""
     nxt = table.get((state, event))
     if nxt is None:
-        legal = sorted(e for (s, e) in table if s is state)
-        raise FeedStateError(
-            f"{what}({subject!r}): {event!r} is not possible in state {state.name}"
-            f" (it accepts {', '.join(map(repr, legal)) if legal else 'nothing'})"
-        )
+        raise illegal(table, state, event, what, subject)
     return nxt
+
+
+def illegal(
+    table: Mapping[tuple[S, str], S], state: S, event: str, what: str, subject: object
+) -> FeedStateError:
+    """The error for ``event`` in ``state``, which ``table`` lacks: it names the events the state accepts."""
+    legal = sorted(e for (s, e) in table if s is state)
+    return FeedStateError(
+        f"{what}({subject!r}): {event!r} is not possible in state {state.name}"
+        f" (it accepts {', '.join(map(repr, legal)) if legal else 'nothing'})"
+    )
+
+
+def by_event(table: Mapping[tuple[S, str], S]) -> dict[str, dict[S, S]]:
+    """``table`` indexed by event, for the hot paths: ``by_event(t)[event].get(state)`` is the
+    move (``None``: :func:`illegal`), one dict lookup with no call."""
+    out: dict[str, dict[S, S]] = {}
+    for (state, event), nxt in table.items():
+        out.setdefault(event, {})[state] = nxt
+    return out

@@ -25,7 +25,7 @@ from typing import Final
 
 import attrs
 
-from asyncai_watch.core.feed_state import FeedStateError, move
+from asyncai_watch.core.feed_state import FeedStateError, by_event, illegal
 
 __all__ = ["MOVES", "ReadState", "Reads"]
 
@@ -50,6 +50,10 @@ MOVES: Final[dict[tuple[ReadState, str], ReadState]] = {
     (_READING, "finish"): _IDLE,
 }
 """The legal moves: ``(state, event) -> state``; anything else raises."""
+_ON: Final = by_event(MOVES)
+_START: Final = _ON["start"]
+_QUEUE: Final = _ON["queue"]
+_FINISH: Final = _ON["finish"]
 
 
 @attrs.define(eq=False, slots=True)
@@ -113,10 +117,16 @@ class Reads:
         waits QUEUED for a slot."""
         entry = self._entry(uri)
         if self._in_flight < self.max_reads:
-            entry.state = move(MOVES, entry.state, "start", "Reads.start", uri)
+            nxt = _START.get(entry.state)
+            if nxt is None:
+                raise illegal(MOVES, entry.state, "start", "Reads.start", uri)
+            entry.state = nxt
             self._in_flight += 1
             return True
-        entry.state = move(MOVES, entry.state, "queue", "Reads.start", uri)
+        nxt = _QUEUE.get(entry.state)
+        if nxt is None:
+            raise illegal(MOVES, entry.state, "queue", "Reads.start", uri)
+        entry.state = nxt
         self._waiting.append(uri)
         return False
 
@@ -141,7 +151,7 @@ class Reads:
         entry = self._entries.get(uri)
         if entry is None or entry.state is not _READING:
             raise FeedStateError(f"Feed: no read of {uri!r} is in flight")
-        entry.state = move(MOVES, entry.state, "finish", "Reads.finish", uri)
+        entry.state = _FINISH[entry.state]  # READING, checked above
         self._in_flight -= 1
         if ok:
             entry.failures = 0

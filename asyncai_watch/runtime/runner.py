@@ -10,8 +10,12 @@ subscriptions (which listens, which reads, who gets which read, when to resubscr
 - :class:`~asyncai_watch.core.feed.Read` starts a task that reads the URI, parses it, runs the
   URI's shared extraction (:mod:`asyncai_watch.runtime.topic`) and only then reports the read
   done: the feed keeps one read per URI in flight, so extractions of a URI never overlap.
-- The other actions are plain calls: watchers begin, take a read's events, fail; the topic of a
-  URI nobody watches is dropped; resubscribes are logged.
+- The other actions are plain calls: watchers begin, take a read's events (the payload
+  :class:`~asyncai_watch.core.feed.Deliver` carries), fail; the topic of a URI nobody watches is
+  dropped; resubscribes are logged.
+
+The actions are a closed union, dispatched with ``match`` ending in ``assert_never``: an action
+the feed gains and this runner does not handle is a mypy error, never one dropped in silence.
 
 Tasks: one per open listen (a handful per connection), one per read in flight (at most the
 feed's ``max_reads``), and :meth:`Runner.run`, which wakes the feed at its deadline. An idle
@@ -19,6 +23,8 @@ watch has no task. Every task lives in the manager's task group.
 """
 
 from __future__ import annotations
+
+from typing import assert_never
 
 import anyio
 import anyio.abc
@@ -76,7 +82,11 @@ class Runner:
         self.source = source
         # The mode is the connection's, known once it is up (a bridge's upstreams connect in the
         # background, and may come back speaking another version): see _mode().
-        self.feed: Feed[Watcher] = Feed(backoff=limits.backoff, healthy_after=limits.resubscribe_max)
+        self.feed: Feed[Watcher, Pending] = Feed(
+            backoff=limits.backoff,
+            healthy_after=limits.resubscribe_max,
+            jitter=limits.resubscribe_jitter,
+        )
         self.topics: dict[str, Topic] = {}
         self._limits = limits
         self._clock = clock
@@ -122,8 +132,10 @@ class Runner:
             raise WatchError(f"watch_start: {watcher.start_error}") from cause
 
     def _mode(self) -> None:
-        """The feed groups URIs as the connection takes them (read before it opens listens)."""
-        self.feed.mode = self.source.subscription_mode
+        """Tell the feed when the connection takes URIs another way than it did (read before the
+        feed may open listens: a connection's version is known once it is up)."""
+        if (mode := self.source.subscription_mode) != self.feed.mode:
+            self.feed.speaks(mode)
 
     async def leave(self, watcher: Watcher) -> None:
         """Unsubscribe ``watcher``; returns once the listens this closed have ended."""
@@ -140,55 +152,50 @@ class Runner:
 
     # -- executing actions ------------------------------------------------------------------------
 
-    def _execute(
-        self,
-        actions: list[Action[Watcher]],
-        pending: Pending | None = None,
-        cause: BaseException | None = None,
-    ) -> None:
-        """Carry out ``actions`` in order; ``pending`` is the events of the read they follow,
-        ``cause`` the exception of the failure they answer."""
+    def _execute(self, actions: list[Action[Watcher, Pending]], cause: BaseException | None = None) -> None:
+        """Carry out ``actions`` in order (a closed set: a missing branch is a type error);
+        ``cause`` is the exception of the failure they answer."""
         now = self._clock.now()
         for action in actions:
-            if isinstance(action, Deliver):
-                assert pending is not None
-                for watcher in action.watchers:
-                    watcher.take(pending, now)
-            elif isinstance(action, Read):
-                self._tg.start_soon(self._read, action.uri, name=f"read {action.uri}")
-            elif isinstance(action, Begin):
-                topic = self.topics[action.uri]
-                for watcher in action.watchers:
-                    watcher.begin(topic.shape, self._notices.schedule)
-            elif isinstance(action, OpenListen):
-                scope = self._listens[action.id] = anyio.CancelScope()
-                self._closed[action.id] = anyio.Event()
-                self._tg.start_soon(self._listen, action.id, scope, name=f"listen {action.id}")
-            elif isinstance(action, CloseListen):
-                self._listens.pop(action.id).cancel()
-            elif isinstance(action, ReadFailed):
-                for watcher in action.watchers:
-                    watcher.read_failed(action.error, now)
-            elif isinstance(action, StartFailed):
-                for watcher in action.watchers:
-                    watcher.fail_start(action.error, cause)
-            elif isinstance(action, Forget):
-                topic = self.topics.pop(action.uri)
-                self._tg.start_soon(topic.forget)
-            elif isinstance(action, Up):
-                for watcher in action.watchers:
-                    watcher.log("watch.subscribed", server=self.source.name, attempt=action.attempt)
-            elif isinstance(action, Down):
-                for watcher in action.watchers:
-                    watcher.log(
-                        "watch.resubscribing",
-                        attempt=action.retry.attempt,
-                        delay=action.retry.delay,
-                        reason=action.reason,
-                    )
-            elif isinstance(action, GaveUp):
-                for watcher in action.watchers:
-                    self._give_up(watcher, action.attempts, action.reason)
+            match action:
+                case Deliver(watchers=watchers, payload=payload):
+                    assert payload is not None  # a read after the first one always brings its events
+                    for watcher in watchers:
+                        watcher.take(payload, now)
+                case Read(uri=uri):
+                    self._tg.start_soon(self._read, uri, name=f"read {uri}")
+                case Begin(uri=uri, watchers=watchers):
+                    topic = self.topics[uri]
+                    for watcher in watchers:
+                        watcher.begin(topic.shape, self._notices.schedule)
+                case OpenListen(id=listen):
+                    scope = self._listens[listen] = anyio.CancelScope()
+                    self._closed[listen] = anyio.Event()
+                    self._tg.start_soon(self._listen, listen, scope, name=f"listen {listen}")
+                case CloseListen(id=listen):
+                    self._listens.pop(listen).cancel()
+                case ReadFailed(error=error, watchers=watchers):
+                    for watcher in watchers:
+                        watcher.read_failed(error, now)
+                case StartFailed(error=error, watchers=watchers):
+                    for watcher in watchers:
+                        watcher.fail_start(error, cause)
+                case Forget(uri=uri):
+                    topic = self.topics.pop(uri)
+                    self._tg.start_soon(topic.forget)
+                case Up(watchers=watchers, attempt=attempt):
+                    for watcher in watchers:
+                        watcher.log("watch.subscribed", server=self.source.name, attempt=attempt)
+                case Down(watchers=watchers, retry=retry, reason=reason):
+                    for watcher in watchers:
+                        watcher.log(
+                            "watch.resubscribing", attempt=retry.attempt, delay=retry.delay, reason=reason
+                        )
+                case GaveUp(watchers=watchers, attempts=attempts, reason=reason):
+                    for watcher in watchers:
+                        self._give_up(watcher, attempts, reason)
+                case _:
+                    assert_never(action)
         if self.feed.deadline != self._sleeping_until:
             self._wake.set()  # run() sleeps until another time
 
@@ -249,7 +256,7 @@ class Runner:
             error = _read_error(exc, uri, self.source.name)
             self._execute(self.feed.read_failed(uri, error, self._clock.now(), again=again), cause=exc)
         else:
-            self._execute(self.feed.read_done(uri, self._clock.now()), pending)
+            self._execute(self.feed.read_done(uri, self._clock.now(), pending))
 
 
 def _read_error(exc: BaseException, uri: str, server: str) -> str:

@@ -321,8 +321,11 @@ class McpResourceSource:
     ) -> McpResourceSource:
         """A server started as ``command`` (a string is split like a shell would), spoken to over stdio.
 
-        ``env`` is merged over the SDK's safe default environment (``PATH``,
-        ``HOME``, ...). The server's stderr goes to ``errlog`` (default: ours).
+        The server gets the caller's environment (``os.environ`` as it is here), as a command
+        started from a shell does, so ``KUBECONFIG`` or a DSN reach it. ``env`` replaces that: the
+        server then gets ``env`` over the SDK's safe default (``PATH``, ``HOME``, ...) and nothing
+        else (``env={**os.environ, "X": "1"}`` adds one variable). The server's stderr goes to
+        ``errlog`` (default: ours).
         The timeouts (seconds), ``max_message_bytes``, ``clock`` and ``legacy`` are described on
         :meth:`http`.
         """
@@ -336,7 +339,10 @@ class McpResourceSource:
                 f"McpResourceSource.stdio: command must be a str or a sequence of str, got {quoted(command)}"
             )
         params = StdioServerParameters(
-            command=_resolve(argv[0]), args=argv[1:], env=dict(env) if env is not None else None, cwd=cwd
+            command=_resolve(argv[0]),
+            args=argv[1:],
+            env=dict(os.environ) if env is None else dict(env),  # as the CLI's --server does
+            cwd=cwd,
         )
         return cls(
             target=params,

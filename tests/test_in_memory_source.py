@@ -19,6 +19,7 @@ from asyncai_servers.memo.server import build_server
 from asyncai_watch import Limits, WatchManager
 from asyncai_watch.errors import NotWatchableError
 from asyncai_watch.mcp.client import McpResourceSource
+from asyncai_watch.testing import FakeSource
 
 pytestmark = pytest.mark.anyio
 
@@ -73,3 +74,27 @@ async def test_a_watch_manager_watches_an_in_memory_server() -> None:
             await src.call_tool("memo_set", {"key": "todo", "value": "milk"})
             notice = await manager.notices.receive()
         assert "todo" in notice.text
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["2026-07-28", "2025-11-25"])
+async def test_fake_source_agrees_with_the_real_client_on_the_rules_it_models(legacy: bool) -> None:
+    """FakeSource models a server seen through the client; where its rules and the client's could
+    drift (the era's subscription mode, one URI per legacy subscription, list_changed on an old
+    server), the real client on an in-memory server is the reference."""
+    version = "2025-11-25" if legacy else "2026-07-28"
+    fake = FakeSource("memo", protocol_version=version)
+    async with McpResourceSource.in_memory(build_server(), legacy=legacy) as real:
+        assert real.protocol_version == fake.protocol_version
+        assert (real.subscription_mode, real.watchable) == (fake.subscription_mode, fake.watchable)
+        for source in (real, fake):
+            if legacy:
+                with pytest.raises(ValueError, match="URI"):
+                    async with source.subscribe(["memo://notes", "memo://notes/a"]):
+                        pass
+                with pytest.raises(NotWatchableError):
+                    async with source.listen_list_changed():
+                        pass
+            else:
+                with anyio.fail_after(WAIT):
+                    async with source.subscribe(["memo://notes", "memo://notes/a"]) as updates:
+                        assert updates.honored in (None, frozenset({"memo://notes", "memo://notes/a"}))

@@ -242,7 +242,7 @@ class FakeSource:
 
     @asynccontextmanager
     async def _listen_list_changed(self) -> AsyncIterator[AsyncIterator[None]]:
-        if self._protocol_version != MODERN_PROTOCOL_VERSION or not self.list_changed_supported:
+        if subscription_mode_for(self._protocol_version) != "listen" or not self.list_changed_supported:
             raise not_advertised(self._name, "resources.listChanged")
         self._check_connected()
         listener = _Listener(frozenset())

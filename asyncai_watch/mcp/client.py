@@ -1,7 +1,8 @@
 """A :class:`~asyncai_watch.mcp.source.ResourceSource` over a real MCP connection.
 
 :class:`McpResourceSource` connects with the ``mcp`` 2.3 SDK client, to a
-server started as a subprocess (stdio) or at a Streamable HTTP URL::
+server started as a subprocess (stdio), at a Streamable HTTP URL, or (for tests) an SDK server in
+this process on the SDK's memory streams (:meth:`McpResourceSource.in_memory`)::
 
     async with McpResourceSource.stdio([sys.executable, "-m", "asyncai_servers.memo"]) as src:
         async with src.subscribe(["memo://notes"]) as updates:
@@ -17,8 +18,8 @@ for any number of URIs on a 2026-07-28 connection, and one ``resources/subscribe
 The SDK's response cache is off for the whole connection: a cached read would
 hide the change an ``updated`` signal just announced.
 
-The SDK client is held by an owner task of this object, so a transport failure
-inside the SDK never cancels the caller. When the connection dies (a stdio
+The SDK client is held by an owner task (:mod:`asyncai_watch.mcp.connection`), so a transport
+failure inside the SDK never cancels the caller. When the connection dies (a stdio
 server exits, an HTTP server goes away) the failing call raises, and the next
 call reconnects first (respawning a stdio server): the manager's resubscribe
 backoff is what paces reconnects; nothing here retries on its own.

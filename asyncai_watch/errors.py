@@ -7,6 +7,7 @@ from typing import Final
 from asyncai_watch.core.echo import clip, redact
 
 __all__ = [
+    "BaselineError",
     "FilterEngineError",
     "FilterError",
     "FilterTimeoutError",
@@ -106,6 +107,23 @@ class ServerConnectionError(WatchError):
 
 class ServerTimeoutError(ServerConnectionError):
     """A request got no answer within ``request_timeout``; the connection was dropped and is remade."""
+
+
+# -- errors a watch's start tells apart by type (never by message text) ----------------------------
+
+
+class BaselineError(WatchError):
+    """A URI's first read cannot be a watch's baseline (an event log whose body is not one, a
+    state served as JSON that does not parse). ``reason`` says why, without the ``watch_start: ``
+    that the message leads with: it is also the start failure the watch's connection reports."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"watch_start: {reason}")
+
+    def __reduce__(self) -> tuple[type[BaselineError], tuple[str]]:
+        # Made from its reason, not its message: it comes back whole from the large-body worker.
+        return type(self), (self.reason,)
 
 
 _DESCRIBE_CAP: Final = 2000  # an error's text in a notice or log: several quotes of input, capped

@@ -43,6 +43,7 @@ from asyncai_watch.core.feed import (
 )
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import (
+    BaselineError,
     NotWatchableError,
     ServerConnectionError,
     ServerError,
@@ -115,9 +116,7 @@ class Runner:
         if watcher.start_error is not None:
             await self._closes()
             cause = watcher.start_cause
-            if isinstance(cause, NotWatchableError) or (
-                isinstance(cause, WatchError) and str(cause).startswith("watch_start: ")
-            ):
+            if isinstance(cause, NotWatchableError | BaselineError):
                 raise cause  # already says what to do (a server that cannot be watched, a bad baseline)
             raise WatchError(f"watch_start: {watcher.start_error}") from cause
 
@@ -253,6 +252,6 @@ class Runner:
 
 
 def _read_error(exc: BaseException, uri: str, server: str) -> str:
-    if isinstance(exc, WatchError) and str(exc).startswith("watch_start: "):
-        return str(exc).removeprefix("watch_start: ")  # a baseline that cannot be one says why
+    if isinstance(exc, BaselineError):
+        return exc.reason  # a baseline that cannot be one says why
     return f"reading {clip(uri)} from server {server!r} failed: {describe(exc)}"

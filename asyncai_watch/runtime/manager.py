@@ -161,7 +161,7 @@ class WatchManager:
             return await exit_task_group(tg, exc_type, exc, tb)
         finally:
             for watcher in self._watchers.values():
-                if watcher.status in ("running", "starting"):
+                if watcher.live:
                     watcher.log("watch.stopped", reason="manager closed")
             self._send.close()
             if self._state is not None:
@@ -190,10 +190,9 @@ class WatchManager:
         watcher = self._watchers.get(name)
         if watcher is None:
             return False
-        if watcher.settled is not None:
-            await watcher.settled.wait()
-            if self._watchers.get(name) is not watcher:
-                return False
+        await watcher.start_settled()
+        if self._watchers.get(name) is not watcher:
+            return False
         await self._save(without=name)
         del self._watchers[name]
         await self._end(watcher)
@@ -265,19 +264,9 @@ class WatchManager:
                     self._watchers[name] = previous  # a failed restart keeps the saved failed spec
                 else:
                     del self._watchers[name]
-            if watcher.settled is not None:
-                watcher.settled.set()
+            watcher.abandon()
             raise
-        watcher.status = "running"
-        watcher.settled = None
-        watcher.log("watch.subscribed", server=watcher.server, attempt=0)
-        watcher.log(
-            "watch.started",
-            shape=watcher.shape,
-            server=watcher.server,
-            filtered=watcher.spec.on_event is not None,
-            restored=restoring,
-        )
+        watcher.started(restored=restoring)
         if not restoring:
             try:
                 await self._save()
@@ -298,9 +287,11 @@ class WatchManager:
                 raise NotWatchableError.for_server(source.name, source.protocol_version)
             # The capability fallback: subscriptions not advertised are tried once, on this URI.
             await source.try_subscription(spec.uri)
-        watcher.watchable_by_trial = isinstance(source, TriableSource) and source.watchability == "accepted"
-        watcher.server = source.name
-        watcher.protocol = source.protocol_version
+        watcher.routed(
+            source.name,
+            source.protocol_version,
+            by_trial=isinstance(source, TriableSource) and source.watchability == "accepted",
+        )
         runner = self._runners[source.name]
         async with AsyncExitStack() as stack:
             if spec.on_event is not None:
@@ -327,7 +318,7 @@ class WatchManager:
     async def _end(self, watcher: Watcher) -> None:
         """Leave the watch's subscription (closing it if it was the last) and end its filter."""
         runner = self._runners.get(watcher.server or "")
-        if runner is not None and watcher.status in ("running", "starting"):
+        if runner is not None and watcher.live:
             await runner.leave(watcher)
         watcher.stop_filter()
         with anyio.CancelScope(shield=True):
@@ -347,7 +338,7 @@ class WatchManager:
             return
         async with self._save_lock:
             saved = [
-                SavedWatch(w.spec, w.error if w.status == "restore_failed" else None)
+                SavedWatch(w.spec, w.saved_error)
                 for n, w in self._watchers.items()
                 if w.status != "starting" and n != without
             ]
@@ -366,8 +357,8 @@ class WatchManager:
         def keep(spec: WatchSpec, exc: Exception) -> None:
             # Listed restore_failed, saved with its reason, in its slot (saved specs keep theirs).
             failed[spec.name] = exc
-            self._watchers[spec.name] = Watcher(
-                spec, self.limits, status="restore_failed", error=describe(exc), verbose=self.verbose
+            self._watchers[spec.name] = Watcher.restore_failed(
+                spec, self.limits, describe(exc), verbose=self.verbose
             )
 
         async def launch(watcher: Watcher) -> None:
@@ -421,8 +412,7 @@ class WatchManager:
             try:
                 await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
             except Exception as exc:
-                waiting.error = describe(exc)
-                waiting.log("watch.restore_retry", attempt=attempt, error=waiting.error, fate=fate(exc))
+                waiting.retry_failed(describe(exc), attempt=attempt, fate=fate(exc))
                 await self._save()
                 if fate(exc) == "broken":
                     return

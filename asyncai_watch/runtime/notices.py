@@ -34,6 +34,9 @@ class Notices:
         self._clock = clock
         self._send = send
         self._heap: list[tuple[float, int, Watcher]] = []
+        # The deadline the heap holds for each watch with lines queued: an entry whose deadline
+        # is not this one is stale (the watch's deadline moved, or its notice was sent).
+        self._scheduled: dict[Watcher, float] = {}
         self._order = itertools.count()
         self._now: deque[tuple[Watcher, Notice]] = deque()
         self._wake = anyio.Event()
@@ -44,8 +47,12 @@ class Notices:
     def schedule(self, watcher: Watcher) -> None:
         """``watcher`` queued lines: its deadline goes into the heap (if it moved)."""
         deadline = watcher.delivery.deadline
-        old, watcher.scheduled = watcher.scheduled, deadline
-        if deadline is None or deadline == old:
+        old = self._scheduled.get(watcher)
+        if deadline is None:
+            self._scheduled.pop(watcher, None)
+            return
+        self._scheduled[watcher] = deadline
+        if deadline == old:
             return
         heapq.heappush(self._heap, (deadline, next(self._order), watcher))
         sleeping = self._sleeping_until
@@ -65,7 +72,7 @@ class Notices:
                 watcher, notice = self._now.popleft()
                 await self._send(watcher, notice)
             heap = self._heap
-            while heap and heap[0][2].scheduled != heap[0][0]:
+            while heap and self._scheduled.get(heap[0][2]) != heap[0][0]:
                 heapq.heappop(heap)  # stale: that watch's deadline moved, or it was flushed
             self._sleeping_until = heap[0][0] if heap else None
             async with move_on_at(self._clock, self._sleeping_until):
@@ -79,9 +86,9 @@ class Notices:
         heap = self._heap
         while heap and heap[0][0] <= now:
             deadline, _, watcher = heapq.heappop(heap)
-            if watcher.scheduled != deadline:
+            if self._scheduled.get(watcher) != deadline:
                 continue  # stale
-            watcher.scheduled = None
+            del self._scheduled[watcher]
             notice = watcher.delivery.due(now)
             if notice is not None:
                 await self._send(watcher, notice)

@@ -104,21 +104,18 @@ class Runner:
     async def join(self, watcher: Watcher) -> None:
         """Subscribe ``watcher`` to its URI; returns once it began on a read (raises when that
         failed, once a subscription made only for it is closed again)."""
-        settled = watcher.settled = anyio.Event()
+        watcher.joining()
         self._mode()
         self._execute(self.feed.watch(watcher.uri, watcher, self._clock.now()))
         try:
-            await settled.wait()
+            failure = await watcher.begun()
         except BaseException:
-            if not settled.is_set():
+            if watcher.joined_unsettled:
                 self._execute(self.feed.unwatch(watcher.uri, watcher, self._clock.now()))
             raise
-        if watcher.start_error is not None:
+        if failure is not None:
             await self._closes()
-            cause = watcher.start_cause
-            if isinstance(cause, NotWatchableError | BaselineError):
-                raise cause  # already says what to do (a server that cannot be watched, a bad baseline)
-            raise WatchError(f"watch_start: {watcher.start_error}") from cause
+            raise failure
 
     def _mode(self) -> None:
         """The feed groups URIs as the connection takes them (read before it opens listens)."""
@@ -187,17 +184,9 @@ class Runner:
                     )
             elif isinstance(action, GaveUp):
                 for watcher in action.watchers:
-                    self._give_up(watcher, action.attempts, action.reason)
+                    self._notices.now(watcher, watcher.give_up(action.attempts, action.reason))
         if self.feed.deadline != self._sleeping_until:
             self._wake.set()  # run() sleeps until another time
-
-    def _give_up(self, watcher: Watcher, attempts: int, reason: str) -> None:
-        watcher.status = "failed"
-        watcher.error = reason
-        notices = watcher.delivery.failed(reason, attempts)
-        watcher.log("watch.failed", attempts=attempts, reason=reason)
-        self._notices.now(watcher, notices)
-        watcher.stop_filter()
 
     # -- tasks ------------------------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ The manager never calls a model: the agent consumes :attr:`WatchManager.notices`
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any, Final, Self
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from asyncai_watch import log
 from asyncai_watch._tasks import exit_task_group
@@ -98,11 +97,10 @@ class WatchManager:
         self._runners: dict[str, Runner] = {}
         self._save_lock = anyio.Lock()
         self._restoring = anyio.CapacityLimiter(_RESTORE_AT_ONCE)
-        self._send: MemoryObjectSendStream[Notice]
         self.notices: MemoryObjectReceiveStream[Notice]
         """Every notice, in order; iterate it (``async for notice in m.notices``)."""
-        self._send, self.notices = anyio.create_memory_object_stream[Notice](notice_buffer)
-        self._notices = Notices(self.clock, self._send_notice)
+        send, self.notices = anyio.create_memory_object_stream[Notice](notice_buffer)
+        self._notices = Notices(self.clock, send)
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
 
@@ -136,7 +134,7 @@ class WatchManager:
                 # Restored watches run at once, but their notices wait for the restore notice: a
                 # burst from them could otherwise fill the buffer before it, and this would never return.
                 await self._restore(saved)
-            self._notices.open.set()
+            await self._notices.open()
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -163,7 +161,7 @@ class WatchManager:
             for watcher in self._watchers.values():
                 if watcher.live:
                     watcher.log("watch.stopped", reason="manager closed")
-            self._send.close()
+            self._notices.close()
             if self._state is not None:
                 self._state.close()  # the file's lock: the next owner may start now
 
@@ -207,10 +205,7 @@ class WatchManager:
         """Send every watch's pending lines now, each as a notice, without waiting for its
         debounce: what a process does on a graceful exit, so no change is dropped on the way out."""
         self._check_open()
-        for watcher in list(self._watchers.values()):
-            notice = watcher.delivery.flush()
-            if notice is not None:
-                await self._send_notice(watcher, notice)
+        await self._notices.flush(list(self._watchers.values()))
 
     async def list_resources(self) -> list[ResourceInfo]:
         """Every server's resources and templates (listed afresh, concurrently)."""
@@ -324,13 +319,6 @@ class WatchManager:
         with anyio.CancelScope(shield=True):
             await watcher.filter_stopped()
 
-    async def _send_notice(self, watcher: Watcher, notice: Notice) -> None:
-        extra = {k: v for k, v in notice.meta.items() if k not in ("name", "uri")}
-        watcher.log("watch.notice", lines=notice.text.count("\n") + 1, text=notice.text, **extra)
-        # If nobody reads notices any more (the agent closed its end), the log above still has it.
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self._send.send(notice)
-
     # -- persistence -----------------------------------------------------------------------------
 
     async def _save(self, *, without: str | None = None) -> None:
@@ -399,7 +387,7 @@ class WatchManager:
             retrying=[s.name for s, _ in outcome.retrying],
             restore_failed=[s.name for s, _ in (*outcome.retrying, *outcome.broken)],
         )
-        await self._send.send(outcome.notice())
+        await self._notices.open(outcome.notice())  # before any other notice
 
     async def _retry_restore(self, spec: WatchSpec) -> None:
         """Try a saved watch again after each of the backoff's delays, while it is still the one
@@ -418,12 +406,8 @@ class WatchManager:
                     return
             else:
                 await self._save()
-                await self._notices_now(restored_later(spec, attempt))
+                self._notices.now(None, [restored_later(spec, attempt)])
                 return
-
-    async def _notices_now(self, notice: Notice) -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self._send.send(notice)
 
     # -- helpers ---------------------------------------------------------------------------------
 

@@ -8,6 +8,11 @@ task (:mod:`asyncai_watch.runtime.notices`) sends the notice when it is due. A w
 one-slot mailbox (events that come while the filter runs are joined into the slot, never
 dropped) and adds the filter's lines when the worker answers. Everything goes forward: update
 signal -> read -> extraction -> :meth:`take` -> lines -> debounce -> notice.
+
+A watcher owns its life: ``starting`` -> ``running`` (:meth:`Watcher.started`) -> ``failed``
+(:meth:`Watcher.give_up`), or ``restore_failed`` (:meth:`Watcher.restore_failed`). The manager
+and the runner say what happened to it by method; what they keep about it (the debounce heap, the
+name table) they keep in maps of their own.
 """
 
 from __future__ import annotations

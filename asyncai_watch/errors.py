@@ -7,6 +7,7 @@ from typing import Final
 from asyncai_watch.echo import clip, redact
 
 __all__ = [
+    "BaselineError",
     "FilterEngineError",
     "FilterError",
     "FilterTimeoutError",
@@ -149,6 +150,23 @@ def protocol_too_old(server: str, protocol_version: str, needed: str) -> Protoco
     return ProtocolVersionError(
         f"server {server!r} speaks {protocol_version}; watches need MCP {needed} (subscriptions/listen)"
     )
+
+
+# -- errors a watch's start tells apart by type (never by message text) ----------------------------
+
+
+class BaselineError(WatchError):
+    """A URI's first read cannot be a watch's baseline (an event log whose body is not one, a
+    state served as JSON that does not parse). ``reason`` says why, without the ``watch_start: ``
+    that the message leads with: it is also the start failure the watch's connection reports."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"watch_start: {reason}")
+
+    def __reduce__(self) -> tuple[type[BaselineError], tuple[str]]:
+        # Made from its reason, not its message: it comes back whole from the large-body worker.
+        return type(self), (self.reason,)
 
 
 _DESCRIBE_CAP: Final = 2000  # an error's text in a notice or log: several quotes of input, capped

@@ -49,6 +49,7 @@ from asyncai_watch.core.feed import (
 )
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import (
+    BaselineError,
     NotWatchableError,
     ServerConnectionError,
     ServerError,
@@ -113,23 +114,18 @@ class Runner:
     async def join(self, watcher: Watcher) -> None:
         """Subscribe ``watcher`` to its URI; returns once it began on a read (raises when that
         failed, once a subscription made only for it is closed again)."""
-        settled = watcher.settled = anyio.Event()
+        watcher.joining()
         self._mode()
         self._execute(self.feed.watch(watcher.uri, watcher, self._clock.now()))
         try:
-            await settled.wait()
+            failure = await watcher.begun()
         except BaseException:
-            if not settled.is_set():
+            if watcher.joined_unsettled:
                 self._execute(self.feed.unwatch(watcher.uri, watcher, self._clock.now()))
             raise
-        if watcher.start_error is not None:
+        if failure is not None:
             await self._closes()
-            cause = watcher.start_cause
-            if isinstance(cause, NotWatchableError) or (
-                isinstance(cause, WatchError) and str(cause).startswith("watch_start: ")
-            ):
-                raise cause  # already says what to do (a server that cannot be watched, a bad baseline)
-            raise WatchError(f"watch_start: {watcher.start_error}") from cause
+            raise failure
 
     def _mode(self) -> None:
         """Tell the feed when the connection takes URIs another way than it did (read before the
@@ -193,19 +189,11 @@ class Runner:
                         )
                 case GaveUp(watchers=watchers, attempts=attempts, reason=reason):
                     for watcher in watchers:
-                        self._give_up(watcher, attempts, reason)
+                        self._notices.now(watcher, watcher.give_up(attempts, reason))
                 case _:
                     assert_never(action)
         if self.feed.deadline != self._sleeping_until:
             self._wake.set()  # run() sleeps until another time
-
-    def _give_up(self, watcher: Watcher, attempts: int, reason: str) -> None:
-        watcher.status = "failed"
-        watcher.error = reason
-        notices = watcher.delivery.failed(reason, attempts)
-        watcher.log("watch.failed", attempts=attempts, reason=reason)
-        self._notices.now(watcher, notices)
-        watcher.stop_filter()
 
     # -- tasks ------------------------------------------------------------------------------------
 
@@ -260,6 +248,6 @@ class Runner:
 
 
 def _read_error(exc: BaseException, uri: str, server: str) -> str:
-    if isinstance(exc, WatchError) and str(exc).startswith("watch_start: "):
-        return str(exc).removeprefix("watch_start: ")  # a baseline that cannot be one says why
+    if isinstance(exc, BaselineError):
+        return exc.reason  # a baseline that cannot be one says why
     return f"reading {clip(uri)} from server {server!r} failed: {describe(exc)}"

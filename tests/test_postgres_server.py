@@ -194,9 +194,16 @@ async def events_until(
             body = await read(client, uri, (log_id, seq))
             assert body["log_id"] == log_id, "the log restarted"
             new = [e for e in body["events"] if e["seq"] > seq]
-            assert [e["seq"] for e in new] == list(range(seq + 1, seq + 1 + len(new))), "events missing"
-            found += new
-            seq = new[-1]["seq"] if new else seq  # a page of a longer log: the next read goes on from here
+            if "from_seq" in body:  # a filtered view: every event of it after from_seq, other rows' skipped
+                assert body["from_seq"] <= seq, "events missing"
+                found += new
+                seq = body["last_seq"]  # where the server stopped looking: the next read goes on from here
+            else:
+                assert [e["seq"] for e in new] == list(range(seq + 1, seq + 1 + len(new))), "events missing"
+                found += new
+                seq = (
+                    new[-1]["seq"] if new else seq
+                )  # a page of a longer log: the next read goes on from here
             if done(found):
                 return found
             await sub.__anext__()
@@ -527,6 +534,42 @@ async def test_a_server_killed_while_a_writer_commits_loses_no_change(db: Db, tm
     assert changes[-1] == "MODIFIED 1 (n: 1→2)"
 
 
+async def test_a_filtered_event_log_loses_nothing_across_a_server_restart(db: Db, tmp_path: Path) -> None:
+    """A filtered event log is the durable log too: SIGKILL the server while a writer commits rows
+    in and out of the filter; back, the watch gets each row of the view once, in commit order,
+    with no GAP (it used to be kept in the server's memory: a restart was a GAP)."""
+    pid_file = tmp_path / "server.pid"
+    argv = killable(server_argv(write_config(tmp_path), db.dsn), pid_file)
+    view = "pg-events://public/items?status=open"
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
+    async with manager(argv, limits) as m:
+        await m.watch_start("open", view)
+        db.run("UPDATE items SET n = 1 WHERE id = 1")
+        await lines_until(m, lambda ls: has(ls, "open", "MODIFIED 1 (n: 0→1)"))
+        killed = anyio.Event()
+
+        async def writer() -> None:
+            async with db.connect() as w:
+                for i in range(100, 200):
+                    status = "open" if i % 2 == 0 else "closed"
+                    await w.execute("INSERT INTO items (id, status) VALUES (%s, %s)", (i, status))
+                    if i == 120:
+                        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                        killed.set()
+                await w.execute("UPDATE items SET status = 'closed' WHERE id = 2")  # out of the view
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer)
+        assert killed.is_set()
+        lines = await lines_until(m, lambda ls: has(ls, "open", "DELETED 2"))
+    changes = lines["open"]
+    assert not [line for line in changes if line.startswith("GAP")], changes
+    assert all("the connection is closed" in line for line in changes if line.startswith("ERROR"))
+    added = [line for line in changes if line.startswith("ADDED ")]
+    assert added == [f"ADDED {i}" for i in range(100, 200, 2)]  # each once, in commit order
+    assert changes[-1].startswith("DELETED 2")
+
+
 async def test_a_reader_resumes_from_its_seq_across_a_server_restart(db: Db, tmp_path: Path) -> None:
     """A session reads the log and goes, with its server; rows are written with nobody serving,
     two of them by transactions that commit in the opposite order to the one they started in. A
@@ -583,10 +626,11 @@ async def test_two_writers_arrive_in_commit_order_while_watched(db: Db, tmp_path
     assert all(a["txid"] < b["txid"] for b, a in zip(events[0::2], events[1::2], strict=True))
 
 
-async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path: Path) -> None:
+@pytest.mark.parametrize("uri", [EVENTS, "pg-events://public/items?status=open"])
+async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path: Path, uri: str) -> None:
     """Installed with --retain-size 16kB: while the server is down, rows of 1 kB each are written
-    until the oldest are dropped; back, the watch reports a GAP that names the retention, then the
-    changes still kept."""
+    until the oldest are dropped; back, the watch (of the table, or of a filtered view) reports a
+    GAP that names the retention, then the changes still kept."""
     config = write_config(tmp_path)
     install = [sys.executable, "-m", "asyncai_servers.postgres", "--config", str(config), "--dsn", db.dsn]
     with anyio.fail_after(WAIT):
@@ -597,7 +641,7 @@ async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path
     argv = killable(server_argv(config, db.dsn), pid_file)
     limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
     async with manager(argv, limits) as m:
-        await m.watch_start("changes", EVENTS)
+        await m.watch_start("changes", uri)
         db.run("UPDATE items SET n = 1 WHERE id = 1")
         await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 0→1)"))
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
@@ -876,6 +920,33 @@ async def test_ten_thousand_filtered_uris_share_one_reread_per_change(db: Db, tm
                 assert set(await read(client, "pg://public/items?n=5")) == {"1"}
                 spent = _statements(db, WATCHER)
     assert spent <= 3, f"{spent} statements for one single-row UPDATE under 10,001 filtered URIs"
+
+
+async def test_one_client_cannot_take_every_source(db: Db, tmp_path: Path) -> None:
+    """--max-sources-per-client: a listen that would make one client's listens hold more distinct
+    targets is refused naming the flag; what the client already holds is shared, and an ended
+    listen gives its targets back."""
+    config = write_config(tmp_path, '[[table]]\nname = "items"\nwhere = ["n"]\n')
+    uris = [f"pg://public/items?n={i}" for i in range(4)]
+    async with pg_client(server_argv(config, db.dsn, "--max-sources-per-client", "2")) as client:
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as over:
+            async with client.listen(resource_subscriptions=uris[:3]):
+                pass
+        message = over.value.error.message
+        assert "would hold 3 targets" in message
+        assert "more than one client may (--max-sources-per-client 2)" in message
+        async with client.listen(resource_subscriptions=uris[:2]) as sub:
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as third:
+                async with client.listen(resource_subscriptions=[uris[2]]):
+                    pass
+            assert "(--max-sources-per-client 2); it holds 2" in third.value.error.message
+            # A target it holds already (spelled another way, or the event log of it) costs nothing more.
+            async with client.listen(resource_subscriptions=["pg-events://public/items?n=%31"]):
+                db.run("UPDATE items SET n = 1 WHERE id = 2")
+                await read_until(client, sub, uris[1], lambda b: "2" in b)
+        async with client.listen(resource_subscriptions=uris[2:]) as sub:  # the first listen ended
+            db.run("UPDATE items SET n = 3 WHERE id = 2")
+            await read_until(client, sub, uris[3], lambda b: "2" in b)
 
 
 async def test_a_listen_that_can_only_fail_or_is_over_the_cap_is_refused_at_once(

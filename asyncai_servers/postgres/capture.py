@@ -43,6 +43,7 @@ import attrs
 import msgspec
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.rowset import key_text
@@ -55,9 +56,11 @@ __all__ = [
     "Retention",
     "install_capture",
     "log_body",
+    "log_body_where",
     "parse_age",
     "parse_size",
     "read_log",
+    "read_log_where",
     "remove_capture",
 ]
 
@@ -420,6 +423,44 @@ def read_log(relid: int, after: tuple[str, int] | None, limit: int) -> tuple[sql
     return _LOG_READ, (relid, log_id, seq, limit)
 
 
+def read_log_where(
+    relid: int,
+    table: TableName,
+    where: Sequence[tuple[str, str]],
+    after: tuple[str, int] | None,
+    scan: int,
+) -> tuple[sql.Composed, Sequence[Any]]:
+    """:func:`read_log` of a filtered view: the header row, then the events among the next
+    ``scan`` of the table's log whose row before or after matches ``where`` (compared as the
+    column's type compares them: the row image read back into the table's row type), each with
+    two more columns, whether the row before and the row after match; the header's last column
+    is the newest seq looked at."""
+    t = sql.Identifier(table.schema, table.name)
+
+    def matches(image: str) -> sql.Composable:
+        return sql.SQL("({} IS NOT NULL AND {})").format(
+            sql.Identifier("r", image),
+            sql.SQL(" AND ").join(
+                sql.SQL("(jsonb_populate_record(NULL::{t}, r.{i}::jsonb)).{c} = f.{c}").format(
+                    t=t, i=sql.Identifier(image), c=sql.Identifier(c)
+                )
+                for c, _ in where
+            ),
+        )
+
+    query = sql.SQL(
+        "WITH r AS (SELECT * FROM asyncai_watch.read_log(%s, %s, %s, %s)),"
+        " m AS (SELECT r.*, {old} AS om, {new} AS nm FROM r CROSS JOIN jsonb_populate_record(NULL::{t}, %s) AS f"
+        " WHERE r.seq IS NOT NULL)"
+        " SELECT log_id, first_seq, last_seq, extract(epoch FROM max_age)::float8, max_bytes,"
+        " (SELECT max(seq) FROM r), NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM r WHERE r.seq IS NULL"
+        " UNION ALL (SELECT NULL, NULL, NULL, NULL, NULL, seq, txid::text, op::text, old::text, new::text,"
+        " to_json(at)::text, om, nm FROM m WHERE om OR nm OR op = 'T' ORDER BY seq)"
+    ).format(old=matches("old"), new=matches("new"), t=t)
+    log_id, seq = after if after is not None else (None, None)
+    return query, (relid, log_id, seq, scan, Jsonb(dict(where)))
+
+
 @attrs.frozen
 class LogPage:
     """One read of a table's log as the event-log body, and whether more events follow it."""
@@ -436,31 +477,75 @@ def log_body(
     text PostgreSQL made (``row_to_json``), projected to ``columns`` when the config names them."""
     head, events = rows[0], rows[1:]
     log_id, first, last, age, size = head[:5]
-    retention = Retention(max_age=timedelta(seconds=float(age)), max_bytes=int(size))
+    out = [_event(row, _TYPES[row[7]], table, primary_key, columns) for row in events]
+    more = bool(events) and int(events[-1][5]) < int(last)
+    return LogPage(_body(log_id, int(last), int(first), age, size, out), more)
+
+
+def log_body_where(
+    rows: Sequence[Sequence[Any]],
+    after: tuple[str, int] | None,
+    page: int,
+    scan: int,
+    table: TableName,
+    primary_key: Sequence[str],
+    columns: Sequence[str] | None,
+) -> LogPage:
+    """The body of a :func:`read_log_where` answer (pure): :func:`log_body`'s, with at most
+    ``page`` events, ``from_seq`` (the body holds every event of the view after it: seqs it
+    skips were other rows') and ``last_seq`` the newest seq looked at (of at most ``scan``) (the reader goes on from
+    there). A row updated into the filter is ``ADDED``, out of it ``DELETED``."""
+    head = next(r for r in rows if r[0] is not None)
+    events = [r for r in rows if r[0] is None]
+    log_id, first, last, age, size, looked = head[:6]
+    first, last = int(first), int(last)
+    through = last if looked is None else int(looked)
+    # No position, or one in another log: the newest part of the log (read_log's choice).
+    start = after[1] if after is not None and after[0] == log_id else last - scan
+    start = max(start, first - 1)  # what the log no longer holds is missed: the reader gets a GAP
+    if len(events) > page:
+        events = events[:page]
+        through = int(events[-1][5])
     out: list[str] = []
     for row in events:
-        seq, txid, op, old, new = row[5:10]
-        at = row[10]
+        op, om, nm = row[7], row[11], row[12]
         typ = _TYPES[op]
-        parts = [f'{{"seq":{int(seq)},"type":"{typ}"']
-        if typ == "TRUNCATED":
-            parts.append(f',"object":{{"table":{dumps(str(table))}}}')
-        else:
-            shown = _fields(new if new is not None else old)
-            key = (
-                "[" + ",".join(bytes(shown[c]).decode() if c in shown else "null" for c in primary_key) + "]"
-            )
-            parts.append(f',"key":{dumps(key_text(key))},"object":{_project(shown, new or old, columns)}')
-            if typ == "MODIFIED":
-                parts.append(f',"old":{_project(_fields(old), old, columns)}')
-        parts.append(f',"txid":{int(txid)},"at":{at}}}')
-        out.append("".join(parts))
-    more = bool(events) and int(events[-1][5]) < int(last)
-    text = (
-        f'{{"log_id":{dumps(log_id)},"last_seq":{int(last)},"first_seq":{int(first)},'
-        f'"retention":{dumps(retention.text())},"events":[{",".join(out)}]}}'
+        if op == "U" and not om:
+            typ = "ADDED"  # updated into the filter
+        elif op == "U" and not nm:
+            typ = "DELETED"  # updated out of it: the row as it left
+            row = (*row[:9], row[8], *row[10:])
+        out.append(_event(row, typ, table, primary_key, columns))
+    return LogPage(_body(log_id, through, first, age, size, out, start), through < last)
+
+
+def _body(
+    log_id: str, last: int, first: int, age: Any, size: Any, events: list[str], start: int | None = None
+) -> str:
+    retention = Retention(max_age=timedelta(seconds=float(age)), max_bytes=int(size))
+    covered = "" if start is None else f'"from_seq":{start},'
+    return (
+        f'{{"log_id":{dumps(log_id)},"last_seq":{last},"first_seq":{first},{covered}'
+        f'"retention":{dumps(retention.text())},"events":[{",".join(events)}]}}'
     )
-    return LogPage(text, more)
+
+
+def _event(
+    row: Sequence[Any], typ: str, table: TableName, primary_key: Sequence[str], columns: Sequence[str] | None
+) -> str:
+    seq, txid, _op, old, new = row[5:10]
+    at = row[10]
+    parts = [f'{{"seq":{int(seq)},"type":"{typ}"']
+    if typ == "TRUNCATED":
+        parts.append(f',"object":{{"table":{dumps(str(table))}}}')
+    else:
+        shown = _fields(new if new is not None else old)
+        key = "[" + ",".join(bytes(shown[c]).decode() if c in shown else "null" for c in primary_key) + "]"
+        parts.append(f',"key":{dumps(key_text(key))},"object":{_project(shown, new or old, columns)}')
+        if typ == "MODIFIED":
+            parts.append(f',"old":{_project(_fields(old), old, columns)}')
+    parts.append(f',"txid":{int(txid)},"at":{at}}}')
+    return "".join(parts)
 
 
 def _project(fields: dict[str, msgspec.Raw], text: str, columns: Sequence[str] | None) -> str:

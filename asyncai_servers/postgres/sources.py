@@ -1,8 +1,8 @@
 """One source per watched target: what it read last, and a task that re-reads when told.
 
 A :class:`TableSource` keeps a table's rows (or a filtered view's) in a
-:class:`~asyncai_servers.postgres.rowset.RowSet` and a filtered view's changes in an event ring
-(an unfiltered table's event log is the database's durable change log); a
+:class:`~asyncai_servers.postgres.rowset.RowSet` (the event log, filtered or not, is the
+database's durable change log); a
 :class:`QuerySource` keeps a named query's last result. Reads of the resource are answered from
 there, so any number of readers cost no query. What makes a source read the database:
 
@@ -34,8 +34,16 @@ from typing import Any, Final
 
 import anyio
 import psycopg
+from psycopg import sql
 
-from asyncai_servers.postgres.capture import CAPTURE_TRIGGERS, LogPage, log_body, read_log
+from asyncai_servers.postgres.capture import (
+    CAPTURE_TRIGGERS,
+    LogPage,
+    log_body,
+    log_body_where,
+    read_log,
+    read_log_where,
+)
 from asyncai_servers.postgres.config import TableName, TableSpec
 from asyncai_servers.postgres.db import Database, PgError, one_line
 from asyncai_servers.postgres.listener import DdlChanged, RowsChanged
@@ -51,7 +59,6 @@ from asyncai_servers.postgres.queries import (
 )
 from asyncai_servers.postgres.rowset import OverCap, RowChange, RowSet, key_text, query_body
 from asyncai_servers.postgres.uri import STATE_SCHEME, QueryTarget, TableTarget, table_template
-from asyncai_watch.server.eventlog import EventRing
 
 __all__ = ["LOG_PAGE", "MAX_REREAD", "READY_TIMEOUT", "QuerySource", "Source", "TableGroup", "TableSource"]
 
@@ -64,6 +71,9 @@ READY_TIMEOUT: Final = 30.0
 LOG_PAGE: Final = 100
 """Events one read of a durable log returns at most (the client's default ``events_per_update``:
 a reader catching up reads page after page, signalled again after each, instead of a ``GAP``)."""
+LOG_SCAN: Final = 2000
+"""Events of the table's log one read of a filtered view's log looks at, at most (the view's
+are among them: a reader far behind reads on, page after page)."""
 
 
 class RowCapError(PgError):
@@ -286,31 +296,22 @@ class TableSource(Source):
         target: TableTarget,
         db: Database,
         publish: Callable[[Source], Awaitable[None]],
-        *,
-        ring_events: int,
-        ring_chars: int | None,
-        ring_window: int | None,
     ) -> None:
         super().__init__(db, publish)
         self.target = target
         self.rows = RowSet(target.spec.max_rows)
-        self.ring = EventRing(ring_events, max_chars=ring_chars, window=ring_window)
-        """The event log of a filtered target (the unfiltered one's is durable: :meth:`read_log`)."""
         self._keys: dict[tuple[Any, ...], None] = {}
         self.group: TableGroup | None = None
         self.match: tuple[tuple[str, str], ...] | None = () if not target.filter else None
         """The filter's values as a row's are matched (queries.load_rows); None until read."""
         self._heard = False  # a change or a resync since the last refresh: the durable log may have grown
 
-    @property
-    def durable(self) -> bool:
-        """Its event log is the database's change log (capture.py), not the in-memory ring."""
-        return not self.target.filter
-
     def heard(self) -> None:
         """Its table was written: every commit is a new entry of its durable log, even one the
-        rows do not show (a row added and deleted before the re-read), so its readers are told."""
-        if self.durable:
+        rows do not show (a row added and deleted before the re-read), so its readers are told.
+        A filtered view is told when its rows change instead: signalling every view of a table
+        at each write would wake every reader of 10,000 views for one row."""
+        if not self.target.filter:
             self._heard = True
 
     async def told(self) -> None:
@@ -334,10 +335,6 @@ class TableSource(Source):
     def describe(self) -> str:
         return self.target.describe()
 
-    def _report(self, message: str) -> None:
-        if self.good:
-            self.ring.error(message)
-
     @property
     def _meta(self) -> TableMeta:
         return self.meta[self.target.table]
@@ -345,7 +342,7 @@ class TableSource(Source):
     async def _refresh(self, revalidated: bool) -> bool:
         # Every commit to the table is a new entry in the durable log, even one the rows do not
         # show (a row added and deleted before the re-read): tell the log's readers.
-        heard, self._heard = self._heard and self.durable, False
+        heard, self._heard = self._heard, False
         return await self._reread(revalidated) or heard
 
     async def _reread(self, revalidated: bool) -> bool:
@@ -378,9 +375,6 @@ class TableSource(Source):
             raise self._over_cap(exc) from None
         if self.group is not None:
             self.group.track(self, changes)
-        if self.good:  # the first read is where the log starts, not a change
-            for change in changes:
-                self.ring.append(change.event())
         return bool(changes)
 
     @property
@@ -404,8 +398,6 @@ class TableSource(Source):
             return
         if self.group is not None:
             self.group.track(self, changes)
-        for change in changes:
-            self.ring.append(change.event())
         if changes:
             await self.publish()
 
@@ -459,22 +451,25 @@ class TableSource(Source):
                 "install before it kept the log in memory): run asyncai-mcp-postgres --config CONFIG "
                 "--install-triggers again as its owner"
             )
-        query, params = read_log(meta.oid, after, LOG_PAGE)
+        where = self.target.filter
+        query: sql.SQL | sql.Composed
+        if where:
+            query, params = read_log_where(meta.oid, meta.name, where, after, LOG_SCAN)
+        else:
+            query, params = read_log(meta.oid, after, LOG_PAGE)
         try:
             rows = await self.db.fetch(query, params)
         except psycopg.Error as exc:
             raise one_line(exc, f"{self.describe()} (its change log)", role=self.db.role) from None
-        page = log_body(rows, meta.name, meta.primary_key, self.target.spec.columns)
-        return page
+        if where:
+            return log_body_where(
+                rows, after, LOG_PAGE, LOG_SCAN, meta.name, meta.primary_key, self.target.spec.columns
+            )
+        return log_body(rows, meta.name, meta.primary_key, self.target.spec.columns)
 
-    def read(self, events: bool, after: tuple[str, int] | None) -> str:
-        """The state body or the event log (call after :meth:`wait_ready`); raises its :class:`PgError`."""
+    def read(self) -> str:
+        """The state body (call after :meth:`wait_ready`); raises its :class:`PgError`."""
         self.signalled = False  # before the read: a change from now on is signalled again
-        if events:
-            if not self.good:
-                assert self.error is not None
-                raise self.error
-            return self.ring.text(after)
         if self.error is not None:
             raise self.error
         return self.rows.body()

@@ -820,6 +820,44 @@ async def test_writes_to_any_partition_are_seen_and_a_new_partition_is_covered(
             await read(client, uri)
 
 
+async def test_truncating_one_partition_is_told_to_the_tables_and_the_partitions_watchers(
+    db: Db, tmp_path: Path
+) -> None:
+    """TRUNCATE of one partition fires only that partition's statement triggers: it is captured in
+    the partitioned table's log (naming the partition) and in the partition's own when a config
+    names it, and both state watches lose its rows; a partition made later is covered too."""
+    db.run("CREATE TABLE orders (id int, region text, PRIMARY KEY (id, region)) PARTITION BY LIST (region)")
+    db.run("CREATE TABLE orders_eu PARTITION OF orders FOR VALUES IN ('eu')")
+    db.run("CREATE TABLE orders_us PARTITION OF orders FOR VALUES IN ('us')")
+    db.run("INSERT INTO orders VALUES (1, 'eu'), (2, 'us')")
+    install_triggers(db.dsn, [TableName("public", "orders"), TableName("public", "orders_eu")])
+    config = write_config(tmp_path, '[[table]]\nname = "orders"\n\n[[table]]\nname = "orders_eu"\n')
+    parent, part = "pg-events://public/orders", "pg-events://public/orders_eu"
+    uris = [parent, part, "pg://public/orders", "pg://public/orders_eu"]
+    async with (
+        pg_client(server_argv(config, db.dsn)) as client,
+        client.listen(resource_subscriptions=uris) as sub,
+    ):
+        start = {uri: (await read(client, uri))["last_seq"] for uri in (parent, part)}
+        db.run("INSERT INTO orders_eu VALUES (3, 'eu')")
+        db.run("TRUNCATE orders_eu")
+        seen = await events_until(client, sub, start[parent], lambda evs: len(evs) >= 2, uri=parent)
+        assert [(e["type"], e["object"]) for e in seen][1] == (
+            "TRUNCATED",
+            {"table": "public.orders", "partition": "public.orders_eu"},
+        )
+        own = await events_until(client, sub, start[part], lambda evs: len(evs) >= 2, uri=part)
+        assert [(e["type"], e.get("key")) for e in own] == [("ADDED", '[3,"eu"]'), ("TRUNCATED", None)]
+        assert own[1]["object"] == {"table": "public.orders_eu"}
+        await read_until(client, sub, "pg://public/orders", lambda b: set(b) == {'[2,"us"]'})
+        await read_until(client, sub, "pg://public/orders_eu", lambda b: b == {})
+        db.run("CREATE TABLE orders_ap PARTITION OF orders FOR VALUES IN ('ap')")
+        db.run("INSERT INTO orders VALUES (4, 'ap')")
+        db.run("TRUNCATE orders_ap")
+        later = await events_until(client, sub, seen[-1]["seq"], lambda evs: len(evs) >= 2, uri=parent)
+        assert later[1]["object"] == {"table": "public.orders", "partition": "public.orders_ap"}
+
+
 async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None:
     db.run("CREATE TABLE big (id int PRIMARY KEY)")
     db.run("INSERT INTO big SELECT generate_series(1, 5)")

@@ -162,29 +162,45 @@ _CAPTURE_FUNCTION = r"""
 CREATE OR REPLACE FUNCTION asyncai_watch.capture() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  -- A partition's changes go to its root's log (row triggers are cloned onto partitions).
-  rel oid := coalesce(pg_partition_root(TG_RELID), TG_RELID);
-  mark text := 'asyncai_watch.x' || rel::text;
-  first boolean := current_setting(mark, true) IS DISTINCT FROM '1';
+  -- A partition's changes go to its root's log (row triggers are cloned onto partitions), and to
+  -- its own too when it is captured itself (a config may name a partition).
+  root oid := coalesce(pg_partition_root(TG_RELID), TG_RELID);
+  rels oid[] := ARRAY[root];
+  rel oid;
+  mark text;
+  first boolean;
+  part json;
 BEGIN
-  -- The first change of this transaction to this table queues the commit-time seal (a
-  -- transaction-local setting: it reverts with a rolled-back subtransaction, as the row does).
-  IF first THEN
-    PERFORM set_config(mark, '1', true);
+  IF root <> TG_RELID THEN
+    part := json_build_object('partition', format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
+    IF EXISTS (SELECT 1 FROM asyncai_watch.logs l WHERE l.relid = TG_RELID) THEN
+      rels := CASE WHEN EXISTS (SELECT 1 FROM asyncai_watch.logs l WHERE l.relid = root)
+                   THEN ARRAY[root, TG_RELID] ELSE ARRAY[TG_RELID] END;
+    END IF;
   END IF;
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO asyncai_watch.changes (relid, xid, op, new, first)
-      VALUES (rel, pg_current_xact_id(), 'I', row_to_json(NEW), first);
-  ELSIF TG_OP = 'UPDATE' THEN
-    INSERT INTO asyncai_watch.changes (relid, xid, op, old, new, first)
-      VALUES (rel, pg_current_xact_id(), 'U', row_to_json(OLD), row_to_json(NEW), first);
-  ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO asyncai_watch.changes (relid, xid, op, old, first)
-      VALUES (rel, pg_current_xact_id(), 'D', row_to_json(OLD), first);
-  ELSE
-    INSERT INTO asyncai_watch.changes (relid, xid, op, first)
-      VALUES (rel, pg_current_xact_id(), 'T', first);
-  END IF;
+  FOREACH rel IN ARRAY rels LOOP
+    -- The first change of this transaction to this table queues the commit-time seal (a
+    -- transaction-local setting: it reverts with a rolled-back subtransaction, as the row does).
+    mark := 'asyncai_watch.x' || rel::text;
+    first := current_setting(mark, true) IS DISTINCT FROM '1';
+    IF first THEN
+      PERFORM set_config(mark, '1', true);
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+      INSERT INTO asyncai_watch.changes (relid, xid, op, new, first)
+        VALUES (rel, pg_current_xact_id(), 'I', row_to_json(NEW), first);
+    ELSIF TG_OP = 'UPDATE' THEN
+      INSERT INTO asyncai_watch.changes (relid, xid, op, old, new, first)
+        VALUES (rel, pg_current_xact_id(), 'U', row_to_json(OLD), row_to_json(NEW), first);
+    ELSIF TG_OP = 'DELETE' THEN
+      INSERT INTO asyncai_watch.changes (relid, xid, op, old, first)
+        VALUES (rel, pg_current_xact_id(), 'D', row_to_json(OLD), first);
+    ELSE
+      -- (on each leaf partition: a TRUNCATE fires the statement triggers of the tables it empties)
+      INSERT INTO asyncai_watch.changes (relid, xid, op, new, first)
+        VALUES (rel, pg_current_xact_id(), 'T', CASE WHEN rel <> TG_RELID THEN part END, first);
+    END IF;
+  END LOOP;
   RETURN NULL;
 END
 $fn$
@@ -362,19 +378,52 @@ def install_capture(
             " ON CONFLICT (relid) DO UPDATE SET max_age = EXCLUDED.max_age, max_bytes = EXCLUDED.max_bytes",
             (relid, relid, retention.max_age, retention.max_bytes),
         )
-        for name in CAPTURE_TRIGGERS:
-            conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+        _drop_triggers(conn, relid)
+        if not _cloned(conn, relid):  # (a partition of a captured table has its root's, cloned)
+            conn.execute(
+                sql.SQL(
+                    "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW"
+                    " EXECUTE FUNCTION asyncai_watch.capture()"
+                ).format(sql.Identifier(CAPTURE_TRIGGERS[0]), table)
+            )
+        # TRUNCATE fires the statement triggers of each table it empties, and those are not
+        # cloned onto partitions: every leaf gets one (a partitioned table holds no rows itself),
+        # and the DDL event trigger gives one to a partition made later (triggers.add_triggers).
+        for (leaf,) in conn.execute(
+            "SELECT relid::regclass::text FROM pg_partition_tree(%s::regclass) WHERE isleaf",
+            (table.as_string(conn),),
+        ).fetchall():
+            conn.execute(sql.SQL(_TRUNCATE_TRIGGER % {"rel": leaf}))
+
+
+def _cloned(conn: Conn, relid: int) -> bool:
+    """Whether the table carries the row capture trigger cloned from a partitioned table above it."""
+    return (
         conn.execute(
-            sql.SQL(
-                "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW"
-                " EXECUTE FUNCTION asyncai_watch.capture()"
-            ).format(sql.Identifier(CAPTURE_TRIGGERS[0]), table)
-        )
-        conn.execute(
-            sql.SQL(
-                "CREATE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.capture()"
-            ).format(sql.Identifier(CAPTURE_TRIGGERS[1]), table)
-        )
+            "SELECT 1 FROM pg_trigger WHERE tgrelid = %s AND tgname = %s AND tgparentid <> 0",
+            (relid, CAPTURE_TRIGGERS[0]),
+        ).fetchone()
+        is not None
+    )
+
+
+def _drop_triggers(conn: Conn, relid: int) -> None:
+    """Drop the capture triggers of a table and its partitions, except the clones (which go with
+    the partitioned table's, and may not be dropped alone)."""
+    for rel, name in conn.execute(
+        "SELECT g.tgrelid::regclass::text, g.tgname::text FROM pg_trigger g"
+        " WHERE g.tgrelid IN (SELECT relid FROM pg_partition_tree(%s::oid::regclass))"
+        " AND g.tgname = ANY (%s) AND g.tgparentid = 0",
+        (relid, list(CAPTURE_TRIGGERS)),
+    ).fetchall():
+        conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), sql.SQL(rel)))
+
+
+_TRUNCATE_TRIGGER = (
+    "DROP TRIGGER IF EXISTS asyncai_watch_capture_truncate ON %(rel)s;"
+    " CREATE TRIGGER asyncai_watch_capture_truncate AFTER TRUNCATE ON %(rel)s"
+    " FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.capture()"
+)
 
 
 def _drop_log(conn: Conn, relid: int) -> None:
@@ -392,11 +441,10 @@ def remove_capture(conn: Conn, tables: Sequence[TableName]) -> None:
     once no table is captured. In the caller's transaction."""
     there = conn.execute("SELECT to_regclass('asyncai_watch.logs') IS NOT NULL").fetchone()
     for t in tables:
-        table = sql.Identifier(t.schema, t.name)
-        for name in CAPTURE_TRIGGERS:
-            conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+        relid = _relid(conn, t)
+        _drop_triggers(conn, relid)
         if there and there[0]:
-            _drop_log(conn, _relid(conn, t))
+            _drop_log(conn, relid)
     left = conn.execute(
         "SELECT count(*) FROM pg_trigger WHERE tgname = %s", (CAPTURE_TRIGGERS[0],)
     ).fetchone()
@@ -537,7 +585,9 @@ def _event(
     at = row[10]
     parts = [f'{{"seq":{int(seq)},"type":"{typ}"']
     if typ == "TRUNCATED":
-        parts.append(f',"object":{{"table":{dumps(str(table))}}}')
+        # A partition emptied alone: its name too (``new`` holds it).
+        part = "" if new is None else f',"partition":{bytes(_fields(new)["partition"]).decode()}'
+        parts.append(f',"object":{{"table":{dumps(str(table))}{part}}}')
     else:
         shown = _fields(new if new is not None else old)
         key = "[" + ",".join(bytes(shown[c]).decode() if c in shown else "null" for c in primary_key) + "]"

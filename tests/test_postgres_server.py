@@ -33,8 +33,9 @@ from mcp.client.subscriptions import Subscription
 from pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
 
 from asyncai_servers.postgres.capture import Retention
-from asyncai_servers.postgres.config import TableName
+from asyncai_servers.postgres.config import TableName, load_config
 from asyncai_servers.postgres.listener import LISTEN_APP_NAME
+from asyncai_servers.postgres.server import PostgresServer
 from asyncai_servers.postgres.triggers import install_triggers
 from asyncai_watch import McpResourceSource, WatchManager
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
@@ -42,6 +43,7 @@ from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import WatchError
 from asyncai_watch.server.eventlog import AFTER_META_KEY
 from asyncai_watch.server.http import running_http_server
+from asyncai_watch.testing import FakeClock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -1143,6 +1145,40 @@ async def test_changes_older_than_the_retention_age_are_dropped_at_a_later_write
     assert body["retention"] == "changes of the last 1h, at most 256MB per table"
     assert body["first_seq"] == start["last_seq"] + 6  # the five old ones went
     assert [e["key"] for e in body["events"]] == [str(i) for i in range(100, 200)]  # a page of the kept
+
+
+async def test_the_retention_age_is_applied_on_the_servers_clock_without_a_write(
+    db: Db, tmp_path: Path
+) -> None:
+    """Installed with a retention of 1h: changes made "2 hours ago" (their commit time set back, as
+    a clock would) and no write since. The server (in this process, on a fake clock) drops them
+    when its clock reaches the next expiry the database named; before that, nothing goes."""
+    install_triggers(db.dsn, [ITEMS], Retention(max_age=timedelta(hours=1)))
+    db.run("INSERT INTO items (id) SELECT generate_series(10, 14)")
+    db.run("INSERT INTO items (id) VALUES (15)")
+
+    def kept() -> list[int]:
+        return [int(n) for (n,) in db.run("SELECT last_seq FROM asyncai_watch.xacts ORDER BY last_seq")]
+
+    clock = FakeClock()
+    config = load_config(write_config(tmp_path))
+    server = PostgresServer(config, db.as_role(WATCHER), clock=clock)
+    async with server.running():
+        with anyio.fail_after(WAIT):
+            await clock.wait_for_sleepers(1)  # the first round ran at start: nothing was old yet
+        assert kept() == [5, 6]
+        (deadline,) = clock.deadlines()
+        assert 3500 < deadline <= 3600  # the oldest kept change ages out in about an hour
+        db.run("UPDATE asyncai_watch.xacts SET at = at - interval '2 hours' WHERE last_seq = 5")
+        clock.advance(deadline - 1)
+        with anyio.fail_after(WAIT):
+            await anyio.wait_all_tasks_blocked()
+        assert kept() == [5, 6]  # not yet: the timer is the server's clock
+        clock.advance(1)
+        with anyio.fail_after(WAIT):
+            await clock.wait_for_sleepers(1)  # the round ran and parked again
+        assert kept() == [6]  # the old one went, the newest is always kept
+        assert db.run("SELECT count(*) FROM asyncai_watch.changes")[0][0] == 1
 
 
 async def test_an_older_install_is_told_to_reinstall_and_upgraded_by_it(db: Db, tmp_path: Path) -> None:

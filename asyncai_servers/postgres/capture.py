@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_RETENTION",
     "LogPage",
     "Retention",
+    "expire",
     "install_capture",
     "log_body",
     "log_body_where",
@@ -261,6 +262,42 @@ END
 $fn$
 """
 
+_EXPIRE_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION asyncai_watch.expire(rel oid) RETURNS float8 LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  lg asyncai_watch.logs;
+  newest bigint;
+  keep bigint;
+  xids xid8[];
+  oldest timestamptz;
+BEGIN
+  -- The age retention, applied on the server's timer (the writers' trims run every 256 seqs): the
+  -- oldest transactions older than max_age go, the newest always stays. Answers the seconds until
+  -- the next one ages out (max_age when none is kept but the newest), or NULL (no such log).
+  SELECT * INTO lg FROM asyncai_watch.logs l WHERE l.relid = rel;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  SELECT x.last_seq INTO newest FROM asyncai_watch.xacts x WHERE x.relid = rel ORDER BY x.last_seq DESC LIMIT 1;
+  SELECT min(x.last_seq) INTO keep FROM asyncai_watch.xacts x
+   WHERE x.relid = rel AND x.at >= clock_timestamp() - lg.max_age;
+  keep := least(coalesce(keep, newest), newest);
+  IF keep IS NOT NULL THEN
+    WITH gone AS (
+      DELETE FROM asyncai_watch.xacts x WHERE x.relid = rel AND x.last_seq < keep RETURNING x.xid
+    )
+    SELECT array_agg(gone.xid) INTO xids FROM gone;
+    IF xids IS NOT NULL THEN
+      DELETE FROM asyncai_watch.changes c WHERE c.relid = rel AND c.xid = ANY (xids);
+    END IF;
+  END IF;
+  SELECT min(x.at) INTO oldest FROM asyncai_watch.xacts x WHERE x.relid = rel AND x.last_seq < newest;
+  RETURN extract(epoch FROM coalesce(oldest, clock_timestamp()) + lg.max_age - clock_timestamp());
+END
+$fn$
+"""
+
 _READ_FUNCTION = r"""
 CREATE OR REPLACE FUNCTION asyncai_watch.read_log(rel oid, reader_log text, after bigint, lim integer)
 RETURNS TABLE (log_id text, first_seq bigint, last_seq bigint, max_age interval, max_bytes bigint,
@@ -311,6 +348,7 @@ _FUNCTIONS: Final = (
     ("seal", _SEAL_FUNCTION % {"every": TRIM_EVERY}),
     ("trim", _TRIM_FUNCTION),
     ("read_log", _READ_FUNCTION % {}),
+    ("expire", _EXPIRE_FUNCTION),
 )
 
 
@@ -390,8 +428,9 @@ def install_capture(
         # cloned onto partitions: every leaf gets one (a partitioned table holds no rows itself),
         # and the DDL event trigger gives one to a partition made later (triggers.add_triggers).
         for (leaf,) in conn.execute(
-            "SELECT relid::regclass::text FROM pg_partition_tree(%s::regclass) WHERE isleaf",
-            (table.as_string(conn),),
+            "SELECT relid::regclass::text FROM pg_partition_tree(%s::oid::regclass) WHERE isleaf"
+            " UNION SELECT c.oid::regclass::text FROM pg_class c WHERE c.oid = %s AND c.relkind = 'r'",
+            (relid, relid),
         ).fetchall():
             conn.execute(sql.SQL(_TRUNCATE_TRIGGER % {"rel": leaf}))
 
@@ -412,9 +451,9 @@ def _drop_triggers(conn: Conn, relid: int) -> None:
     the partitioned table's, and may not be dropped alone)."""
     for rel, name in conn.execute(
         "SELECT g.tgrelid::regclass::text, g.tgname::text FROM pg_trigger g"
-        " WHERE g.tgrelid IN (SELECT relid FROM pg_partition_tree(%s::oid::regclass))"
+        " WHERE (g.tgrelid = %s OR g.tgrelid IN (SELECT relid FROM pg_partition_tree(%s::oid::regclass)))"
         " AND g.tgname = ANY (%s) AND g.tgparentid = 0",
-        (relid, list(CAPTURE_TRIGGERS)),
+        (relid, relid, list(CAPTURE_TRIGGERS)),
     ).fetchall():
         conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), sql.SQL(rel)))
 
@@ -461,6 +500,16 @@ _LOG_READ = sql.SQL(
 )
 _TYPES: Final = {"I": "ADDED", "U": "MODIFIED", "D": "DELETED", "T": "TRUNCATED"}
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+
+
+EXPIRE: Final = sql.SQL("SELECT asyncai_watch.expire(to_regclass(%s)::oid)")
+"""Apply one table's age retention now (:func:`expire`'s answer: seconds to the next expiry)."""
+
+
+def expire(table: TableName) -> tuple[sql.SQL, Sequence[Any]]:
+    """The statement applying ``table``'s age retention; it answers the seconds until the next
+    change ages out, or NULL when the table has no log (run it in a read-write transaction)."""
+    return EXPIRE, (sql.Identifier(table.schema, table.name).as_string(None),)
 
 
 def read_log(relid: int, after: tuple[str, int] | None, limit: int) -> tuple[sql.SQL, Sequence[Any]]:

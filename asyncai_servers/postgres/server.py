@@ -31,10 +31,12 @@ import anyio
 import anyio.abc
 import attrs
 import mcp_types as types
+import psycopg
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from asyncai_servers.postgres.capture import expire
 from asyncai_servers.postgres.config import Config, TableName
 from asyncai_servers.postgres.db import Database, PgError
 from asyncai_servers.postgres.listener import RECONNECT, DdlChanged, Listener, RowsChanged
@@ -63,6 +65,8 @@ __all__ = [
     "IDLE_GRACE",
     "MAX_SOURCES",
     "MAX_SOURCES_PER_CLIENT",
+    "RETAIN_CHECK",
+    "RETAIN_MIN",
     "SERVER_NAME",
     "PostgresServer",
 ]
@@ -78,6 +82,10 @@ together (``--max-sources``): each holds its rows in memory."""
 MAX_SOURCES_PER_CLIENT: Final = 10_000
 """Distinct targets one client's listens hold at once (``--max-sources-per-client``), so that one
 client cannot take all of :data:`MAX_SOURCES`."""
+RETAIN_CHECK: Final = 3600.0
+"""Seconds between two applications of the change logs' age retention, at most."""
+RETAIN_MIN: Final = 1.0
+"""...and at least (a change aging out right now is dropped at the next round)."""
 JSON: Final = "application/json"
 
 Target = TableTarget | QueryTarget
@@ -169,6 +177,7 @@ class PostgresServer:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self.listener.run)
+            tg.start_soon(self._retain)
             try:
                 yield self
             finally:
@@ -176,6 +185,24 @@ class PostgresServer:
                 tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True):
             await self.db.aclose()
+
+    async def _retain(self) -> None:
+        """Apply each configured table's age retention (``--retain-age``) on this server's clock,
+        whether or not anyone watches it: at start, then when the next kept change ages out (as
+        the database says), at least every :data:`RETAIN_CHECK` seconds and at most every
+        :data:`RETAIN_MIN` (the writers also trim, every 256 seqs)."""
+        while True:
+            wait = RETAIN_CHECK
+            for spec in self.config.tables:
+                query, params = expire(spec.table)
+                try:
+                    rows = await self.db.maintain(query, params)
+                except psycopg.Error as exc:  # e.g. an install without the function: says so once a round
+                    log.warning("%s: applying the change log's age retention failed: %s", spec.table, exc)
+                    continue
+                if rows and rows[0][0] is not None:
+                    wait = min(wait, max(float(rows[0][0]), RETAIN_MIN))
+            await self.clock.sleep_until(self.clock.now() + wait)
 
     def close_listeners(self) -> None:
         """End every open listen stream gracefully (an HTTP shutdown would otherwise wait on them)."""

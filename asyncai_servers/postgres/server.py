@@ -198,7 +198,12 @@ class PostgresServer:
                 try:
                     rows = await self.db.maintain(query, params)
                 except psycopg.Error as exc:  # e.g. an install without the function: says so once a round
-                    log.warning("%s: applying the change log's age retention failed: %s", spec.table, exc)
+                    log.warning(
+                        "%s: applying the change log's age retention failed (an install older than "
+                        "asyncai_watch.expire needs --install-triggers again): %s",
+                        spec.table,
+                        str(exc).strip(),
+                    )
                     continue
                 if rows and rows[0][0] is not None:
                     wait = min(wait, max(float(rows[0][0]), RETAIN_MIN))

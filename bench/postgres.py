@@ -387,7 +387,10 @@ async def crowded(argv: list[str], w: Writer, changes: int) -> tuple[list[Change
     uri = "pg-events://public/payments"
     many = [f"pg://public/payments?id={i}" for i in range(1, FILTERED + 1)]
     async with AsyncExitStack() as stack:
-        url, _proc = await stack.enter_async_context(running_http_server([*argv, "--http", "127.0.0.1:0"]))
+        # Both clients present the same credentials, so to the server they are one client: let it
+        # hold the crowd and the single watch (--max-sources-per-client, default 10,000).
+        served = [*argv, "--http", "127.0.0.1:0", "--max-sources-per-client", str(FILTERED + 1)]
+        url, _proc = await stack.enter_async_context(running_http_server(served))
         source = await stack.enter_async_context(McpResourceSource.http(url, name="pg"))
         alone = await watch_latency(source, uri, w, changes, "a")
         crowd = await stack.enter_async_context(Client(url))

@@ -552,7 +552,7 @@ async def test_a_filtered_event_log_loses_nothing_across_a_server_restart(db: Db
 
         async def writer() -> None:
             async with db.connect() as w:
-                for i in range(100, 200):
+                for i in range(100, 500):  # 200 rows of the view: more than a page (100) to catch up
                     status = "open" if i % 2 == 0 else "closed"
                     await w.execute("INSERT INTO items (id, status) VALUES (%s, %s)", (i, status))
                     if i == 120:
@@ -568,7 +568,7 @@ async def test_a_filtered_event_log_loses_nothing_across_a_server_restart(db: Db
     assert not [line for line in changes if line.startswith("GAP")], changes
     assert all("the connection is closed" in line for line in changes if line.startswith("ERROR"))
     added = [line for line in changes if line.startswith("ADDED ")]
-    assert added == [f"ADDED {i}" for i in range(100, 200, 2)]  # each once, in commit order
+    assert added == [f"ADDED {i}" for i in range(100, 500, 2)]  # each once, in commit order
     assert changes[-1].startswith("DELETED 2")
 
 

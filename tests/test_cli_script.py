@@ -274,3 +274,20 @@ def test_cli_module_imports_nothing_heavy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=WAIT
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+async def test_a_filter_calling_a_mutating_tool_is_refused_at_start_even_behind_an_if() -> None:
+    on_event = 'memo_set(key="x", value=1) if event["key"] == "never" else event["key"]'
+    code, out, err = await run_cli("watch", "memo://notes", "--server", MEMO, "--on-event", on_event)
+    assert code == 2, err
+    assert out == ""
+    assert err.startswith("asyncai-watch: error: on_event may only read; it calls memo_set(): "), err
+    assert "A filter may call: list_resources, memo_get, memo_stats, read_resource" in err, err
+
+
+async def test_the_name_error_hint_lists_only_what_a_filter_may_call() -> None:
+    code, _, err = await run_cli("watch", "memo://notes", "--server", MEMO, "--on-event", "undefined_name")
+    assert code == 2, err
+    assert "the provided functions are: list_resources, memo_get, memo_stats, read_resource " in err, err
+    assert "memo_set" not in err, err
+    assert "watch_start" not in err, err

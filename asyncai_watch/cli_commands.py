@@ -179,11 +179,22 @@ def build_parser() -> argparse.ArgumentParser:
         default="watch",
         help="the watch's name in notices (default: watch; with several URIs watch-2, watch-3, ...)",
     )
-    watch.add_argument(
+    talk = watch.add_mutually_exclusive_group()
+    talk.add_argument(
+        "-v",
         "--verbose",
         action="store_true",
         help="also write the watch's NDJSON log on stderr: every event and what became of it "
         "(docs/watch-manager.md)",
+    )
+    talk.add_argument(
+        "-q", "--quiet", action="store_true", help="no status on stderr (errors and warnings still)"
+    )
+    watch.add_argument(
+        "--log-file",
+        type=Path,
+        metavar="PATH",
+        help="append the watch's NDJSON log (every event, as --verbose writes it) to PATH",
     )
     add_http_auth_arguments(watch, servers="http(s) --server")
 
@@ -438,7 +449,7 @@ def _names(args: argparse.Namespace) -> list[str]:
 
 
 async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource], state: Path | None) -> int:
-    status = StatusLine.on(sys.stderr, PROG)
+    status = StatusLine.on(sys.stderr, PROG, quiet=args.quiet)
     handler = StatusLogHandler.install(status)
     try:
         return await _watch_with(args, sources, state, status)
@@ -590,7 +601,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sources += _config_sources(args, auth)
         if not sources:
             return fail("name the servers: --server [NAME=]COMMAND|URL (repeatable) or --config .mcp.json")
-        with log.ndjson_logging(sys.stderr, verbose=True) if args.verbose else contextlib.nullcontext():
+        try:
+            # Line-buffered, closed at exit: each record is on disk once written.
+            log_file = args.log_file.open("a", encoding="utf-8", buffering=1) if args.log_file else None
+        except OSError as exc:
+            return fail(
+                f"--log-file: cannot open {str(args.log_file)!r} for appending: {exc.strerror or exc}"
+            )
+        with contextlib.ExitStack() as logs:
+            if log_file is not None:
+                logs.enter_context(log_file)
+            if args.verbose or log_file is not None:
+                logs.enter_context(log.ndjson_logging(log_file or sys.stderr, verbose=True))
             return anyio.run(_watch, args, sources, args.watch_state)
     except KeyboardInterrupt:
         return 0

@@ -28,15 +28,17 @@ class StatusLine:
     stream: TextIO
     prog: str
     terminal: bool
+    quiet: bool = False
+    """``-q``: nothing at all."""
     _shown: bool = False
 
     @classmethod
-    def on(cls, stream: TextIO, prog: str) -> StatusLine:
+    def on(cls, stream: TextIO, prog: str, *, quiet: bool = False) -> StatusLine:
         try:
             terminal = stream.isatty()
         except ValueError:  # closed
             terminal = False
-        return cls(stream, prog, terminal)
+        return cls(stream, prog, terminal, quiet)
 
     def show(self, text: str) -> None:
         """A transient state: rewritten in place on a terminal, not written at all on a pipe."""
@@ -62,6 +64,8 @@ class StatusLine:
             self._shown = False
 
     def _write(self, text: str) -> None:
+        if self.quiet:
+            return
         try:
             self.stream.write(text)
             self.stream.flush()

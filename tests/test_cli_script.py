@@ -291,3 +291,54 @@ async def test_the_name_error_hint_lists_only_what_a_filter_may_call() -> None:
     assert "the provided functions are: list_resources, memo_get, memo_stats, read_resource " in err, err
     assert "memo_set" not in err, err
     assert "watch_start" not in err, err
+
+
+async def test_quiet_writes_nothing_on_stderr_and_log_file_gets_the_ndjson_log(tmp_path: Path) -> None:
+    log = tmp_path / "watch.ndjson"
+    async with memo_http_server() as (url, _):
+        args = ["watch", "memo://notes", "--server", url, "--debounce", "0", "--once", "-q", "--initial"]
+        async with cli(*args, "--log-file", str(log)) as (proc, out):
+            # No "watching" line to wait for: the initial content on stdout says the watch is up.
+            assert await out.next() == "INITIAL memo://notes"
+            assert await out.next() == "{}"
+            await memo_set(url, "todo", "milk")
+            assert await out.next() == "ADDED todo"
+            with anyio.fail_after(WAIT):
+                assert await proc.wait() == 0
+            assert await stderr_of(proc) == ""
+    events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
+    assert "watch.subscribed" in events
+
+
+async def test_a_terminal_gets_a_status_line_and_a_pipe_none() -> None:
+    import pty
+
+    main, sub = pty.openpty()
+    try:
+        async with (
+            memo_http_server() as (url, _),
+            await anyio.open_process(
+                [*CLI, "watch", "memo://notes", "--server", url], stderr=sub, stdout=subprocess.DEVNULL
+            ) as proc,
+        ):
+            seen = b""
+            with anyio.fail_after(WAIT):
+                while b"watching memo://notes" not in seen:
+                    await anyio.wait_readable(main)
+                    seen += os.read(main, 65536)
+            proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(WAIT):
+                assert await proc.wait() == 0
+    finally:
+        os.close(main)
+        os.close(sub)
+    assert b"\r\x1b[Kasyncai-watch: subscribing to memo://notes ..." in seen, seen
+    # The same on a pipe: only the lines to keep.
+    async with memo_http_server() as (url, _), cli("watch", "memo://notes", "--server", url) as (proc, _):
+        await wait_until_watching(proc)
+        proc.send_signal(signal.SIGINT)
+        with anyio.fail_after(WAIT):
+            assert await proc.wait() == 0
+        err = await stderr_of(proc)
+    assert "subscribing" not in err, err
+    assert "\x1b[" not in err, err

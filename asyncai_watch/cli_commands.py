@@ -57,6 +57,7 @@ __all__ = ["PROG", "build_parser", "main"]
 T = TypeVar("T")
 
 PROG: Final = "asyncai-watch"
+COMPLETION_SHELLS: Final = ("bash", "zsh", "fish", "tcsh")
 MAX_COUNT: Final = 1_000_000
 """The largest ``--count``."""
 MAX_EXEC_TEXT: Final = 32 * 1024
@@ -231,6 +232,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_cap_argument(call)
     add_http_auth_arguments(call, servers="http(s) --server")
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script for asyncai-watch",
+        description="Print the completion script of this command for SHELL: every subcommand and "
+        "option (made from the parser itself by shtab). Load it from the shell's startup file.",
+        epilog=examples(
+            "asyncai-watch completion bash   # > ~/.local/share/bash-completion/completions/asyncai-watch",
+            "asyncai-watch completion zsh    # > ~/.zfunc/_asyncai-watch (with fpath+=~/.zfunc)",
+            "asyncai-watch completion fish   # > ~/.config/fish/completions/asyncai-watch.fish",
+        ),
+        formatter_class=HelpFormatter,
+    )
+    completion.add_argument(
+        "shell", metavar="SHELL", choices=COMPLETION_SHELLS, help=", ".join(COMPLETION_SHELLS)
+    )
 
     serve = sub.add_parser(
         "serve",
@@ -576,6 +593,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_module.main(args)
     if args.command is None:
         parser.print_help()
+        return 0
+    if args.command == "completion":
+        import shtab
+
+        print(shtab.complete(parser, shell=args.shell), flush=True)
         return 0
     try:
         if args.command == "call":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -342,3 +343,17 @@ async def test_a_terminal_gets_a_status_line_and_a_pipe_none() -> None:
         err = await stderr_of(proc)
     assert "subscribing" not in err, err
     assert "\x1b[" not in err, err
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="completes in bash")
+async def test_bash_completion_completes_watch_options() -> None:
+    code, script, err = await run_cli("completion", "bash")
+    assert code == 0, err
+    line = "asyncai-watch watch --on"
+    probe = (
+        f"{script}\nCOMP_WORDS=({line}); COMP_CWORD=2; COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; "
+        '_shtab_asyncai_watch asyncai-watch --on watch; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process(["bash", "-c", probe], check=False)
+    assert sorted(done.stdout.decode().split()) == ["--on-event", "--once", "--only"], done.stderr

@@ -723,9 +723,10 @@ def _leading_with_advice(message: str) -> str:
     if subscribing is not None:
         # "server 'memo': subscriptions/listen 'memo://x' failed (-32602): memo: cannot subscribe ..."
         server, rest = subscribing.groups()
-        answer = re.match(r"server '[^']*': \S+ .*? failed \((-?\d+)\): (.*)", rest, re.S)
+        answer = re.match(r"server '[^']*': \S+ (.*?) failed \((-?\d+)\): (.*)", rest, re.S)
         if answer is not None:
-            return f"{answer.group(2)} (server {server!r} refused the subscription, error {answer.group(1)})"
+            uri, code, said = answer.groups()
+            return f"{said} (server {server!r} refused the subscription to {uri}, error {code})"
         return f"{rest} (server {server!r}, subscribing)"
     return message
 

@@ -88,7 +88,10 @@ async def test_resources_lists_uris_templates_and_examples() -> None:
         "memo://notes  (resource, memo, MCP 2026-07-28, application/json, watchable via subscriptions/listen)"
         in out
     )
-    assert 'await watch_start(name="notes", uri="memo://notes")' in out
+    # Advice for the shell: the command that watches it, not the library's await watch_start(...).
+    assert f"    asyncai-watch watch memo://notes --server {shlex.quote(MEMO)}\n" in out
+    assert f"    asyncai-watch watch memo://notes/todo --server {shlex.quote(MEMO)}\n" in out
+    assert "watch_start" not in out
     assert "memo://notes/{key}  (template" in out
     code, out, _ = await run_cli("resources", "--server", MEMO, "--json")
     rows = [json.loads(line) for line in out.splitlines()]

@@ -486,13 +486,13 @@ def http_policy_from_args(
 
 
 def _token_verifier(args: argparse.Namespace) -> tuple[TokenVerifier, dict[str, object]]:
-    from asyncai_watch.http_auth import _read_secret, _warn_on_stderr
+    from asyncai_watch.http_auth.secret import read_secret, warn_on_stderr
 
     if args.http_token_file is not None and args.oauth_introspect:
         raise PolicyError("use either --token-file (a fixed bearer token) or --oauth-introspect, not both")
     if args.http_token_file is not None:
         try:
-            return StaticTokens([_read_secret(args.http_token_file, "--token-file", _warn_on_stderr)]), {}
+            return StaticTokens([read_secret(args.http_token_file, "--token-file", warn_on_stderr)]), {}
         except ValueError as exc:
             raise PolicyError(str(exc)) from None
     from asyncai_watch.server.introspection import IntrospectionVerifier

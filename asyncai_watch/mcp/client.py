@@ -81,6 +81,7 @@ from asyncai_watch.errors import (
     WatchError,
 )
 from asyncai_watch.http_auth import refresh_first
+from asyncai_watch.http_auth.local import local_headers
 from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES, MESSAGE_TOO_LARGE, BodyCap
 from asyncai_watch.mcp.legacy import GetStreamWatch, LegacyUpdates, Subscriptions
 from asyncai_watch.mcp.source import (
@@ -371,7 +372,9 @@ class McpResourceSource:
     ) -> McpResourceSource:
         """A Streamable HTTP server at ``url`` (e.g. ``http://127.0.0.1:8765/mcp``).
 
-        ``headers`` go on every request, e.g. ``{"Authorization": "Bearer TOKEN"}``.
+        ``headers`` go on every request, e.g. ``{"Authorization": "Bearer TOKEN"}``. With no
+        ``Authorization`` header and no ``auth``, a loopback ``url`` gets the token its server
+        published for this user (:mod:`asyncai_watch.http_auth.local`), read at each connect.
 
         ``auth`` authenticates every request: the SDK's OAuth client provider
         (``mcp.client.auth.OAuthClientProvider``: discovery, registration,
@@ -534,7 +537,8 @@ class McpResourceSource:
             # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
             # listen stream is idle between events; modern servers ping it every 15 s).
             http_client = httpx2.AsyncClient(
-                headers=self._headers,
+                # A loopback server's token for this run, read at each connect (a restarted server has a new one).
+                headers=local_headers(self._target, self._headers, has_auth=self._auth is not None),
                 auth=self._auth,
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 transport=GetStreamWatch(

@@ -65,6 +65,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import attrs
+import httpx2
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -393,7 +394,15 @@ async def crowded(argv: list[str], w: Writer, changes: int) -> tuple[list[Change
         url, _proc = await stack.enter_async_context(running_http_server(served))
         source = await stack.enter_async_context(McpResourceSource.http(url, name="pg"))
         alone = await watch_latency(source, uri, w, changes, "a")
-        crowd = await stack.enter_async_context(Client(url))
+        from mcp.client.streamable_http import streamable_http_client
+
+        from asyncai_watch.http_auth.local import local_headers
+
+        # The server published a token for the run (loopback, no token of its own): send it.
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=local_headers(url, None, has_auth=False))
+        )
+        crowd = await stack.enter_async_context(Client(streamable_http_client(url, http_client=http)))
         t0 = time.monotonic()
         with anyio.fail_after(600):
             await stack.enter_async_context(crowd.listen(resource_subscriptions=many))

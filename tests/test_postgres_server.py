@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
+from local_token import local_client
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import Subscription
 from pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
@@ -1025,7 +1026,7 @@ async def test_lists_refuses_and_serves_over_http(db: Db, tmp_path: Path) -> Non
     install_triggers(db.dsn, [TableName("public", "nopk")])
     config = write_config(tmp_path, CONFIG + '\n[[table]]\nname = "nopk"\n\n[[table]]\nname = "items_view"\n')
     argv = server_argv(config, db.dsn, "--http", "127.0.0.1:0")
-    async with running_http_server(argv) as (url, _proc), Client(url) as client:
+    async with running_http_server(argv) as (url, _proc), local_client(url) as client:
         listed = {r.uri: r for r in (await client.list_resources()).resources}
         assert set(listed) >= {STATE, EVENTS, QUERY, "pg://public/nopk"}
         assert listed[EVENTS].mime_type == EVENTS_MIME_TYPE

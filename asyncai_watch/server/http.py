@@ -85,12 +85,13 @@ async def serve_http(
     if send_buffer is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     sock.bind((host, port))
-    sock.listen(128)
     sock.setblocking(False)
     bound_port = sock.getsockname()[1]
     with contextlib.ExitStack() as stack:
         if policy.verifier is None and not policy.insecure_no_auth:
             policy = _with_published_token(stack, policy, host, bound_port)
+        # Listen only once the token is published: a client that connects at once finds it.
+        sock.listen(128)
         await _serve_bound(app, sock, policy, host, bound_port, path, ready, on_shutdown, on_ready, stop)
 
 

@@ -573,6 +573,22 @@ async def test_a_filtered_event_log_loses_nothing_across_a_server_restart(db: Db
     assert changes[-1].startswith("DELETED 2")
 
 
+async def test_a_new_watch_of_a_filtered_event_log_starts_at_its_end(db: Db, tmp_path: Path) -> None:
+    """A view with more than a page (100) of changes in the log before the watch starts: the
+    watch's first notice is the change made after it started, not the view's older changes past
+    the first page (the baseline took the oldest page of the newest 2,000 changes and called the
+    rest news)."""
+    async with db.connect() as w:
+        for i in range(100, 250):
+            await w.execute("INSERT INTO items (id) VALUES (%s)", (i,))
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, lines_per_notice=1000)
+    async with manager(server_argv(write_config(tmp_path), db.dsn), limits) as m:
+        await m.watch_start("open", "pg-events://public/items?status=open")
+        db.run("INSERT INTO items (id) VALUES (1000)")
+        lines = await lines_until(m, lambda ls: has(ls, "open", "ADDED 1000"))
+    assert [line for line in lines["open"] if not line.startswith(" ")] == ["ADDED 1000"], lines
+
+
 async def test_a_reader_resumes_from_its_seq_across_a_server_restart(db: Db, tmp_path: Path) -> None:
     """A session reads the log and goes, with its server; rows are written with nobody serving,
     two of them by transactions that commit in the opposite order to the one they started in. A

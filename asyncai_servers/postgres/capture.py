@@ -591,18 +591,28 @@ def log_body_where(
     """The body of a :func:`read_log_where` answer (pure): :func:`log_body`'s, with at most
     ``page`` events, ``from_seq`` (the body holds every event of the view after it: seqs it
     skips were other rows') and ``last_seq`` the newest seq looked at (of at most ``scan``) (the reader goes on from
-    there). A row updated into the filter is ``ADDED``, out of it ``DELETED``."""
+    there). A reader with a position gets the oldest ``page`` after it; one without (a baseline)
+    the newest, as :func:`read_log` answers. A row updated into the filter is ``ADDED``, out of it
+    ``DELETED``."""
     head = next(r for r in rows if r[0] is not None)
     events = [r for r in rows if r[0] is None]
     log_id, first, last, age, size, looked = head[:6]
     first, last = int(first), int(last)
     through = last if looked is None else int(looked)
+    positioned = after is not None and after[0] == log_id
     # No position, or one in another log: the newest part of the log (read_log's choice).
-    start = after[1] if after is not None and after[0] == log_id else last - scan
+    start = after[1] if after is not None and positioned else last - scan
     start = max(start, first - 1)  # what the log no longer holds is missed: the reader gets a GAP
-    if len(events) > page:
+    if len(events) > page and positioned:
+        # A reader catching up: the oldest page, and it goes on from its last event.
         events = events[:page]
         through = int(events[-1][5])
+    elif len(events) > page:
+        # No position (a watch's baseline, or a log that started over): the newest page, as
+        # read_log's unfiltered answer, so a new watch starts at the log's end and gets nothing
+        # older as news; the body holds every event of the view after the last one left out.
+        start = int(events[-page - 1][5])
+        events = events[-page:]
     out: list[str] = []
     for row in events:
         op, om, nm = row[7], row[11], row[12]

@@ -175,3 +175,23 @@ def test_only_loopback_urls_without_credentials_get_the_published_token(runtime:
         assert local_headers("http://127.0.0.1:40995/mcp", None, has_auth=True) is None
         assert local_headers("http://10.0.0.1:40995/mcp", None, has_auth=False) is None
         assert find_token("http://127.0.0.1:40994/mcp") is None  # another port: no file
+
+
+@pytest.mark.parametrize("module", ["asyncai_servers.memo", "asyncai_servers.files"])
+def test_a_server_that_cannot_publish_its_token_exits_2_with_one_line(
+    runtime: Path, tmp_path: Path, module: str
+) -> None:
+    runtime.mkdir(mode=0o700)
+    runtime.chmod(0o777)
+    args = [str(tmp_path)] if module.endswith("files") else []
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args, "--http", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"{runtime}" in done.stderr
+    assert "mode 0777" in done.stderr

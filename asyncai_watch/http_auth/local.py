@@ -43,8 +43,11 @@ MAX_TOKEN_FILE: Final = 4096
 _LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")
 
 
-class LocalTokenError(ValueError):
-    """The runtime directory or a token file in it is not this user's private one; the path is named."""
+class LocalTokenError(PermissionError, ValueError):
+    """The runtime directory or a token file in it is not this user's private one; the path is named.
+
+    A :class:`PermissionError`, so a server that cannot publish its token exits with the one line
+    its other start-up OS errors get (a taken port), not a traceback."""
 
 
 def _is_loopback(host: str) -> bool:

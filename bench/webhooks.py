@@ -21,6 +21,9 @@ on disk before its 2xx, so the figures include the fsync). Deliveries are GitHub
    machine runs (on a busy shared machine the rate reached says more about the machine).
 
 ``--sync normal`` runs the server without the fsync per commit (``--sync`` of the server).
+``--database DSN`` (or ``$ASYNCAI_WEBHOOKS_DATABASE``) stores in PostgreSQL instead of SQLite
+(an empty database: the figures are the server's, PostgreSQL's own CPU is not counted);
+``--database throwaway`` starts a throwaway cluster for the run (``tests/pg.py``, fsync on).
 """
 
 from __future__ import annotations
@@ -243,10 +246,38 @@ def children_cpu() -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-async def main(quick: bool, sync: str) -> int:
+@contextlib.contextmanager
+def database(dsn: str | None) -> Any:
+    """The DSN to store in: ``dsn`` itself, or a throwaway cluster's new database, or None (SQLite)."""
+    if dsn != "throwaway":
+        yield dsn
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import shutil
+
+    from pg import start_postgres
+
+    base = Path(tempfile.mkdtemp(prefix="asyncai-bench-pg-"))
+    try:
+        server = start_postgres(base, fsync=True)
+        try:
+            yield server.create_database()
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def main(quick: bool, sync: str, dsn: str | None) -> int:
+    with database(dsn) as db:
+        return await run(quick, sync, db)
+
+
+async def run(quick: bool, sync: str, dsn: str | None) -> int:
     n, phases, seconds = (50, 4, 2.0) if quick else (200, 10, 5.0)
+    where = "PostgreSQL" if dsn is not None else f"SQLite, --sync {sync}"
     print(
-        f"webhooks server (--sync {sync}): {n} deliveries one at a time; {phases} poll phases; "
+        f"webhooks server ({where}): {n} deliveries one at a time; {phases} poll phases; "
         f"{seconds:g} s at {RATE:,.0f}/s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -254,10 +285,16 @@ async def main(quick: bool, sync: str) -> int:
         (base / "github.secret").write_text(SECRET.decode())
         (base / "hooks.toml").write_text(CONFIG)
         argv = [sys.executable, "-m", "asyncai_servers.webhooks", "--config", str(base / "hooks.toml")]
-        argv += ["--db", str(base / "hooks.sqlite3"), "--receive", "127.0.0.1:0", "--sync", sync]
+        argv += ["--receive", "127.0.0.1:0"]
+        env = dict(os.environ)
+        if dsn is not None:  # by the environment: the DSN may carry a password
+            env["ASYNCAI_WEBHOOKS_DATABASE"] = dsn
+        else:
+            env.pop("ASYNCAI_WEBHOOKS_DATABASE", None)
+            argv += ["--db", str(base / "hooks.sqlite3"), "--sync", sync]
         limits = httpx2.Limits(max_connections=SENDERS, max_keepalive_connections=SENDERS)
         async with (
-            McpResourceSource.stdio(argv, name="hooks") as source,
+            McpResourceSource.stdio(argv, name="hooks", env=env) as source,
             WatchManager([source], limits=UNCAPPED) as m,
             httpx2.AsyncClient(trust_env=False, timeout=30, limits=limits) as http,
         ):
@@ -297,5 +334,11 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--sync", choices=("full", "normal"), default="full")
+    p.add_argument(
+        "--database",
+        metavar="DSN",
+        default=os.environ.get("ASYNCAI_WEBHOOKS_DATABASE"),
+        help="PostgreSQL instead of SQLite ('throwaway': a cluster of the run's own)",
+    )
     args = p.parse_args()
-    sys.exit(anyio.run(main, args.quick, args.sync))
+    sys.exit(anyio.run(main, args.quick, args.sync, args.database))

@@ -24,6 +24,8 @@ on disk before its 2xx, so the figures include the fsync). Deliveries are GitHub
 ``--database DSN`` (or ``$ASYNCAI_WEBHOOKS_DATABASE``) stores in PostgreSQL instead of SQLite
 (an empty database: the figures are the server's, PostgreSQL's own CPU is not counted);
 ``--database throwaway`` starts a throwaway cluster for the run (``tests/pg.py``, fsync on).
+With PostgreSQL, a second replica on the same database is started for a third figure: delivery
+POSTed to replica B -> notice from replica A (heard by ``LISTEN``/``NOTIFY``), p50.
 """
 
 from __future__ import annotations
@@ -99,17 +101,17 @@ def run_ids(text: str) -> list[int]:
 
 
 async def latency(
-    m: WatchManager, http: httpx2.AsyncClient, hooks: str, n: int, posts: list[float]
+    m: WatchManager, http: httpx2.AsyncClient, hooks: str, n: int, posts: list[float], first: int = 1_000_000
 ) -> list[float]:
     out = []
     for i in range(n):
-        body, headers = delivery(1_000_000 + i)
+        body, headers = delivery(first + i)
         t0 = time.monotonic()
         answer = await http.post(hooks, content=body, headers=headers)
         posts.append(time.monotonic() - t0)
         assert answer.status_code == 200, answer.text
         with anyio.fail_after(30):
-            while 1_000_000 + i not in run_ids((await m.notices.receive()).text):
+            while first + i not in run_ids((await m.notices.receive()).text):
                 pass
         out.append(time.monotonic() - t0)
     return out
@@ -303,6 +305,12 @@ async def run(quick: bool, sync: str, dsn: str | None) -> int:
             await m.watch_start("runs", "webhook-events://github/workflow_run")
             posts: list[float] = []
             lat = await latency(m, http, hooks, n, posts)
+            across: list[float] = []
+            if dsn is not None:  # a second replica on the database receives; the watch is on the first
+                async with McpResourceSource.stdio(argv, name="replica-b", env=env) as b:
+                    other = json.loads((await b.read("webhooks://sources")).text)
+                    hooks_b = other["sources"]["github"]["endpoint"]
+                    across = await latency(m, http, hooks_b, n, [], first=1_500_000)
             cpu0 = children_cpu()
             load = await sustained(m, http, hooks, seconds)
             load["cpu"] = (children_cpu() - cpu0) / load["posted"]
@@ -316,6 +324,14 @@ async def run(quick: bool, sync: str, dsn: str | None) -> int:
         "target p50 <= 10 ms",
     )
     row("  of which the POST (verified, committed)", pct(posts, 50) * ms, None, "ms")
+    if across:
+        row(
+            "delivery to replica B -> notice at A p50",
+            pct(across, 50) * ms,
+            statistics.median(polled) * ms,
+            "ms",
+            "via NOTIFY",
+        )
     row("delivery -> notice p99", pct(lat, 99) * ms, pct(polled, 99) * ms, "ms")
     row("sustained rate reached", load["rate"], RATE, "/s", "target 1,000/s", lower_is_better=False)
     print(

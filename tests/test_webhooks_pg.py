@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -327,3 +328,47 @@ def test_a_password_on_the_command_line_is_refused_naming_where_it_may_go(
     with pytest.raises(SystemExit):
         main(["--config", str(write_config(tmp_path))])
     assert "--db FILE (SQLite), or PostgreSQL by --database DSN" in capsys.readouterr().err
+
+
+# -- the LISTEN connection -------------------------------------------------------------------------
+
+
+@pg
+async def test_a_cut_listen_connection_is_made_again_and_wakes_every_listener(dsn: str) -> None:
+    import psycopg
+
+    from asyncai_servers.webhooks.store_pg import Changed, listen
+
+    a, b = pg_store(dsn), pg_store(dsn)
+    heard_send, heard = anyio.create_memory_object_stream[Changed | str](100)
+    async with anyio.create_task_group() as tg:
+        await tg.start(
+            partial(
+                listen,
+                dsn,
+                b.replica_id,
+                on_change=heard_send.send_nowait,
+                on_connect=lambda: heard_send.send_nowait("connected"),
+            )
+        )
+        with anyio.fail_after(WAIT):
+            assert await heard.receive() == "connected"
+            await anyio.to_thread.run_sync(b.insert, *run_delivery(1))  # b's own: not heard
+            await anyio.to_thread.run_sync(a.insert, *run_delivery(2))
+            change = await heard.receive()
+            assert isinstance(change, Changed)
+            assert LogTarget("github", "workflow_run") in change.logs
+            assert [s.object_id for s in change.states] == ["2"]
+            with psycopg.connect(dsn, autocommit=True) as admin:  # what a database restart does to it
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                    (f"asyncai-mcp-webhooks {b.replica_id} listen",),
+                )
+            assert await heard.receive() == "connected"  # again: every listener is woken to read
+            await anyio.to_thread.run_sync(a.insert, *run_delivery(3))
+            change = await heard.receive()
+            assert isinstance(change, Changed)
+            assert [s.object_id for s in change.states] == ["3"]
+        tg.cancel_scope.cancel()
+    a.close()
+    b.close()

@@ -372,3 +372,27 @@ async def test_a_cut_listen_connection_is_made_again_and_wakes_every_listener(ds
         tg.cancel_scope.cancel()
     a.close()
     b.close()
+
+
+@pg
+def test_past_the_cap_the_least_recently_read_filtered_log_of_any_replica_goes(dsn: str) -> None:
+    clock = [NOW]
+    a, b = pg_store(dsn, clock, max_views=2), pg_store(dsn, clock, max_views=2)
+    main, dev, ci = (LogTarget("github", "workflow_run", (("branch", x),)) for x in ("main", "dev", "ci"))
+    other = LogTarget("deploys", "", (("action", "done"),))
+    a.insert(*run_delivery(1))
+    first = {t: events_of(a, t)["log_id"] for t in (main, dev)}
+    clock[0] += 1
+    b.read_log(main, None)  # read at replica b: dev is now the least recently read
+    clock[0] += 1
+    b.trim()  # b's reading times are written at its next retention pass
+    a.read_log(ci, None)  # a third filtered log: one must go
+    assert events_of(a, main)["log_id"] == first[main]
+    assert events_of(a, dev)["log_id"] != first[dev]
+    clock[0] += 1
+    assert events_of(b, other)["events"] == []  # another source's filtered log evicts across sources
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        kept = conn.execute("SELECT source FROM webhook_views WHERE filter <> '' ORDER BY source").fetchall()
+    assert kept == [("deploys",), ("github",)]

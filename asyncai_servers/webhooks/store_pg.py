@@ -23,7 +23,10 @@ retention by age and count. What several replicas add:
   delivery in its middle).
 
 When each filtered view was last read is kept per replica in memory and written (the newest of
-the replicas' times) at each trim, so a read writes nothing.
+the replicas' times) at each trim, so a read writes nothing. Past ``max_views`` filtered views,
+making one drops the least recently used, of any source, under that source's lock too (only
+tried: when that source is busy the cap is passed by one until the next view is made; two
+replicas never wait on each other's locks in a cycle).
 
 Synchronous (``psycopg``), like :class:`~.store.Store`: the server calls it one call at a time
 on a worker thread. A connection found broken is replaced at the next call (the failed call
@@ -313,10 +316,20 @@ class PgStore:
             )
             if count >= self.max_views:
                 self._write_used(conn)
-                conn.execute(  # the least recently used goes, with its entries (ON DELETE CASCADE)
-                    "DELETE FROM webhook_views WHERE id = (SELECT id FROM webhook_views WHERE filter <> ''"
-                    " ORDER BY used LIMIT 1)"
-                )
+                victim = conn.execute(
+                    "SELECT id, source FROM webhook_views WHERE filter <> '' ORDER BY used LIMIT 1"
+                ).fetchone()
+                # The least recently used goes, with its entries (ON DELETE CASCADE), under its
+                # source's lock too (a replica appending to it must not find it gone midway).
+                # Only tried: when that source is busy, the cap is passed by one until the next.
+                if victim is not None and (
+                    victim[1] == target.source
+                    or conn.execute(
+                        "SELECT pg_try_advisory_xact_lock(%s::int4, hashtext(%s))", (_LOCK_CLASS, victim[1])
+                    ).fetchone()
+                    == (True,)
+                ):
+                    conn.execute("DELETE FROM webhook_views WHERE id = %s", (victim[0],))
             (vid,) = conn.execute(
                 "INSERT INTO webhook_views (source, event, filter, log_id, used) VALUES (%s, %s, %s, %s, %s)"
                 " RETURNING id",

@@ -102,7 +102,7 @@ class WebhooksServer:
     ) -> None:
         """``db``: the SQLite file; or ``dsn``: a PostgreSQL database (several replicas may share it)."""
         if (db is None) == (dsn is None):
-            raise ValueError("WebhooksServer needs a SQLite file (db) or a PostgreSQL DSN (dsn), not both")
+            raise ValueError("WebhooksServer takes exactly one of db (a SQLite file) and dsn (PostgreSQL)")
         self.config = config
         self.clock: Clock = clock if clock is not None else WallClock()
         now = self.clock.now
@@ -119,8 +119,6 @@ class WebhooksServer:
             assert db is not None
             self.store = Store(db, retention=retention, max_views=max_views, kinds=kinds, sync=sync, now=now)
         self._disk = anyio.CapacityLimiter(1)  # one connection: one statement at a time
-        self.trims = 0
-        """Retention passes the timer has made (for stats and tests)."""
         self.receiver = Receiver(config.sources, self.deliver, max_body=max_body, now=now)
         self.endpoint: str | None = None
         """The receiver's base URL once it listens (``http://HOST:PORT/hooks/``)."""
@@ -241,7 +239,6 @@ class WebhooksServer:
                 await self._disk_call(self.store.trim)
             except Exception:  # the database is away: the next pass (or the next delivery) trims
                 log.exception("applying the retention failed")
-            self.trims += 1
 
     def _publish(self, targets: Iterable[Target | None]) -> None:
         for target in targets:

@@ -396,3 +396,27 @@ def test_past_the_cap_the_least_recently_read_filtered_log_of_any_replica_goes(d
     with psycopg.connect(dsn) as conn:
         kept = conn.execute("SELECT source FROM webhook_views WHERE filter <> '' ORDER BY source").fetchall()
     assert kept == [("deploys",), ("github",)]
+
+
+@pg
+async def test_a_dsn_with_a_password_is_taken_from_a_file_or_the_environment(
+    tmp_path: Path, dsn: str
+) -> None:
+    import argparse
+
+    from asyncai_servers.webhooks.__main__ import _dsn
+
+    secret = f"{dsn} password=only-in-the-file"  # the test cluster trusts loopback: it is not checked
+    (tmp_path / "dsn").write_text(secret + "\n")
+    async with (
+        http_server(tmp_path, store=["--database-file", str(tmp_path / "dsn")]) as (url, hooks, headers, _p),
+        mcp_client(url, headers) as client,
+    ):
+        ((hook, b, hdrs),) = _posts(hooks, range(5, 6))
+        assert (await post(hook, b, hdrs)).json()["stored"] is True
+        assert [e["key"] for e in (await read_log(client, RUNS))["events"]] == ["5"]
+    none = argparse.Namespace(database=None, database_file=None, db=None)
+    assert _dsn(none, {"ASYNCAI_WEBHOOKS_DATABASE": secret}) == secret
+    (tmp_path / "big").write_text("x" * 5000)
+    with pytest.raises(ValueError, match="longer than 4096 bytes"):
+        _dsn(argparse.Namespace(database=None, database_file=tmp_path / "big", db=None), {})

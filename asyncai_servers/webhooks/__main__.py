@@ -10,7 +10,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -129,7 +129,7 @@ def _age(text: str) -> float:
     return float(m[1]) * _UNITS[(m[2] or "s").lower()]
 
 
-def _dsn(args: argparse.Namespace, env: dict[str, str] | os._Environ[str]) -> str | None:
+def _dsn(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
     """The PostgreSQL DSN named by the arguments or the environment, or None (SQLite: --db)."""
     if args.database is not None:
         dsn: str = args.database.strip()

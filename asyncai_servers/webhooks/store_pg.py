@@ -241,22 +241,6 @@ class PgStore:
         views: dict[tuple[str, str], _View],
         bumped: dict[int, _View],
     ) -> Inserted | None:
-        row = conn.execute(
-            "INSERT INTO webhook_deliveries (source, delivery_id, event, received, fields, object_id, payload)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (source, delivery_id) DO NOTHING RETURNING id",
-            (
-                delivery.source,
-                delivery.delivery_id,
-                delivery.event,
-                now,
-                dumps(described.fields),
-                described.object_id,
-                _encode(delivery.payload).decode(),
-            ),
-        ).fetchone()
-        if row is None:
-            return None
-        did: int = row[0]
         for event in (delivery.event, ""):
             if (event, "") not in views:  # an unfiltered log is made with its first delivery
                 (vid,) = conn.execute(
@@ -266,23 +250,40 @@ class PgStore:
                 ).fetchone() or (0,)
                 views[(event, "")] = _View(vid, LogTarget(delivery.source, event), 0)
         appended = [v for v in views.values() if v.target.matches(delivery.event, described.fields)]
+        # One round trip: the delivery, its entries (the next seq of each log) and its object; a
+        # retry inserts no delivery, so nothing else either.
+        row = conn.execute(
+            "WITH d AS (INSERT INTO webhook_deliveries"
+            " (source, delivery_id, event, received, fields, object_id, payload)"
+            " VALUES (%(source)s, %(id)s, %(event)s, %(now)s, %(fields)s, %(object)s, %(payload)s)"
+            " ON CONFLICT (source, delivery_id) DO NOTHING RETURNING id),"
+            " e AS (INSERT INTO webhook_entries (view, seq, delivery)"
+            " SELECT x.v, x.s, d.id FROM d CROSS JOIN unnest(%(views)s::bigint[], %(seqs)s::bigint[]) AS x(v, s)),"
+            " o AS (INSERT INTO webhook_objects (source, event, object_id, delivery)"
+            " SELECT %(source)s, %(event)s, %(object)s, d.id FROM d WHERE %(object)s::text IS NOT NULL"
+            " ON CONFLICT (source, event, object_id) DO UPDATE SET delivery = EXCLUDED.delivery)"
+            " SELECT id FROM d",
+            {
+                "source": delivery.source,
+                "id": delivery.delivery_id,
+                "event": delivery.event,
+                "now": now,
+                "fields": dumps(described.fields),
+                "object": described.object_id,
+                "payload": _encode(delivery.payload).decode(),
+                "views": [v.id for v in appended],
+                "seqs": [v.last_seq + 1 for v in appended],
+            },
+        ).fetchone()
+        if row is None:
+            return None
         for view in appended:
             view.last_seq += 1
             bumped[view.id] = view
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO webhook_entries (view, seq, delivery) VALUES (%s, %s, %s)",
-                [(v.id, v.last_seq, did) for v in appended],
-            )
         state = None
         if described.object_id is not None:
-            conn.execute(
-                "INSERT INTO webhook_objects (source, event, object_id, delivery) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (source, event, object_id) DO UPDATE SET delivery = EXCLUDED.delivery",
-                (delivery.source, delivery.event, described.object_id, did),
-            )
             state = StateTarget(delivery.source, delivery.event, described.object_id)
-        return Inserted(did, tuple(v.target for v in appended), state)
+        return Inserted(row[0], tuple(v.target for v in appended), state)
 
     def _notify_payload(self, stored: Sequence[Inserted | None]) -> str:
         logs = {(t.source, t.event, t.filter_key) for i in stored if i is not None for t in i.logs}

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl
 
 import attrs
@@ -42,7 +42,20 @@ from asyncai_servers.webhooks.uri import LogTarget, StateTarget
 from asyncai_servers.webhooks.verify import Delivery
 from asyncai_watch.server.eventlog import dumps
 
-__all__ = ["LOG_PAGE", "MAX_VIEWS", "TRIM_EVERY", "Inserted", "LogPage", "Retention", "Store"]
+__all__ = [
+    "LOG_PAGE",
+    "MAX_VIEWS",
+    "TRIM_EVERY",
+    "DeliveryStore",
+    "Inserted",
+    "LogPage",
+    "Retention",
+    "Store",
+    "empty_page",
+    "event_json",
+    "iso",
+    "log_page",
+]
 
 LOG_PAGE: Final = 100
 """Events one read returns at most (a reader further behind reads again: it is signalled)."""
@@ -130,7 +143,24 @@ class _View:
     """When it was last read (kept in memory, written at each trim: a read writes nothing)."""
 
 
-def _iso(at: float) -> str:
+class DeliveryStore(Protocol):
+    """What the server needs of a store: :class:`Store` (SQLite) or
+    :class:`~.store_pg.PgStore` (PostgreSQL). Synchronous: called one at a time on a worker thread."""
+
+    retention: Retention
+
+    def insert_many(self, batch: Sequence[tuple[Delivery, Described]]) -> list[Inserted | None]: ...
+    def ensure_view(self, target: LogTarget) -> bool: ...
+    def trim(self) -> int: ...
+    def read_log(
+        self, target: LogTarget, after: tuple[str, int] | None, limit: int = LOG_PAGE
+    ) -> LogPage: ...
+    def read_state(self, target: StateTarget) -> str: ...
+    def counts(self) -> dict[str, dict[str, Any]]: ...
+    def close(self) -> None: ...
+
+
+def iso(at: float) -> str:
     return datetime.fromtimestamp(at, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -350,10 +380,7 @@ class Store:
         self.ensure_view(target)
         view = self._views.get((target.source, target.event, target.filter_key))
         if view is None:  # an unfiltered log before its first delivery
-            return LogPage(
-                f'{{"log_id":"empty","last_seq":0,"first_seq":1,"retention":{dumps(self.retention.text())},"events":[]}}',
-                False,
-            )
+            return empty_page(self.retention)
         view.used = self.now()
         first = self.db.execute("SELECT min(seq) FROM entries WHERE view = ?", (view.id,)).fetchone()[0]
         if after is not None and after[0] == view.log_id:
@@ -370,14 +397,7 @@ class Store:
                 " ORDER BY e.seq DESC LIMIT ?) ORDER BY seq",
                 (view.id, limit),
             ).fetchall()
-        events = [_event(*row) for row in rows]
-        more = bool(rows) and rows[-1][0] < view.last_seq
-        text = (
-            f'{{"log_id":"{view.log_id}","last_seq":{view.last_seq},'
-            f'"first_seq":{first if first is not None else view.last_seq + 1},'
-            f'"retention":{dumps(self.retention.text())},"events":[{",".join(events)}]}}'
-        )
-        return LogPage(text, more)
+        return log_page(view.log_id, view.last_seq, first, self.retention, rows)
 
     def read_state(self, target: StateTarget) -> str:
         """The latest delivery about one object: ``{"source", "event", "id", "delivery_id",
@@ -398,7 +418,7 @@ class Store:
             {
                 **head,
                 "delivery_id": delivery_id,
-                "received": _iso(received),
+                "received": iso(received),
                 "fields": msgspec.json.decode(fields),
                 "object": obj,
             }
@@ -413,18 +433,40 @@ class Store:
             entry = out.setdefault(source, {"deliveries": 0, "newest": None, "events": {}})
             entry["deliveries"] += n
             entry["events"][event] = n
-            stamp = _iso(newest)
+            stamp = iso(newest)
             if entry["newest"] is None or stamp > entry["newest"]:
                 entry["newest"] = stamp
         return out
 
 
-def _event(
+def event_json(
     seq: int, delivery_id: str, event: str, received: float, fields: str, object_id: str | None, payload: str
 ) -> str:
     action = msgspec.json.decode(fields).get("action")
     typ = f"{event}.{action}" if action else event
     return (
         f'{{"seq":{seq},"type":{dumps(typ)},"key":{dumps(object_id or delivery_id)},"event":{dumps(event)},'
-        f'"delivery_id":{dumps(delivery_id)},"received":"{_iso(received)}","object":{fields},"payload":{payload}}}'
+        f'"delivery_id":{dumps(delivery_id)},"received":"{iso(received)}","object":{fields},"payload":{payload}}}'
     )
+
+
+def empty_page(retention: Retention) -> LogPage:
+    """The body of an unfiltered log before its first delivery."""
+    return LogPage(
+        f'{{"log_id":"empty","last_seq":0,"first_seq":1,"retention":{dumps(retention.text())},"events":[]}}',
+        False,
+    )
+
+
+def log_page(
+    log_id: str, last_seq: int, first: int | None, retention: Retention, rows: Sequence[Sequence[Any]]
+) -> LogPage:
+    """An event-log body from a view's ``log_id``, ``last_seq``, smallest seq kept and the rows read
+    (``seq, delivery_id, event, received, fields, object_id, payload``)."""
+    events = [event_json(*row) for row in rows]
+    text = (
+        f'{{"log_id":"{log_id}","last_seq":{last_seq},'
+        f'"first_seq":{first if first is not None else last_seq + 1},'
+        f'"retention":{dumps(retention.text())},"events":[{",".join(events)}]}}'
+    )
+    return LogPage(text, bool(rows) and rows[-1][0] < last_seq)

@@ -262,6 +262,7 @@ class LoopbackAuthorization:
         return f"http://127.0.0.1:{self.port}/callback"
 
     async def redirect(self, authorization_url: str) -> None:
+        """Listen for the browser's return, then show ``authorization_url`` to the person."""
         await self._turn.acquire()
         try:
             multi = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
@@ -284,6 +285,7 @@ class LoopbackAuthorization:
         self._listener = listener
 
     async def callback(self) -> AuthorizationCodeResult:
+        """Wait for the browser's return to the redirect URI and return its code and state."""
         listener, self._listener = self._listener, None
         if listener is None:
             raise OAuthFlowError("the OAuth callback was awaited before the redirect was shown")
@@ -410,6 +412,7 @@ class HttpAuth:
     """A connect may take this long (a person authorizing in a browser); ``None``: the usual bound."""
 
     def auth_for(self, url: str) -> httpx2.Auth | None:
+        """The OAuth provider for the server at ``url``, or ``None`` without OAuth."""
         return self.make_auth(url) if self.make_auth is not None else None
 
 

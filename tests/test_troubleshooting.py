@@ -25,6 +25,13 @@ TEXT_BLOCK = re.compile(r"^```text\n(.*?)^```", re.M | re.S)
 FRAGMENTS = [
     "cannot connect to MCP server ",
     "cannot start MCP server ",
+    "did you mean --server http://",
+    " (a URL with its scheme)? ",
+    "HTTP bearer token in ",
+    "refusing the token ",
+    "is the path right? MCP servers usually serve at /mcp (e.g. http://127.0.0.1:8765/mcp): ",
+    "on_event may only read; it calls ",
+    " is not read-only (no readOnlyHint: true)",
     ": no answer to the connect handshake within ",
     " got no answer within ",
     "; the connection was dropped and the next call reconnects (pass a larger request_timeout if the server is only slow)",

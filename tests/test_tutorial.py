@@ -3,8 +3,8 @@
 tests/test_doc_examples.py runs every command of the page and checks exit codes; a watch there
 only has to start. Here the steps of sections 3 and 4 run as the page has them (their commands
 read from the page, the port swapped for a free one), and the watches' output is checked: the
-plain watch prints ``ADDED todo``, and the filtered one prints ``MODIFIED todo`` and nothing for
-``owner``. Each wait is on a line of output, bounded by :data:`WAIT`.
+plain watch prints ``ADDED todo``, the ``--once`` one prints ``MODIFIED todo (milk→eggs)`` and exits 0 by
+itself, and the filtered one prints ``MODIFIED todo`` and nothing for ``owner``. Each wait is on a line of output, bounded by :data:`WAIT`.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ async def test_the_watch_and_the_filter_print_what_the_page_says(tmp_path: Path,
 
     serve, resources, watch = section("3. Watch a memo from the shell")[:3]
     call = section("3. Watch a memo from the shell")[3]
-    filtered, call_owner, call_todo = section("4. A filter")
+    once, call_once = section("4. In a script")
+    filtered, call_owner, call_todo = section("5. A filter")
     assert "--http" in serve
     assert " watch " in watch
     assert "--on-event" in filtered
@@ -120,6 +121,14 @@ async def test_the_watch_and_the_filter_print_what_the_page_says(tmp_path: Path,
             assert (await run(call)).strip() == "ok"
             await plain.line("^ADDED todo$")
 
+            one = await start(once.removesuffix("&").strip())
+            started.append(one)
+            await one.line("watching memo://notes")
+            await run(call_once)
+            with anyio.fail_after(WAIT):  # --once: it ends by itself after its one notice
+                await one.process.wait()
+            assert one.process.returncode == 0, one.lines
+
             only_todo = await start(filtered)
             started.append(only_todo)
             await only_todo.line("watching memo://notes")
@@ -135,5 +144,8 @@ async def test_the_watch_and_the_filter_print_what_the_page_says(tmp_path: Path,
     notices = [line for line in only_todo.lines if not line.startswith("asyncai-watch:")]
     assert notices == ["MODIFIED todo"]  # owner's change was dropped by the filter
     assert next(line for line in plain.lines if not line.startswith("asyncai-watch:")) == "ADDED todo"
+    assert [line for line in one.lines if not line.startswith("asyncai-watch:")] == [
+        "MODIFIED todo (milk→eggs)"
+    ]
     for running in (plain, only_todo):
         assert running.process.returncode == 0, running.lines

@@ -34,6 +34,7 @@ class HttpAuth:
     """A connect may take this long (a person authorizing in a browser); ``None``: the usual bound."""
 
     def auth_for(self, url: str) -> httpx2.Auth | None:
+        """The OAuth provider for the server at ``url``, or ``None`` without OAuth."""
         return self.make_auth(url) if self.make_auth is not None else None
 
 

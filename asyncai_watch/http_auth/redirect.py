@@ -57,6 +57,7 @@ class LoopbackAuthorization:
         return f"http://127.0.0.1:{self.port}/callback"
 
     async def redirect(self, authorization_url: str) -> None:
+        """Listen for the browser's return, then show ``authorization_url`` to the person."""
         await self._turn.acquire()
         try:
             multi = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
@@ -79,6 +80,7 @@ class LoopbackAuthorization:
         self._listener = listener
 
     async def callback(self) -> AuthorizationCodeResult:
+        """Wait for the browser's return to the redirect URI and return its code and state."""
         listener, self._listener = self._listener, None
         if listener is None:
             raise OAuthFlowError("the OAuth callback was awaited before the redirect was shown")

@@ -44,9 +44,10 @@ from asyncai_agent.events import (
     RunStarted,
     ToolResult,
 )
-from asyncai_agent.exits import fail, known_error, leaves
+from asyncai_agent.exits import fail, known_error
 from asyncai_agent.session import SessionConfig, open_session
 from asyncai_watch import Limits, McpResourceSource
+from asyncai_watch.exception_groups import leaves
 
 __all__ = ["DEMO_SCRIPT", "run_demo"]
 

@@ -11,19 +11,13 @@ from typing import Final
 from asyncai_agent.backends.base import BackendError
 from asyncai_agent.transcript import TranscriptError
 from asyncai_watch import WatchError
+from asyncai_watch.exception_groups import leaves
 
-__all__ = ["PROG", "fail", "known_error", "leaves", "warn"]
+__all__ = ["PROG", "fail", "known_error", "warn"]
 
 PROG: Final = "asyncai-agent"
 
 _KNOWN_ERRORS: Final = (WatchError, BackendError, TranscriptError, ValueError, OSError)
-
-
-def leaves(exc: BaseException) -> list[BaseException]:
-    """The exceptions inside ``exc``, task-group wrappers unwrapped."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
-    return [exc]
 
 
 def known_error(exc: BaseException) -> BaseException | None:

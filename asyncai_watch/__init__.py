@@ -18,6 +18,8 @@ The public API is the names here plus these public submodules (docs/architecture
 - :mod:`asyncai_watch.server`: helpers for writing a watchable MCP server (subscriptions of both
   MCP eras at O(listeners) per change, stdio and Streamable HTTP serving, the event ring, the
   protocol errors);
+- :mod:`asyncai_watch.exception_groups`: the exceptions a task group wrapped (``leaves``), for a
+  program that reports the error inside one;
 - :mod:`asyncai_watch.small_file`: read a small file the way a token or state file is read
   (regular files only, size-capped, a FIFO or device refused before a byte is read);
 - :mod:`asyncai_watch.testing`: a fake clock and a fake source for tests.

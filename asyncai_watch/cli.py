@@ -33,6 +33,7 @@ from asyncai_watch.core.echo import quoted, redact
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import WatchError
+from asyncai_watch.exception_groups import leaves
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.info import WatchInfo
 from asyncai_watch.mcp.body_cap import add_cap_argument
@@ -357,13 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _known(exc: BaseException) -> BaseException | None:
     """The user-facing error inside ``exc`` (task groups wrap errors in groups), if it is one."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _known(inner)
-            if found is not None:
-                return found
-        return None
-    return exc if isinstance(exc, WatchError | ValueError | OSError) else None
+    return next((leaf for leaf in leaves(exc) if isinstance(leaf, WatchError | ValueError | OSError)), None)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from asyncai_watch.core.echo import clip, redact
+from asyncai_watch.echo import clip, redact
 
 __all__ = [
+    "BaselineError",
     "FilterEngineError",
     "FilterError",
     "FilterTimeoutError",
@@ -42,11 +43,12 @@ class NotWatchableError(WatchError):
     @staticmethod
     def for_server(server: str, protocol_version: str) -> NotWatchableError:
         """The error for ``watch_start`` on a server that cannot carry watches, saying why."""
-        return NotWatchableError(
-            f"watch_start: server {server!r} is not watchable: it speaks MCP {protocol_version} and does "
-            "not advertise resources.subscribe (it serves neither subscriptions/listen nor "
-            "resources/subscribe). Its tools and read_resource still work; docs/server-contract.md says "
-            "what makes a server watchable."
+        return not_watchable(
+            server,
+            f"it speaks MCP {protocol_version} and does not advertise resources.subscribe (it serves "
+            "neither subscriptions/listen nor resources/subscribe). Its tools and read_resource still "
+            f"work; {WATCHABLE_DOC}.",
+            prefix="watch_start: ",
         )
 
 
@@ -108,11 +110,70 @@ class ServerTimeoutError(ServerConnectionError):
     """A request got no answer within ``request_timeout``; the connection was dropped and is remade."""
 
 
+# -- error factories: each failure worded once, wherever it is raised ------------------------------
+
+WATCHABLE_DOC: Final = "docs/server-contract.md says what makes a server watchable"
+
+
+def not_watchable(server: str, why: str, *, prefix: str = "") -> NotWatchableError:
+    """``server 'S' is not watchable: WHY``: every "not watchable" message starts so."""
+    return NotWatchableError(f"{prefix}server {server!r} is not watchable: {why}")
+
+
+def not_advertised(server: str, capability: str) -> NotWatchableError:
+    """The server does not advertise ``capability`` (``resources.subscribe``, ``resources.listChanged``)."""
+    return not_watchable(server, f"it does not advertise {capability} ({WATCHABLE_DOC})")
+
+
+def refused_when_tried(server: str, protocol_version: str, method: str, reason: str) -> NotWatchableError:
+    """A server that does not advertise ``resources.subscribe`` refused the ``method`` it was tried with."""
+    return not_watchable(
+        server,
+        f"it speaks MCP {protocol_version} and does not advertise resources.subscribe, and refused the "
+        f"{method} it was tried with ({reason}); its tools and reads still work "
+        "(docs/existing-servers.md says what makes a server watchable)",
+    )
+
+
+def advertised_but_missing(server: str, method: str, detail: str = "") -> NotWatchableError:
+    """A server advertises ``resources.subscribe`` but answers ``method`` with 'Method not found'."""
+    shown = f" ({detail})" if detail else ""
+    return not_watchable(
+        server,
+        f"it advertises resources.subscribe but answers {method} with 'Method not found'{shown}; "
+        + WATCHABLE_DOC,
+    )
+
+
+def protocol_too_old(server: str, protocol_version: str, needed: str) -> ProtocolVersionError:
+    """A server speaking ``protocol_version`` cannot serve ``subscriptions/listen`` (MCP ``needed``)."""
+    return ProtocolVersionError(
+        f"server {server!r} speaks {protocol_version}; watches need MCP {needed} (subscriptions/listen)"
+    )
+
+
+# -- errors a watch's start tells apart by type (never by message text) ----------------------------
+
+
+class BaselineError(WatchError):
+    """A URI's first read cannot be a watch's baseline (an event log whose body is not one, a
+    state served as JSON that does not parse). ``reason`` says why, without the ``watch_start: ``
+    that the message leads with: it is also the start failure the watch's connection reports."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"watch_start: {reason}")
+
+    def __reduce__(self) -> tuple[type[BaselineError], tuple[str]]:
+        # Made from its reason, not its message: it comes back whole from the large-body worker.
+        return type(self), (self.reason,)
+
+
 _DESCRIBE_CAP: Final = 2000  # an error's text in a notice or log: several quotes of input, capped
 
 
 def describe(exc: BaseException) -> str:
     """``Type: message`` (or just the type): how errors are named in notices, logs and tool
-    results; URLs in the message lose their secrets (:func:`~asyncai_watch.core.echo.redact`)."""
+    results; URLs in the message lose their secrets (:func:`~asyncai_watch.echo.redact`)."""
     text = clip(redact(str(exc)), _DESCRIBE_CAP)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -30,6 +30,7 @@ EXTRAS: Final = {
     "claude-agent-sdk": "claude_agent_sdk",
     "google-adk": "google.adk",
     "fastmcp": "fastmcp",
+    "webhooks": "standardwebhooks",
 }
 """Each extra of ``pyproject.toml`` with a runtime feature, and the top-level module it provides.
 

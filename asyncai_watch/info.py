@@ -11,7 +11,7 @@ from typing import Final, Literal
 import attrs
 
 from asyncai_watch.core.events import Shape
-from asyncai_watch.core.routing import ServerCatalog
+from asyncai_watch.core.routing import ServerListing
 
 __all__ = ["ResourceInfo", "WatchInfo", "WatchStatus", "resource_example", "resource_infos"]
 
@@ -82,7 +82,7 @@ class ResourceInfo:
         return resource_example(self.description)
 
 
-def resource_infos(catalog: ServerCatalog) -> list[ResourceInfo]:
+def resource_infos(catalog: ServerListing) -> list[ResourceInfo]:
     """One server's listing as :class:`ResourceInfo` values: its resources, then its templates."""
     fixed = [
         ResourceInfo(

@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 from pythonjsonlogger.json import JsonFormatter
 
-from asyncai_watch.core.echo import redact
+from asyncai_watch.echo import redact
 
 if TYPE_CHECKING:
     from asyncai_watch.core.deliver import EventRecord
@@ -64,7 +64,7 @@ _HANDLER_MARK: Final = "_asyncai_watch_ndjson"
 class NdjsonFormatter(JsonFormatter):
     """``ts``, ``level``, ``logger``, ``event``, then the record's extra fields.
 
-    Every string field (a traceback included) goes through :func:`~asyncai_watch.core.echo.redact`
+    Every string field (a traceback included) goes through :func:`~asyncai_watch.echo.redact`
     on its way out: whatever a caller logs, no URL keeps its secret parameters or userinfo and no
     bearer token is written.
     """

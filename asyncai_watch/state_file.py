@@ -45,8 +45,8 @@ from typing import Any, Final
 import attrs
 import cattrs
 
-from asyncai_watch.core.echo import clip, quoted, redact
 from asyncai_watch.core.spec import WatchSpec
+from asyncai_watch.echo import clip, quoted, redact
 from asyncai_watch.errors import StateFileError
 from asyncai_watch.small_file import SmallFileError, read_small_file
 

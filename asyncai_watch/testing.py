@@ -43,7 +43,7 @@ import anyio.lowlevel
 from asyncai_watch.core.echo import quoted
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
-from asyncai_watch.errors import NotWatchableError, ProtocolVersionError, SubscriptionLostError
+from asyncai_watch.errors import SubscriptionLostError, not_advertised, protocol_too_old
 from asyncai_watch.mcp.source import (
     MODERN_PROTOCOL_VERSION,
     ReadResult,
@@ -51,6 +51,7 @@ from asyncai_watch.mcp.source import (
     ToolInfo,
     ToolResult,
     Updates,
+    subscription_mode_for,
 )
 
 __all__ = ["FakeClock", "FakeSource", "ReadGate", "ToolHandler"]
@@ -144,9 +145,7 @@ class FakeSource:
         self._protocol_version = protocol_version
         self._subscribable = subscribable
         self._mode: SubscriptionMode = (
-            subscription_mode
-            if subscription_mode is not None
-            else ("listen" if protocol_version == MODERN_PROTOCOL_VERSION else "subscribe")
+            subscription_mode if subscription_mode is not None else subscription_mode_for(protocol_version)
         )
         self.resources: list[ListedResource] = list(resources)
         self.templates: list[ListedTemplate] = list(templates)
@@ -183,7 +182,7 @@ class FakeSource:
     @property
     def watchable(self) -> bool:
         return self._subscribable and (
-            self._protocol_version == MODERN_PROTOCOL_VERSION or self._mode == "subscribe"
+            subscription_mode_for(self._protocol_version) == "listen" or self._mode == "subscribe"
         )
 
     @property
@@ -220,12 +219,9 @@ class FakeSource:
         method = "subscriptions/listen" if self._mode == "listen" else "resources/subscribe"
         self._count(method, " ".join(sorted(uris)))
         if not self.watchable:
-            if self._mode == "listen" and self._protocol_version != MODERN_PROTOCOL_VERSION:
-                raise ProtocolVersionError(
-                    f"server {self._name!r} speaks {self._protocol_version}; "
-                    f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
-                )
-            raise NotWatchableError(f"server {self._name!r} is not watchable: no resources.subscribe")
+            if self._mode == "listen" and subscription_mode_for(self._protocol_version) != "listen":
+                raise protocol_too_old(self._name, self._protocol_version, MODERN_PROTOCOL_VERSION)
+            raise not_advertised(self._name, "resources.subscribe")
         if self._mode == "subscribe" and len(uris) != 1:
             raise ValueError(f"a legacy subscription holds one URI, got {sorted(uris)}")
         self._check_connected()
@@ -246,8 +242,8 @@ class FakeSource:
 
     @asynccontextmanager
     async def _listen_list_changed(self) -> AsyncIterator[AsyncIterator[None]]:
-        if self._protocol_version != MODERN_PROTOCOL_VERSION or not self.list_changed_supported:
-            raise NotWatchableError(f"server {self._name!r} does not advertise resources.listChanged")
+        if subscription_mode_for(self._protocol_version) != "listen" or not self.list_changed_supported:
+            raise not_advertised(self._name, "resources.listChanged")
         self._check_connected()
         listener = _Listener(frozenset())
         self._catalog_listeners.append(listener)

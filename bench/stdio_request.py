@@ -37,7 +37,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from asyncai_watch.mcp._lines import read_message
+from asyncai_watch.jsonrpc_framing import read_message
 
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
 SERVERS = {

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from asyncai_watch import log
 from asyncai_watch.core.echo import SECRET_PARAMETERS, quoted, redact, redact_url
-from asyncai_watch.core.routing import ServerCatalog
+from asyncai_watch.core.routing import ServerListing
 from asyncai_watch.core.routing import route as route_uri
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import (
@@ -280,7 +280,7 @@ def test_the_spec_and_routing_errors_quote_input_with_a_cap() -> None:
     with pytest.raises(FilterError) as on_event:
         WatchSpec.checked("x", NOTES, {"k": "v" * 1_000_000})
     assert len(str(on_event.value)) < SHORT
-    catalog = ServerCatalog(name="memo")
+    catalog = ServerListing(name="memo")
     with pytest.raises(RoutingError) as route:
         route_uri(HUGE_URI, [catalog])
     assert len(str(route.value)) < SHORT

@@ -8,6 +8,7 @@ checks the invariants the shell relies on.
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from typing import Any
 
@@ -21,6 +22,7 @@ from asyncai_watch.core.deliver import Delivery, EventRecord, Line
 from asyncai_watch.core.events import EVENTS_MIME_TYPE, GAP, Event
 from asyncai_watch.core.extract import Body, Extraction, ExtractionStateError, Pending
 from asyncai_watch.core.feed import GiveUp, Resubscribe, Retry
+from asyncai_watch.errors import BaselineError
 
 JSON = "application/json"
 LIMITS = Limits(debounce_quiet=3.0, debounce_max_wait=15.0, lines_per_notice=5)
@@ -121,6 +123,19 @@ def test_a_json_state_nested_past_the_parser_limit_is_an_error_line() -> None:
 def test_a_json_baseline_that_is_not_json_fails_the_start() -> None:
     with pytest.raises(WatchError, match=r"served as application/json but its body is not JSON"):
         watch().baseline(Body.parse("{oops", JSON))
+
+
+def test_a_baseline_error_is_told_apart_by_its_type_and_pickles_whole() -> None:
+    """The start tells a bad baseline from a failed read by its type; it crosses from the
+    large-body worker as it was raised (its message, and its reason without ``watch_start: ``)."""
+    with pytest.raises(BaselineError) as raised:
+        watch().baseline(Body.parse("{oops", JSON))
+    error = raised.value
+    assert isinstance(error, WatchError)  # code that catches WatchError still catches it
+    assert str(error).startswith("watch_start: memo://notes is served as application/json")
+    assert error.reason == str(error).removeprefix("watch_start: ")
+    back = pickle.loads(pickle.dumps(error))
+    assert (type(back), str(back), back.reason) == (BaselineError, str(error), error.reason)
 
 
 def test_text_state_still_diffs_as_a_whole() -> None:

@@ -7,12 +7,14 @@ change between the read and the wait is never missed).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -93,6 +95,12 @@ async def events_until(
 
 def has(events: list[dict[str, Any]], kind: str, name: str) -> bool:
     return any(e["type"] == kind and e["object"]["name"] == name for e in events)
+
+
+def iso_utc_ns(ns: int) -> str:
+    """What a dir-events object's mtime reads as: ISO 8601 UTC, nanoseconds, ``Z``."""
+    whole = datetime.datetime.fromtimestamp(ns // 1_000_000_000, datetime.UTC)
+    return whole.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns % 1_000_000_000:09d}Z"
 
 
 def last_seq(text: str) -> int:
@@ -199,7 +207,7 @@ async def test_dir_events_rename_delete_and_create_in_a_subdirectory(tmp_path: P
             "path": str(made_path),
             "name": "sub/deeper/made.txt",
             "size": 5,
-            "mtime": made_path.stat().st_mtime,
+            "mtime": iso_utc_ns(made_path.stat().st_mtime_ns),
             "type": "file",
         }
 
@@ -256,6 +264,54 @@ async def test_dir_events_non_recursive_and_glob(tmp_path: Path) -> None:
             client, sub, flat, start_flat, lambda evs: has(evs, "ADDED", "top.txt")
         )
         assert all("/" not in e["object"]["name"] for e in flat_events), flat_events
+
+
+async def test_dir_events_exclude_leaves_out_matching_entries_and_all_below_them(tmp_path: Path) -> None:
+    (tmp_path / ".git" / "objects").mkdir(parents=True)
+    (tmp_path / "src").mkdir()
+    uri = f"dir-events://{tmp_path}?recursive=true&exclude=.git,node_modules,*.tmp"
+    async with files_server(tmp_path) as client, client.listen(resource_subscriptions=[uri]) as sub:
+        pid = child_pid("asyncai_servers.files")
+        text, _ = await read(client, uri)
+        start = last_seq(text)
+        # The root and src/ are watched; .git/ and .git/objects/ get no inotify watch.
+        assert inotify_watches(pid) == [2]
+        (tmp_path / ".git" / "objects" / "ab").write_text("blob")
+        (tmp_path / ".git" / "HEAD").write_text("ref")
+        (tmp_path / "src" / "node_modules" / "pkg").mkdir(parents=True)
+        (tmp_path / "src" / "node_modules" / "pkg" / "index.js").write_text("x")
+        (tmp_path / "src" / "draft.tmp").write_text("x")
+        (tmp_path / "src" / "main.py").write_text("print()")
+        events = await events_until(client, sub, uri, start, lambda evs: has(evs, "ADDED", "src/main.py"))
+        assert {e["object"]["name"] for e in events} == {"src/main.py"}
+        now = time.time_ns()
+        added = events[-1]["object"]
+        assert added["mtime"] == iso_utc_ns((tmp_path / "src" / "main.py").stat().st_mtime_ns)
+        assert abs(datetime.datetime.fromisoformat(added["mtime"]).timestamp() - now / 1e9) < 3600
+        # A directory rename from an excluded name to a kept one is seen, with what it holds.
+        (tmp_path / "src" / "node_modules").rename(tmp_path / "src" / "vendor")
+        events = await events_until(
+            client, sub, uri, start, lambda evs: has(evs, "ADDED", "src/vendor/pkg/index.js")
+        )
+        assert not any("node_modules" in e["object"]["name"] for e in events), events
+
+
+async def test_dir_events_exclude_is_validated_and_the_error_says_what_is_accepted(tmp_path: Path) -> None:
+    async with files_server(tmp_path) as client:
+        for query, problem in [
+            ("exclude=", "exclude holds an empty glob"),
+            ("exclude=a,,b", "exclude holds an empty glob"),
+            ("exclude=/etc", "exclude holds the absolute glob '/etc'"),
+            ("exclude=a&exclude=b", "exclude is given more than once"),
+            ("exclude=" + ",".join(["x"] * 33), "exclude lists 33 globs"),
+            ("exclude=" + "x" * 300, "exclude holds a glob of 300 characters"),
+        ]:
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource(f"dir-events://{tmp_path}?{query}")
+            message = str(caught.value)
+            assert problem in message, (query, message)
+            assert "exclude takes up to 32 globs of at most 256 characters, comma-separated" in message
+            assert caught.value.error.code == -32602
 
 
 async def test_burst_of_writes_coalesces(tmp_path: Path) -> None:
@@ -362,13 +418,13 @@ async def test_lists_templates_with_examples(tmp_path: Path) -> None:
     async with files_server(tmp_path) as client:
         templates = (await client.list_resource_templates()).resource_templates
         by_name = {t.uri_template: t for t in templates}
-        assert set(by_name) == {"file://{+path}", "dir-events://{+path}{?recursive,glob}"}
+        assert set(by_name) == {"file://{+path}", "dir-events://{+path}{?recursive,glob,exclude}"}
         for t in templates:
             assert t.description is not None
             last = t.description.strip().splitlines()[-1]
             assert last.startswith("Example: await watch_start(name=")
             assert real in last
-        assert by_name["dir-events://{+path}{?recursive,glob}"].mime_type == EVENTS_MIME_TYPE
+        assert by_name["dir-events://{+path}{?recursive,glob,exclude}"].mime_type == EVENTS_MIME_TYPE
         resources = (await client.list_resources()).resources
         assert [r.uri for r in resources] == [f"dir-events://{real}?recursive=true"]
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from asyncai_servers.files.change_source import InotifyUnavailable, NotifyTiming, check_inotify
 from asyncai_servers.files.content import NotAFile, read_state
-from asyncai_servers.files.dirlog import DirSpec, observe, reconcile, scan
+from asyncai_servers.files.dirlog import DirSpec, iso_utc, observe, reconcile, scan
 from asyncai_servers.files.paths import PathRefused, RootError, Roots
 
 
@@ -254,3 +254,22 @@ def test_reconcile_events_take_known_to_observed(before: dict[str, Any], seen: d
         elif o["type"] != "dir" or start.get(path) is None or start[path]["type"] != "dir":
             assert known[path] == o
     assert not reconcile(known, observed)  # idempotent: a repeated batch reports nothing
+
+
+def test_exclude_leaves_out_matches_and_everything_below_them(tmp_path: Path) -> None:
+    for name in ("keep.txt", "a.tmp", ".git/HEAD", "src/node_modules/p/i.js", "src/main.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    spec = DirSpec(str(tmp_path), True, None, (".git", "node_modules", "*.tmp"))
+    assert {os.path.relpath(p, tmp_path) for p in scan(spec)} == {"keep.txt", "src", "src/main.py"}
+    assert spec.excluded(str(tmp_path / "src" / "node_modules" / "p" / "i.js"))
+    assert not spec.excluded(str(tmp_path))  # the watched directory itself never is
+    assert not spec.excluded(str(tmp_path.parent / "x.tmp"))  # nor anything outside it
+    changed = [str(tmp_path / ".git" / "new"), str(tmp_path / "b.tmp"), str(tmp_path / "src" / "main.py")]
+    assert list(observe(spec, changed, known=())) == [str(tmp_path / "src" / "main.py")]
+
+
+def test_iso_utc_is_exact_to_the_nanosecond() -> None:
+    assert iso_utc(0) == "1970-01-01T00:00:00.000000000Z"
+    assert iso_utc(1_764_681_600_120_000_001) == "2025-12-02T13:20:00.120000001Z"
+    assert iso_utc(-1) == "1969-12-31T23:59:59.999999999Z"

@@ -10,6 +10,7 @@ import pytest
 
 from asyncai_watch import EVENTS_MIME_TYPE, Limits, WatchManager
 from asyncai_watch.core.extract import Body
+from asyncai_watch.errors import BaselineError
 from asyncai_watch.mcp.source import ListedResource
 from asyncai_watch.runtime.topic import LARGE_BODY
 from asyncai_watch.testing import FakeClock, FakeSource
@@ -70,6 +71,21 @@ async def test_a_watch_that_grows_large_moves_to_the_worker_with_its_baseline() 
         assert lines[:2] == ["ADDED item-3", "ADDED item-4"]
         # 100 events per update (the rest summed up in one line), 20 lines per notice.
         assert lines[-1] == "+81 more"
+
+
+@pytest.mark.anyio
+async def test_a_large_body_that_cannot_be_a_baseline_fails_the_start_as_a_small_one_does() -> None:
+    """Parsed in the worker, a bad baseline still fails ``watch_start`` with a BaselineError that
+    says what is wrong, not as a read the server failed."""
+    fake = source()
+    fake.contents[BIG] = ("{oops" + " " * LARGE_BODY, "application/json")
+    async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock()) as m:
+        with pytest.raises(
+            BaselineError, match=r"^watch_start: memo://big is served as application/json but"
+        ):
+            await m.watch_start("big", BIG)
+        assert m._offload._process is not None  # the case under test: it was parsed in the worker
+        assert m.watch_list() == []
 
 
 @pytest.mark.anyio

@@ -18,6 +18,7 @@ from mcp.client import advertise
 from mcp.shared.message import SessionMessage
 from test_memo_server import MEMO, WAIT, memo_http_server
 
+from asyncai_watch import jsonrpc_framing
 from asyncai_watch.errors import (
     NotWatchableError,
     ServerConnectionError,
@@ -26,8 +27,7 @@ from asyncai_watch.errors import (
     SubscriptionLostError,
     WatchError,
 )
-from asyncai_watch.mcp import _lines
-from asyncai_watch.mcp._lines import LineReader
+from asyncai_watch.jsonrpc_framing import LineReader
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.mcp.source import ReadResult, ResourceSource
 from asyncai_watch.testing import FakeClock
@@ -488,7 +488,7 @@ async def test_a_large_line_is_parsed_in_steps_while_the_loop_runs(monkeypatch: 
     line = json.dumps(
         {"jsonrpc": "2.0", "id": 7, "result": {"contents": [{"uri": "memo://n", "text": text}]}}
     ).encode()
-    monkeypatch.setattr(_lines, "LARGE_LINE", len(line) // 10)
+    monkeypatch.setattr(jsonrpc_framing, "LARGE_LINE", len(line) // 10)
     turns = 0
 
     async def other_task() -> None:
@@ -499,7 +499,7 @@ async def test_a_large_line_is_parsed_in_steps_while_the_loop_runs(monkeypatch: 
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(other_task)
-        parsed = await _lines.read_message(line)
+        parsed = await jsonrpc_framing.read_message(line)
         tg.cancel_scope.cancel()
     assert isinstance(parsed, SessionMessage)
     assert parsed.message == sdk_parse(line)
@@ -514,7 +514,7 @@ async def test_a_line_that_is_no_message_says_which_error_and_keeps_the_id(
     """Not JSON, or nested too deep: -32700; JSON but no JSON-RPC message: -32600. The request
     id is kept wherever it can be read (at the object's top level only), small or large line."""
     if large:
-        monkeypatch.setattr(_lines, "LARGE_LINE", 100)
+        monkeypatch.setattr(jsonrpc_framing, "LARGE_LINE", 100)
     pad = "x" * 300
     deep = "[" * 100_000 + "]" * 100_000
     cases = [
@@ -529,30 +529,30 @@ async def test_a_line_that_is_no_message_says_which_error_and_keeps_the_id(
         (f'["{pad}"]', -32600, None),
     ]
     for text, code, request_id in cases:
-        got = await _lines.read_message(text.encode())
-        assert isinstance(got, _lines.MessageError), text[:80]
+        got = await jsonrpc_framing.read_message(text.encode())
+        assert isinstance(got, jsonrpc_framing.MessageError), text[:80]
         assert (got.code, got.request_id) == (code, request_id), (text[:80], got)
         assert len(got.message) < 300  # says what is wrong without quoting the line
-        reply = json.loads(_lines.error_line(got))
+        reply = json.loads(jsonrpc_framing.error_line(got))
         assert reply == {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": got.message}}
 
 
 def test_a_large_message_is_parsed_to_the_same_message_the_sdk_makes() -> None:
     """Lines over LARGE_LINE are decoded in steps, then validated by the SDK's own model: the
     message is the same."""
-    text = json.dumps({"big": 'é"x' * (_lines.LARGE_LINE // 3), "n": 12345678901234567890123})
+    text = json.dumps({"big": 'é"x' * (jsonrpc_framing.LARGE_LINE // 3), "n": 12345678901234567890123})
     answer = {"contents": [{"uri": "memo://notes", "mimeType": "application/json", "text": text}]}
     for message in [
         {"jsonrpc": "2.0", "id": 7, "result": answer},
         {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": text}},
     ]:
         line = json.dumps(message).encode()
-        assert len(line) > _lines.LARGE_LINE
-        parsed = anyio.run(_lines.read_message, line)
+        assert len(line) > jsonrpc_framing.LARGE_LINE
+        parsed = anyio.run(jsonrpc_framing.read_message, line)
         assert isinstance(parsed, SessionMessage)
         assert parsed.message == sdk_parse(line)
         assert (
-            _lines.encode_message(parsed)
+            jsonrpc_framing.encode_message(parsed)
             == parsed.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
         )
 

@@ -18,6 +18,7 @@ PUBLIC_SUBMODULES = {
     "asyncai_watch.cli_help",
     "asyncai_watch.clock",
     "asyncai_watch.codemode",
+    "asyncai_watch.exception_groups",
     "asyncai_watch.extras",
     "asyncai_watch.http_auth",
     "asyncai_watch.log",
@@ -40,6 +41,7 @@ PUBLIC_SUBMODULES = {
     "asyncai_watch.server.schemas",
     "asyncai_watch.server.stdio",
     "asyncai_watch.server.subscriptions",
+    "asyncai_watch.server.tool_dispatch",
     "asyncai_watch.server.text",
 }
 SDK = (

@@ -19,7 +19,7 @@ from mcp import Client
 from test_memo_server import WAIT, memo_http_server
 
 from asyncai_watch.errors import ServerConnectionError, ServerError
-from asyncai_watch.mcp._lines import LineReader, Overlong
+from asyncai_watch.jsonrpc_framing import LineReader, Overlong
 from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES
 from asyncai_watch.mcp.client import McpResourceSource
 from tests.test_serve import Channel, call, file_uri, files_arg, serve, tool_error, write

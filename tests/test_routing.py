@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from asyncai_watch.core.routing import (
     InvalidUriTemplate,
     Route,
-    ServerCatalog,
+    ServerListing,
     Template,
     compile_template,
     route,
@@ -216,18 +216,18 @@ def test_expand_then_match_gives_the_variables_back(
 
 # --- routing ----------------------------------------------------------------------------------------
 
-MEMO = ServerCatalog(
+MEMO = ServerListing(
     name="memo",
     resources=[ListedResource(uri="memo://notes")],
     templates=[ListedTemplate(uri_template="memo://notes/{key}")],
     subscribable=True,
 )
-KCP_SERVER = ServerCatalog(name="kcp", templates=[ListedTemplate(uri_template=KCP)], subscribable=True)
-PLAIN = ServerCatalog(name="plain", resources=[ListedResource(uri="plain://readme")], subscribable=False)
+KCP_SERVER = ServerListing(name="kcp", templates=[ListedTemplate(uri_template=KCP)], subscribable=True)
+PLAIN = ServerListing(name="plain", resources=[ListedResource(uri="plain://readme")], subscribable=False)
 
 
 def test_exact_listing_wins() -> None:
-    shadow = ServerCatalog(
+    shadow = ServerListing(
         name="shadow", templates=[ListedTemplate(uri_template="memo://{what}")], subscribable=True
     )
     assert route("memo://notes", [shadow, MEMO]) == Route(server="memo", template=None, variables={})
@@ -245,7 +245,7 @@ def test_first_subscribable_server_otherwise() -> None:
 
 
 def test_bad_server_template_does_not_break_routing() -> None:
-    broken = ServerCatalog(name="broken", templates=[ListedTemplate(uri_template="b://{a}{b}")])
+    broken = ServerListing(name="broken", templates=[ListedTemplate(uri_template="b://{a}{b}")])
     assert route("memo://notes/x", [broken, MEMO]).server == "memo"
     with pytest.raises(RoutingError, match=r"b://\{a\}\{b\} \(broken, unparseable\)"):
         route("zzz://", [broken])
@@ -254,7 +254,7 @@ def test_bad_server_template_does_not_break_routing() -> None:
 def test_no_route_lists_what_is_known() -> None:
     with pytest.raises(RoutingError) as info:
         route(
-            "nope://x", [PLAIN, ServerCatalog(name="t", templates=[ListedTemplate(uri_template="t://{id}")])]
+            "nope://x", [PLAIN, ServerListing(name="t", templates=[ListedTemplate(uri_template="t://{id}")])]
         )
     message = str(info.value)
     assert "'nope://x'" in message
@@ -269,7 +269,7 @@ def test_no_route_lists_what_is_known() -> None:
 def test_route_agrees_with_expansion(case: tuple[str, dict[str, Any], set[str]]) -> None:
     source, values, _ = case
     t = Template(source)
-    other = ServerCatalog(name="other", templates=[ListedTemplate(uri_template="y://{a}")], subscribable=True)
-    mine = ServerCatalog(name="mine", templates=[ListedTemplate(uri_template=source)])
+    other = ServerListing(name="other", templates=[ListedTemplate(uri_template="y://{a}")], subscribable=True)
+    mine = ServerListing(name="mine", templates=[ListedTemplate(uri_template=source)])
     r = route(t.expand(values), [other, mine])
     assert (r.server, r.template, r.variables) == ("mine", source, expected(t, values))

@@ -17,6 +17,7 @@ import pytest
 from mcp import Client
 
 from asyncai_watch._mcp_version import MCP_VERSIONS
+from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.mcp.stdio import StdioTransport
 
 pytestmark = pytest.mark.anyio
@@ -117,6 +118,32 @@ async def test_the_server_gets_env_and_cwd_and_its_stderr_goes_to_errlog(tmp_pat
     with pytest.raises(RuntimeError, match="entered once"):
         async with transport:
             pass
+
+
+ENV_PROBE = """
+import os, sys
+sys.stderr.write(f"probe sees {os.environ.get('ASYNCAI_ENV_PROBE', '<unset>')}\\n")
+sys.stderr.flush()
+os.execv(sys.executable, [sys.executable, "-m", "asyncai_servers.memo"])
+"""
+
+
+async def test_a_library_stdio_server_gets_the_callers_environment_unless_env_replaces_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33 item 6: ``McpResourceSource.stdio`` passes this process's environment, as the
+    CLI's ``--server`` does (a KUBECONFIG or a DSN must reach the server); ``env=`` replaces it."""
+    monkeypatch.setenv("ASYNCAI_ENV_PROBE", "dsn-from-the-shell")
+    monkeypatch.setenv("PYTHONPATH", ENV["PYTHONPATH"])
+    inherited, replaced = tmp_path / "inherited.err", tmp_path / "replaced.err"
+    for errlog, env in ((inherited, None), (replaced, {"PYTHONPATH": ENV["PYTHONPATH"]})):
+        with errlog.open("w") as err:
+            source = McpResourceSource.stdio([sys.executable, "-c", ENV_PROBE], env=env, errlog=err)
+            with anyio.fail_after(WAIT):
+                async with source:
+                    assert (await source.read("memo://notes")).text == "{}"
+    assert "probe sees dsn-from-the-shell\n" in inherited.read_text()
+    assert "probe sees <unset>\n" in replaced.read_text()
 
 
 async def test_an_errlog_without_a_descriptor_is_refused_and_a_replaced_stderr_is_left_alone(

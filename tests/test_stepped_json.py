@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_watch.mcp import _lines
-from asyncai_watch.mcp._lines import LineReader
-from asyncai_watch.mcp._stepped_json import parse_in_steps
+from asyncai_watch import jsonrpc_framing
+from asyncai_watch._stepped_json import parse_in_steps
+from asyncai_watch.jsonrpc_framing import LineReader
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -120,14 +120,14 @@ def test_stdio_lines_survive_any_chunking(lines: list[str], cuts: list[int]) -> 
                 line = await reader.receive()
             except anyio.EndOfStream:
                 return messages
-            messages.append(await _lines.read_message(line))
+            messages.append(await jsonrpc_framing.read_message(line))
 
-    saved = _lines.LARGE_LINE
-    _lines.LARGE_LINE = 200  # lines over 200 bytes take the stepped path
+    saved = jsonrpc_framing.LARGE_LINE
+    jsonrpc_framing.LARGE_LINE = 200  # lines over 200 bytes take the stepped path
     try:
         messages = anyio.run(read)
     finally:
-        _lines.LARGE_LINE = saved
+        jsonrpc_framing.LARGE_LINE = saved
     assert len(messages) == len(lines)
     for message, line in zip(messages, lines, strict=True):
         assert message.message == types.jsonrpc_message_adapter.validate_json(line, by_name=False)

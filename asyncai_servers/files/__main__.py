@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="asyncai-mcp-files",
         description="MCP server (stdio, or Streamable HTTP with --http) for files under ROOT...: file://{+path} state and "
-        "dir-events://{+path}{?recursive,glob} event logs, pushed through inotify (never polling).",
+        "dir-events://{+path}{?recursive,glob,exclude} event logs, pushed through inotify (never polling).",
         epilog=examples(
             "asyncai-mcp-files .                          # stdio, for one client",
             "asyncai-mcp-files /srv/app --http 127.0.0.1:8766   # Streamable HTTP, shared",

@@ -169,7 +169,12 @@ class WatchTable:
 
 
 def _walk_and_watch(
-    add: Callable[[str], int], tops: Sequence[str], *, recursive: bool, strict_top: bool
+    add: Callable[[str], int],
+    tops: Sequence[str],
+    *,
+    recursive: bool,
+    strict_top: bool,
+    skip: Callable[[str], bool] | None = None,
 ) -> list[tuple[int, str]]:
     """Watch each of ``tops`` and (``recursive``) every directory below, not following symlinks.
 
@@ -177,10 +182,11 @@ def _walk_and_watch(
     A watch is added *before* its directory is listed, so a subdirectory made meanwhile is
     either listed or reported by that watch. ``strict_top``: a top that cannot be watched
     is an error (the watched directory); otherwise it is skipped (it vanished meanwhile).
+    ``skip``: directories below the watched one that get no watch, nor does anything below them.
     """
     added: list[tuple[int, str]] = []
-    stack = list(tops)
     first = set(tops) if strict_top else set()
+    stack = [top for top in tops if top in first or skip is None or not skip(top)]
     while stack:
         path = stack.pop()
         try:
@@ -195,7 +201,9 @@ def _walk_and_watch(
             with os.scandir(path) as entries:
                 for entry in entries:
                     try:
-                        if stat.S_ISDIR(entry.stat(follow_symlinks=False).st_mode):
+                        if stat.S_ISDIR(entry.stat(follow_symlinks=False).st_mode) and (
+                            skip is None or not skip(entry.path)
+                        ):
                             stack.append(entry.path)
                     except OSError:
                         continue  # gone meanwhile
@@ -221,10 +229,12 @@ class ChangeSource:
         recursive: bool,
         timing: NotifyTiming,
         clock: Clock | None = None,
+        skip: Callable[[str], bool] | None = None,
     ) -> None:
         self.inotify = inotify
         self.path = path
         self.recursive = recursive
+        self.skip = skip  # directories below that need no watch (a dir-events exclude glob)
         self.timing = timing
         if clock is None:
             from asyncai_watch.clock import SystemClock
@@ -275,7 +285,9 @@ class ChangeSource:
     async def _watch_more(self, tops: Sequence[str], *, strict_top: bool = False) -> None:
         add = self._add
         added = await anyio.to_thread.run_sync(
-            lambda: _walk_and_watch(add, tops, recursive=self.recursive, strict_top=strict_top)
+            lambda: _walk_and_watch(
+                add, tops, recursive=self.recursive, strict_top=strict_top, skip=self.skip
+            )
         )
         for wd, path in added:
             self.table.added(wd, path)

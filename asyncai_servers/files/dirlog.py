@@ -9,15 +9,18 @@ watched, come out right.
 
 An object is ``{"path", "name", "size", "mtime", "type"}``: ``path`` absolute,
 ``name`` relative to the watched directory (also the item key the client
-uses), ``type`` one of ``file``, ``dir``, ``symlink``, ``other``. Symlinks are
-reported as themselves and never followed. Names that are not UTF-8 are skipped:
-they cannot be carried in JSON.
+uses), ``mtime`` the modification time in ISO 8601 UTC to the nanosecond
+(``2026-12-05T00:04:21.123456789Z``: readable, sortable as text, and exact, so a
+change of mtime alone is never lost to rounding), ``type`` one of ``file``,
+``dir``, ``symlink``, ``other``. Symlinks are reported as themselves and never
+followed. Names that are not UTF-8 are skipped: they cannot be carried in JSON.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Collection, Iterable, MutableMapping
 from pathlib import PurePosixPath
 from typing import Any
@@ -26,7 +29,7 @@ import attrs
 
 from asyncai_servers.files.paths import is_within
 
-__all__ = ["DirSpec", "make_object", "observe", "reconcile", "scan"]
+__all__ = ["DirSpec", "iso_utc", "make_object", "observe", "reconcile", "scan"]
 
 FileObject = dict[str, Any]
 
@@ -41,23 +44,31 @@ def _entry_type(mode: int) -> str:
     return "other"
 
 
+def iso_utc(ns: int) -> str:
+    """``ns`` nanoseconds since the epoch as ISO 8601 UTC with all nine digits of the fraction."""
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{fraction:09d}Z"
+
+
 def make_object(path: str, base: str, st: os.stat_result) -> FileObject:
     return {
         "path": path,
         "name": os.path.relpath(path, base),
         "size": st.st_size,
-        "mtime": st.st_mtime,
+        "mtime": iso_utc(st.st_mtime_ns),
         "type": _entry_type(st.st_mode),
     }
 
 
 @attrs.frozen
 class DirSpec:
-    """What one ``dir-events://`` URI watches: a real directory, depth, and name filter."""
+    """What one ``dir-events://`` URI watches: a real directory, depth, and name filters."""
 
     path: str
     recursive: bool = False
     glob: str | None = None
+    exclude: tuple[str, ...] = ()
+    """Globs of entries left out, with everything below them (``.git``, ``*.tmp``)."""
 
     def in_scope(self, path: str) -> bool:
         """``path`` lies in the watched tree (the directory itself excluded)."""
@@ -70,6 +81,14 @@ class DirSpec:
         if self.glob is None:
             return True
         return PurePosixPath(os.path.relpath(path, self.path)).match(self.glob)
+
+    def excluded(self, path: str) -> bool:
+        """An exclude glob matches ``path`` or a directory it lies in below the watched one
+        (right-anchored like :meth:`matches`: ``node_modules`` leaves out every such directory)."""
+        if not self.exclude or path == self.path or not is_within(path, self.path):
+            return False
+        relative = PurePosixPath(os.path.relpath(path, self.path))
+        return any(part.match(glob) for part in (relative, *relative.parents[:-1]) for glob in self.exclude)
 
 
 def _representable(path: str) -> bool:
@@ -97,6 +116,8 @@ def _walk(spec: DirSpec, top: str, into: MutableMapping[str, FileObject | None])
     for entry in entries:
         if not _representable(entry.path):
             continue
+        if spec.excluded(entry.path):
+            continue  # nor anything below it
         try:
             st = entry.stat(follow_symlinks=False)
         except OSError:  # gone meanwhile, or a path too long to address
@@ -132,7 +153,9 @@ def observe(spec: DirSpec, paths: Iterable[str], known: Collection[str]) -> dict
     """
     observed: dict[str, FileObject | None] = {}
     for path in paths:
-        if not spec.in_scope(path) or not _representable(path) or not _symlink_free(path):
+        if not spec.in_scope(path) or spec.excluded(path):
+            continue
+        if not _representable(path) or not _symlink_free(path):
             continue
         st = _lstat(path)
         if st is None:

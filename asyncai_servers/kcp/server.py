@@ -10,7 +10,7 @@ publishes the URI to the registry, which notifies that URI's listeners only.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import mcp_types as types
@@ -32,10 +32,10 @@ from asyncai_servers.kcp.uri import (
 )
 from asyncai_servers.kcp.watcher import SeedError, WatcherPool
 from asyncai_watch import EVENTS_MIME_TYPE
-from asyncai_watch.server.errors import resource_error, unknown_tool
+from asyncai_watch.server.errors import resource_error
 from asyncai_watch.server.eventlog import read_after
-from asyncai_watch.server.schemas import input_schemas
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
+from asyncai_watch.server.tool_dispatch import ToolCall, tool_handlers
 
 __all__ = ["KcpServer", "watch_refusal"]
 
@@ -101,8 +101,9 @@ class KcpServer:
             on_last=lambda uri: self.pool.remove_listener(uri),
             max_uris=max_uris,
         )
-        # Built once: the tools never change, and building the models was 3% of a tools/list.
-        self._tools = types.ListToolsResult(tools=self.tools())
+        # Built once (tool_handlers answers the same list): the tools never change, and building
+        # the models was 3% of a tools/list.
+        tools = self.tools()
         self.server: Server[Any] = Server(
             name,
             version="0.1.0",
@@ -113,9 +114,7 @@ class KcpServer:
             on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_templates,
             on_read_resource=self._read_resource,
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-            get_tool_input_schema=input_schemas(self._tools.tools),
+            **tool_handlers(name, tools, {tool.name: self._tool_call(tool.name) for tool in tools}),
             **self.subscriptions.handlers(),
         )
 
@@ -257,34 +256,31 @@ class KcpServer:
             ]
         return out
 
-    async def _list_tools(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return self._tools
-
-    async def _call_tool(
-        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
+    def _tool_call(self, tool: str) -> ToolCall:
+        """The ``tools/call`` function of ``tool``: its arguments checked, kubectl's errors as results."""
+        handler: Callable[[dict[str, Any]], Awaitable[Any]] = {
             "get_api_resources": self._tool_api_resources,
             "get": self._tool_get,
             "list": self._tool_list,
-        }
-        if self.read_write:
-            handlers |= {"apply": self._tool_apply, "delete": self._tool_delete}
-        handler = handlers.get(params.name)
-        if handler is None:
-            raise unknown_tool(self.server.name, params.name, handlers)
-        args = dict(params.arguments or {})
-        try:
-            validate_tool_args(args)  # model-supplied values go on kubectl's command line
-            result = await handler(args)
-        except (KubectlError, UriError) as exc:
-            return _error(str(exc))
-        except (KeyError, TypeError) as exc:
-            return _error(f"{params.name}: missing or invalid argument {exc}")
-        text = result if isinstance(result, str) else json.dumps(result, indent=1)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+            "apply": self._tool_apply,
+            "delete": self._tool_delete,
+        }[tool]
+
+        async def call(
+            ctx: ServerRequestContext[Any, Any], arguments: Mapping[str, Any]
+        ) -> types.CallToolResult:
+            args = dict(arguments)
+            try:
+                validate_tool_args(args)  # model-supplied values go on kubectl's command line
+                result = await handler(args)
+            except (KubectlError, UriError) as exc:
+                return _error(str(exc))
+            except (KeyError, TypeError) as exc:
+                return _error(f"{tool}: missing or invalid argument {exc}")
+            text = result if isinstance(result, str) else json.dumps(result, indent=1)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+        return call
 
     async def _conn(self, args: dict[str, Any]) -> list[str]:
         return await self.kubectl.connection_args(

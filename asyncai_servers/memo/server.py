@@ -25,9 +25,9 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.uri_template import UriTemplate
 
-from asyncai_watch.server.errors import RESOURCE_NOT_FOUND, resource_not_found, unknown_tool
-from asyncai_watch.server.schemas import input_schemas
+from asyncai_watch.server.errors import RESOURCE_NOT_FOUND, resource_not_found
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
+from asyncai_watch.server.tool_dispatch import tool_handlers
 
 __all__ = [
     "MIME_TYPE",
@@ -165,7 +165,6 @@ _TOOLS: Final = [
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
     ),
 ]
-_TOOL_NAMES: Final = [tool.name for tool in _TOOLS]
 
 
 def _tool_error(text: str) -> types.CallToolResult:
@@ -227,49 +226,52 @@ def build_server(state: MemoState | None = None) -> Server[Any]:
             contents=[types.TextResourceContents(uri=params.uri, mime_type=MIME_TYPE, text=text)]
         )
 
-    async def list_tools(
-        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=list(_TOOLS))
-
-    async def call_tool(
-        _ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    async def memo_set(
+        _ctx: ServerRequestContext[Any, Any], arguments: Mapping[str, Any]
     ) -> types.CallToolResult:
-        arguments: Mapping[str, Any] = params.arguments or {}
-        if params.name == "memo_set":
-            key = _key_argument("memo_set", arguments, {"key", "value"})
-            if isinstance(key, types.CallToolResult):
-                return key
-            if "value" not in arguments:
-                return _tool_error("memo_set: `value` is required (any JSON value, null included)")
-            await memo.set(key, arguments["value"])
-            return _tool_ok("ok", {"key": key, "value": arguments["value"]})
-        if params.name == "memo_get":
-            key = _key_argument("memo_get", arguments, {"key"})
-            if isinstance(key, types.CallToolResult):
-                return key
-            value = memo.notes.get(key)
-            return _tool_ok(_json(value), {"key": key, "value": value, "found": key in memo.notes})
-        if params.name == "memo_delete":
-            key = _key_argument("memo_delete", arguments, {"key"})
-            if isinstance(key, types.CallToolResult):
-                return key
-            existed = await memo.delete(key)
-            return _tool_ok("deleted" if existed else "absent", {"key": key, "deleted": existed})
-        if params.name == "memo_stats":
-            subs = memo.subscriptions.stats()
-            return _tool_ok(
-                str(memo.reads),
-                {
-                    "reads": memo.reads,
-                    "subscribed_uris": subs.uris,
-                    "subscriptions": subs.subscriptions,
-                    "listens": subs.listens,
-                    "sessions": subs.sessions,
-                    "delivered": subs.delivered,
-                },
-            )
-        raise unknown_tool(SERVER_NAME, params.name, _TOOL_NAMES)
+        key = _key_argument("memo_set", arguments, {"key", "value"})
+        if isinstance(key, types.CallToolResult):
+            return key
+        if "value" not in arguments:
+            return _tool_error("memo_set: `value` is required (any JSON value, null included)")
+        await memo.set(key, arguments["value"])
+        return _tool_ok("ok", {"key": key, "value": arguments["value"]})
+
+    async def memo_get(
+        _ctx: ServerRequestContext[Any, Any], arguments: Mapping[str, Any]
+    ) -> types.CallToolResult:
+        key = _key_argument("memo_get", arguments, {"key"})
+        if isinstance(key, types.CallToolResult):
+            return key
+        value = memo.notes.get(key)
+        return _tool_ok(_json(value), {"key": key, "value": value, "found": key in memo.notes})
+
+    async def memo_delete(
+        _ctx: ServerRequestContext[Any, Any], arguments: Mapping[str, Any]
+    ) -> types.CallToolResult:
+        key = _key_argument("memo_delete", arguments, {"key"})
+        if isinstance(key, types.CallToolResult):
+            return key
+        existed = await memo.delete(key)
+        return _tool_ok("deleted" if existed else "absent", {"key": key, "deleted": existed})
+
+    async def memo_stats(
+        _ctx: ServerRequestContext[Any, Any], _arguments: Mapping[str, Any]
+    ) -> types.CallToolResult:
+        subs = memo.subscriptions.stats()
+        return _tool_ok(
+            str(memo.reads),
+            {
+                "reads": memo.reads,
+                "subscribed_uris": subs.uris,
+                "subscriptions": subs.subscriptions,
+                "listens": subs.listens,
+                "sessions": subs.sessions,
+                "delivered": subs.delivered,
+            },
+        )
+
+    tools = {"memo_set": memo_set, "memo_get": memo_get, "memo_delete": memo_delete, "memo_stats": memo_stats}
 
     return Server(
         SERVER_NAME,
@@ -281,8 +283,6 @@ def build_server(state: MemoState | None = None) -> Server[Any]:
         on_list_resources=list_resources,
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        get_tool_input_schema=input_schemas(_TOOLS),
+        **tool_handlers(SERVER_NAME, _TOOLS, tools),
         **memo.subscriptions.handlers(),
     )

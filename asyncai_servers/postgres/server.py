@@ -52,10 +52,10 @@ from asyncai_servers.postgres.uri import (
 )
 from asyncai_watch import EVENTS_MIME_TYPE, Backoff
 from asyncai_watch.clock import Clock, SystemClock
-from asyncai_watch.server.errors import resource_error, unknown_tool
+from asyncai_watch.server.errors import resource_error
 from asyncai_watch.server.eventlog import read_after
-from asyncai_watch.server.schemas import input_schemas
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
+from asyncai_watch.server.tool_dispatch import tool_handlers
 
 __all__ = [
     "IDLE_GRACE",
@@ -159,9 +159,7 @@ class PostgresServer:
             on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_templates,
             on_read_resource=self._read,
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-            get_tool_input_schema=input_schemas(()),
+            **tool_handlers(SERVER_NAME, (), {}),  # resources only: clients never send SQL
             **self.subscriptions.handlers(),
         )
 
@@ -506,13 +504,3 @@ class PostgresServer:
                     )
                 )
         return types.ListResourceTemplatesResult(resource_templates=out)
-
-    async def _list_tools(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[])  # resources only: clients never send SQL
-
-    async def _call_tool(
-        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        raise unknown_tool(SERVER_NAME, params.name, [])

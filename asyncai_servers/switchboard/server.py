@@ -42,10 +42,10 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import EVENTS_MIME_TYPE
-from asyncai_watch.server.errors import resource_not_found, unknown_tool
+from asyncai_watch.server.errors import resource_not_found
 from asyncai_watch.server.policy import client_key
-from asyncai_watch.server.schemas import input_schemas
 from asyncai_watch.server.subscriptions import SubscriptionRegistry, honored_filter
+from asyncai_watch.server.tool_dispatch import ToolCall, tool_handlers
 
 from .config import Credential, Credentials
 from .core import Switchboard, queue_uri
@@ -412,20 +412,19 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
         "switchboard_stats": t_stats,
     }
 
-    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOLS)
+    def tool_call(tool: str, handler: Callable[[Credential, Mapping[str, Any]], Awaitable[Any]]) -> ToolCall:
+        """``handler`` as the caller's credential sees it; the ledger's refusals as tool errors."""
 
-    async def call_tool(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        handler = handlers.get(params.name)
-        if handler is None:
-            raise unknown_tool("switchboard", params.name, handlers)
-        cred = credential(ctx)
-        try:
-            return _json_result(await handler(cred, params.arguments or {}))
-        except (LedgerError, ValueError, PermissionError) as exc:
-            return _error(f"{params.name}: {exc}")
+        async def call(
+            ctx: ServerRequestContext[Any, Any], arguments: Mapping[str, Any]
+        ) -> types.CallToolResult:
+            cred = credential(ctx)
+            try:
+                return _json_result(await handler(cred, arguments))
+            except (LedgerError, ValueError, PermissionError) as exc:
+                return _error(f"{tool}: {exc}")
+
+        return call
 
     def _queue_of(cred: Credential, uri: str) -> str:
         match = _QUEUE_T.match(uri)
@@ -567,9 +566,7 @@ def build_server(board: Switchboard, *, stdio_credential: Credential | None = No
         "switchboard",
         version="0.1.0",
         instructions=INSTRUCTIONS,
-        get_tool_input_schema=input_schemas(TOOLS),
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        **tool_handlers("switchboard", TOOLS, {name: tool_call(name, fn) for name, fn in handlers.items()}),
         on_list_resources=list_resources,
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,

@@ -8,7 +8,7 @@ the shell may run it in the large-body worker process instead of on its event lo
 
 It is fed in this order, and an input out of order raises :class:`ExtractionStateError`::
 
-    shape = x.baseline(body)      # the first read (raises WatchError when it cannot be one)
+    shape = x.baseline(body)      # the first read (raises BaselineError when it cannot be one)
     pending = x.read(body)        # each later read -> events + final notes
 """
 
@@ -25,7 +25,7 @@ from asyncai_watch.core.events import Event, Shape, is_json_mime_type, shape_for
 from asyncai_watch.core.jsontext import JsonError, parse_json
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.state_index import StateIndex, diff_reads
-from asyncai_watch.errors import WatchError
+from asyncai_watch.errors import BaselineError
 
 __all__ = ["MAX_MERGED_EVENTS", "Body", "Extraction", "ExtractionStateError", "Pending"]
 
@@ -137,7 +137,7 @@ class Extraction:
         return previous.text if isinstance(previous, StateIndex) else None
 
     def baseline(self, body: Body) -> Shape:
-        """Take the first read; raises :class:`WatchError` when it cannot be a baseline."""
+        """Take the first read; raises :class:`~asyncai_watch.errors.BaselineError` when it cannot be one."""
         if self.shape is not None:
             raise ExtractionStateError(f"Extraction.baseline: {clip(self.uri)} already has a baseline")
         body = body.parsed_body()
@@ -145,15 +145,15 @@ class Extraction:
         if shape == "event-log":
             error = self._sequencer.prime(body.value if body.error is None else body.text)
             if error is not None:
-                raise WatchError(
-                    f"watch_start: {clip(self.uri)} is an event log ({body.mime_type}) but its body is not valid: "
+                raise BaselineError(
+                    f"{clip(self.uri)} is an event log ({body.mime_type}) but its body is not valid: "
                     f"{error.message}"
                 )
         else:
             self._json = is_json_mime_type(body.mime_type)
             if self._json and body.error is not None:
-                raise WatchError(
-                    f"watch_start: {clip(self.uri)} is served as {body.mime_type} but its body is not JSON "
+                raise BaselineError(
+                    f"{clip(self.uri)} is served as {body.mime_type} but its body is not JSON "
                     f"({body.error}); a state resource's body must parse as its mimeType says"
                 )
             self._previous = body.state

@@ -36,6 +36,18 @@ def _seconds(*, positive: bool) -> Any:
     return check
 
 
+def _fraction(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
+        raise LimitError(
+            f"Limits.{attr.name} must be a number from 0 to 1 (a fraction of each delay), got {value!r}"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class Limits:
     """Per-manager limits; the defaults are the design's table (docs/design.md, "Limits").
@@ -55,6 +67,9 @@ class Limits:
     resubscribe_attempts: int = attrs.field(default=5, validator=_count(0))
     resubscribe_initial: float = attrs.field(default=1.0, validator=_seconds(positive=False))
     resubscribe_max: float = attrs.field(default=16.0, validator=_seconds(positive=False))
+    resubscribe_jitter: float = attrs.field(default=0.0, validator=_fraction)
+    """Each resubscribe delay ``d`` becomes a random one in ``(d * (1 - jitter), d]``, so the clients
+    of a restarted server do not all come back at the same moments (0: the exact delays)."""
 
     def __attrs_post_init__(self) -> None:
         if self.debounce_max_wait < self.debounce_quiet:

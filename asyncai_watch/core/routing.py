@@ -39,7 +39,15 @@ from asyncai_watch.errors import RoutingError
 if TYPE_CHECKING:
     from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-__all__ = ["InvalidUriTemplate", "Route", "ServerCatalog", "Template", "compile_template", "route"]
+__all__ = [
+    "InvalidUriTemplate",
+    "Route",
+    "ServerCatalog",
+    "ServerListing",
+    "Template",
+    "compile_template",
+    "route",
+]
 
 _EXPRESSION: Final = re.compile(r"\{([^{}]*)\}")
 _OPERATORS: Final = frozenset("+#./;?&")
@@ -257,8 +265,10 @@ def compile_template(template: str) -> Template:
 
 
 @attrs.frozen(kw_only=True)
-class ServerCatalog:
-    """What one server offers, as routing needs it."""
+class ServerListing:
+    """What one server lists (its resources and templates) and whether it can carry watches, as
+    routing needs it. (Named apart from :class:`asyncai_watch.filters.Catalog`, the functions a
+    filter may call.)"""
 
     name: str
     resources: Sequence[ListedResource] = ()
@@ -272,6 +282,10 @@ class ServerCatalog:
     ``resources/subscribe``."""
 
 
+ServerCatalog = ServerListing
+"""The former name of :class:`ServerListing`, kept for code written against it."""
+
+
 @attrs.frozen(kw_only=True)
 class Route:
     """Where a URI goes: the server, the template that matched (if any) and its variables."""
@@ -283,7 +297,7 @@ class Route:
     """The mimeType the listing declares for the URI or its template (a shape hint)."""
 
 
-def route(uri: str, catalogs: Sequence[ServerCatalog]) -> Route:
+def route(uri: str, catalogs: Sequence[ServerListing]) -> Route:
     """The server for ``uri``: exact listing, then template match, then the first subscribable server."""
     for cat in catalogs:
         for res in cat.resources:
@@ -312,7 +326,7 @@ def _listing(items: list[str]) -> str:
     return shown + (f", +{len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
 
 
-def _no_route_message(uri: str, catalogs: Sequence[ServerCatalog]) -> str:
+def _no_route_message(uri: str, catalogs: Sequence[ServerListing]) -> str:
     if not catalogs:
         return f"no server for {quoted(uri)}: no MCP server is connected"
     uris = [f"{clip(r.uri)} ({c.name})" for c in catalogs for r in c.resources]

@@ -61,11 +61,6 @@ class FilterOutcome:
     def dropped(self) -> bool:
         return self.line is None and self.error is None
 
-    @property
-    def text(self) -> str | None:
-        """Alias of :attr:`line`."""
-        return self.line
-
 
 @runtime_checkable
 class Catalog(Protocol):

@@ -1,6 +1,6 @@
 """A cap on the size of one message from an MCP server, for both transports.
 
-stdio: :class:`~asyncai_watch.mcp._lines.LineReader`'s ``max_line`` drops an over-long line as
+stdio: :class:`~asyncai_watch.jsonrpc_framing.LineReader`'s ``max_line`` drops an over-long line as
 it arrives. Streamable HTTP: the SDK caps each SSE event (``max_sse_event_size``); a JSON
 response body is capped here, by :class:`BodyCap`, an ``httpx`` transport that counts the body
 as it streams in and stops at the cap (a ``Content-Length`` over it stops it before a byte is

@@ -1,7 +1,8 @@
 """A :class:`~asyncai_watch.mcp.source.ResourceSource` over a real MCP connection.
 
 :class:`McpResourceSource` connects with the ``mcp`` 2.3 SDK client, to a
-server started as a subprocess (stdio) or at a Streamable HTTP URL::
+server started as a subprocess (stdio), at a Streamable HTTP URL, or (for tests) an SDK server in
+this process on the SDK's memory streams (:meth:`McpResourceSource.in_memory`)::
 
     async with McpResourceSource.stdio([sys.executable, "-m", "asyncai_servers.memo"]) as src:
         async with src.subscribe(["memo://notes"]) as updates:
@@ -17,8 +18,8 @@ for any number of URIs on a 2026-07-28 connection, and one ``resources/subscribe
 The SDK's response cache is off for the whole connection: a cached read would
 hide the change an ``updated`` signal just announced.
 
-The SDK client is held by an owner task of this object, so a transport failure
-inside the SDK never cancels the caller. When the connection dies (a stdio
+The SDK client is held by an owner task (:mod:`asyncai_watch.mcp.connection`), so a transport
+failure inside the SDK never cancels the caller. When the connection dies (a stdio
 server exits, an HTTP server goes away) the failing call raises, and the next
 call reconnects first (respawning a stdio server): the manager's resubscribe
 backoff is what paces reconnects; nothing here retries on its own.
@@ -34,8 +35,6 @@ complete, as the spec says. A connection that cannot be made, or is gone, become
 
 from __future__ import annotations
 
-import base64
-import binascii
 import codecs
 import functools
 import logging
@@ -51,13 +50,11 @@ from types import TracebackType
 from typing import Any, Final, Literal, TextIO, TypeVar
 
 import anyio
-import anyio.abc
 import httpx2
 import mcp_types as types
 import pydantic
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.client import ClientExtension, Transport
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client import ClientExtension
 from mcp.client.subscriptions import (
     ListenNotSupportedError,
     ResourcesListChanged,
@@ -65,24 +62,42 @@ from mcp.client.subscriptions import (
     Subscription,
     SubscriptionLost,
 )
+from mcp.server import Server
+from mcp.server.mcpserver import MCPServer
 
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.clock import Clock, SystemClock, fail_after
-from asyncai_watch.core.echo import clip, quoted, redact, redact_url
+from asyncai_watch.core.echo import clip, quoted, redact_url
 from asyncai_watch.core.eventlog import AFTER_META_KEY
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import (
     NotWatchableError,
-    ProtocolVersionError,
     ServerConnectionError,
     ServerError,
     ServerTimeoutError,
     SubscriptionLostError,
     WatchError,
+    advertised_but_missing,
+    not_advertised,
+    protocol_too_old,
+    refused_when_tried,
 )
 from asyncai_watch.http_auth import refresh_first
-from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES, MESSAGE_TOO_LARGE, BodyCap
-from asyncai_watch.mcp.legacy import GetStreamWatch, LegacyUpdates, Subscriptions
+from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES
+from asyncai_watch.mcp.connection import Connection, Connector, Target
+from asyncai_watch.mcp.convert import (
+    UnreadableResult,
+    complete_without_result_type,
+    describe_error,
+    listed_resources,
+    listed_templates,
+    named_uris,
+    read_result,
+    server_error,
+    tool_info,
+    tool_result,
+)
+from asyncai_watch.mcp.legacy import LegacyUpdates
 from asyncai_watch.mcp.source import (
     MODERN_PROTOCOL_VERSION,
     ReadResult,
@@ -91,8 +106,8 @@ from asyncai_watch.mcp.source import (
     ToolResult,
     Updates,
     Watchability,
+    subscription_mode_for,
 )
-from asyncai_watch.mcp.stdio import StdioTransport
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
@@ -119,43 +134,6 @@ _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
 
 
-class _Connection:
-    """One SDK client, held open by an owner task until ``close()``."""
-
-    def __init__(self) -> None:
-        self.closing = anyio.Event()
-        self.done = anyio.Event()
-        self.scope = anyio.CancelScope()  # cancelled to drop the connection without a goodbye
-        self.dead = False
-        self.client: Client
-        self.protocol_version = ""
-        self.capabilities = types.ServerCapabilities()
-        self.legacy = Subscriptions()  # resources/subscribe subscriptions (2025-era servers)
-        self.stdio: StdioTransport | None = None  # its transport, on stdio (it knows why it ended)
-
-    def closed_because(self) -> str:
-        """`` (why)`` when the transport knows why the connection ended, else nothing."""
-        refused = self.stdio.refused if self.stdio is not None else None
-        return f" ({refused})" if refused else ""
-
-    def notifications_lost(self, reason: str) -> None:
-        """The session's notifications stopped (the connection ended, or its HTTP GET stream did):
-        its legacy subscriptions are lost, and the next call makes a new session."""
-        self.dead = True
-        self.legacy.end(reason)
-
-    async def close(self) -> None:
-        self.closing.set()
-        await self.done.wait()
-
-    def abort(self) -> None:
-        """Drop the connection at once: a server that stopped answering gets no goodbye (an HTTP
-        session ``DELETE`` would wait on it too); the SDK's bounded, shielded teardown still
-        ends a stdio server process."""
-        self.dead = True
-        self.scope.cancel()
-
-
 class _Updates:
     """An open ``subscriptions/listen``: the honored URIs, then one URI per ``updated`` signal
     (``None`` per ``list_changed`` when ``uris`` is ``None``)."""
@@ -163,7 +141,7 @@ class _Updates:
     def __init__(
         self,
         source: McpResourceSource,
-        conn: _Connection,
+        conn: Connection,
         uris: frozenset[str] | None,
         subscription: Subscription,
         honored: frozenset[str] | None,
@@ -183,11 +161,10 @@ class _Updates:
                 event = await self._subscription.__anext__()
             except SubscriptionLost as exc:
                 cause = exc.__cause__ if exc.__cause__ is not None else exc
-                if _is_connection_closed(cause):
-                    self._conn.dead = True  # the re-listen reconnects first
-                what = _what(self._uris) if self._uris is not None else "resource list changes"
+                self._conn.lost_to(cause)  # then the re-listen reconnects first
+                lost = named_uris(self._uris) if self._uris is not None else "resource list changes"
                 raise SubscriptionLostError(
-                    f"server {self._source.name!r}: subscription to {what} was lost ({cause}); "
+                    f"server {self._source.name!r}: subscription to {lost} was lost ({cause}); "
                     "re-listen and re-read"
                 ) from exc
             if self._uris is None:
@@ -195,38 +172,6 @@ class _Updates:
                     return None
             elif isinstance(event, ResourceUpdated):
                 return event.uri
-
-
-def _what(uris: Collection[str]) -> str:
-    """How a listen's URIs are named in errors: the URI, or the count and the first."""
-    if len(uris) == 1:
-        return quoted(next(iter(uris)))
-    return f"{len(uris)} URIs ({quoted(min(uris))}, ...)"
-
-
-def _leaf_errors(exc: BaseException) -> list[BaseException]:
-    """The non-group exceptions inside ``exc`` (the SDK raises task-group errors as groups)."""
-    if isinstance(exc, BaseExceptionGroup):
-        leaves: list[BaseException] = []
-        for inner in exc.exceptions:
-            leaves.extend(_leaf_errors(inner))
-        return leaves
-    return [exc]
-
-
-def _describe_error(exc: BaseException) -> str:
-    parts = []
-    for leaf in _leaf_errors(exc):
-        text = str(leaf) or type(leaf).__name__
-        parts.append(text if isinstance(leaf, MCPError) else f"{type(leaf).__name__}: {text}")
-    # The SDK's and httpx's messages may hold the request URL (and so its secret parameters).
-    return redact("; ".join(dict.fromkeys(parts)))
-
-
-def _is_connection_closed(exc: BaseException) -> bool:
-    return any(
-        isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED for leaf in _leaf_errors(exc)
-    )
 
 
 class McpResourceSource:
@@ -239,7 +184,7 @@ class McpResourceSource:
     def __init__(
         self,
         *,
-        target: StdioServerParameters | str,
+        target: Target,
         description: str,
         fallback_name: str,
         name: str | None = None,
@@ -275,25 +220,26 @@ class McpResourceSource:
             raise ValueError(
                 f"MCP over stdio is UTF-8; got a server with encoding={target.encoding!r} (leave it unset)"
             )
-        self._target = target
         self._description = description
         self._fallback_name = fallback_name
         self._name_override = name
-        self._headers = dict(headers) if headers is not None else None
-        self._auth = auth
-        self._extensions = list(extensions)
-        self._connect_timeout = connect_timeout
         self._ack_timeout = ack_timeout
         self._request_timeout = request_timeout
         self._max_message = max_message_bytes
         self._clock: Clock = clock if clock is not None else SystemClock()
-        self._errlog = errlog
-        self._legacy = legacy
+        self._connector = Connector(
+            target=target,
+            description=description,
+            headers=headers,
+            auth=auth,
+            extensions=extensions,
+            connect_timeout=connect_timeout,
+            max_message=max_message_bytes,
+            clock=self._clock,
+            errlog=errlog,
+            legacy=legacy,
+        )
         self._stack: AsyncExitStack | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._conn: _Connection | None = None
-        self._reconnect_lock = anyio.Lock()
-        self._reconnects = 0
         # The capability fallback: a server that does not advertise resources.subscribe is
         # tried once; its answer holds for the source's life (a respawn runs the same server).
         self._trial: Literal["accepted", "refused"] | None = None
@@ -321,8 +267,11 @@ class McpResourceSource:
     ) -> McpResourceSource:
         """A server started as ``command`` (a string is split like a shell would), spoken to over stdio.
 
-        ``env`` is merged over the SDK's safe default environment (``PATH``,
-        ``HOME``, ...). The server's stderr goes to ``errlog`` (default: ours).
+        The server gets the caller's environment (``os.environ`` as it is here), as a command
+        started from a shell does, so ``KUBECONFIG`` or a DSN reach it. ``env`` replaces that: the
+        server then gets ``env`` over the SDK's safe default (``PATH``, ``HOME``, ...) and nothing
+        else (``env={**os.environ, "X": "1"}`` adds one variable). The server's stderr goes to
+        ``errlog`` (default: ours).
         The timeouts (seconds), ``max_message_bytes``, ``clock`` and ``legacy`` are described on
         :meth:`http`.
         """
@@ -336,7 +285,10 @@ class McpResourceSource:
                 f"McpResourceSource.stdio: command must be a str or a sequence of str, got {quoted(command)}"
             )
         params = StdioServerParameters(
-            command=_resolve(argv[0]), args=argv[1:], env=dict(env) if env is not None else None, cwd=cwd
+            command=_resolve(argv[0]),
+            args=argv[1:],
+            env=dict(os.environ) if env is None else dict(env),  # as the CLI's --server does
+            cwd=cwd,
         )
         return cls(
             target=params,
@@ -435,6 +387,39 @@ class McpResourceSource:
             legacy=legacy,
         )
 
+    @classmethod
+    def in_memory(
+        cls,
+        server: Server[Any] | MCPServer,
+        *,
+        name: str | None = None,
+        extensions: Sequence[ClientExtension] = (),
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        clock: Clock | None = None,
+        legacy: bool = False,
+    ) -> McpResourceSource:
+        """An SDK server in this process (a low-level ``Server`` or an ``MCPServer``), spoken to with
+        JSON-RPC messages on the SDK's memory streams: for tests, as httpx's ``MockTransport`` is,
+        only the transport is fake and every rule of this class runs. Each connection runs the
+        server again (``run`` on new streams); its state is what the server object holds.
+        The other arguments are described on :meth:`http`.
+        """
+        return cls(
+            target=server,
+            description=f"in-memory server {type(server).__name__}",
+            fallback_name="memory",
+            name=name,
+            extensions=extensions,
+            connect_timeout=connect_timeout,
+            ack_timeout=ack_timeout,
+            request_timeout=request_timeout,
+            max_message_bytes=None,  # no bytes cross: messages are objects
+            clock=clock,
+            legacy=legacy,
+        )
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def __aenter__(self) -> McpResourceSource:
@@ -442,21 +427,18 @@ class McpResourceSource:
             raise RuntimeError(f"McpResourceSource for {self._description} is already open")
         stack = AsyncExitStack()
         try:
-            # The SDK client holds task groups open while connected, so it is held by an
-            # owner task of ours (entered, then parked until close). That keeps a transport
-            # crash inside the SDK from cancelling the caller, and lets us reconnect.
-            self._tg = tg = await enter_task_group(stack)
+            tg = await enter_task_group(stack)
             # Exit order (LIFO): close the current connection cleanly, then cancel a
             # reconnect that another task may still have in flight, then join.
             stack.callback(tg.cancel_scope.cancel)
-            self._conn = await self._start_connection()
-            stack.push_async_callback(self._close_current)
+            conn = await self._connector.open(tg)
+            stack.push_async_callback(self._connector.close)
         except BaseException:
             await stack.aclose()
-            self._tg = self._conn = None
+            self._connector.forget()
             raise
         self._stack = stack
-        info = self._conn.client.server_info
+        info = conn.client.server_info
         if self._name_override is None and info is not None and info.name:
             self._name = info.name
         return self
@@ -469,137 +451,13 @@ class McpResourceSource:
             if stack is not None:
                 await stack.aclose()
         finally:
-            self._tg = self._conn = None
+            self._connector.forget()
 
-    async def _close_current(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
+    async def _live(self) -> Connection:
+        return await self._connector.live()
 
-    async def _start_connection(self) -> _Connection:
-        assert self._tg is not None
-        conn = _Connection()
-        try:
-            async with fail_after(self._clock, self._connect_timeout):
-                conn.client = await self._tg.start(self._own_connection, conn)
-        except TimeoutError as exc:
-            raise ServerConnectionError(
-                f"cannot connect to MCP server {self._description}: no answer to the connect "
-                f"handshake within {self._connect_timeout:g} s"
-            ) from exc
-        conn.protocol_version = conn.client.protocol_version
-        conn.capabilities = conn.client.server_capabilities
-        return conn
-
-    async def _own_connection(self, conn: _Connection, *, task_status: anyio.abc.TaskStatus[Client]) -> None:
-        """Connect, hand the client to ``_start_connection``, and hold it until closed."""
-        started = False
-        try:
-            with conn.scope:
-                async with AsyncExitStack() as stack:
-                    client = await self._open_client(stack, conn)
-                    task_status.started(client)
-                    started = True
-                    await conn.closing.wait()
-        except Exception:
-            if not started:
-                raise
-            # The SDK's transport failed (e.g. an HTTP server went away) or its teardown
-            # raised after the server died: the connection is gone, which callers learn
-            # from their requests; it must not crash the caller's task.
-            _log.debug("MCP connection to %s ended with an error", self._description, exc_info=True)
-        finally:
-            conn.notifications_lost("the connection to the server ended")
-            conn.done.set()
-
-    async def _live(self) -> _Connection:
-        """The current connection, reconnecting first if the last one is known to be dead."""
-        conn = self._conn
-        if conn is None:
-            raise RuntimeError(f"McpResourceSource for {self._description} is not open; use `async with`")
-        if not conn.dead:
-            return conn
-        async with self._reconnect_lock:
-            if self._conn is conn:  # no other task reconnected meanwhile
-                await conn.close()
-                self._conn = await self._start_connection()
-                self._reconnects += 1
-                _log.info("reconnected to MCP server %s", self._description)
-            assert self._conn is not None
-            return self._conn
-
-    async def _open_client(self, stack: AsyncExitStack, conn: _Connection) -> Client:
-        http_errors: list[str] = []
-        transport: Transport
-        if isinstance(self._target, str):
-            # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
-            # listen stream is idle between events; modern servers ping it every 15 s).
-            http_client = httpx2.AsyncClient(
-                headers=self._headers,
-                auth=self._auth,
-                timeout=httpx2.Timeout(30.0, read=300.0),
-                transport=GetStreamWatch(
-                    httpx2.AsyncHTTPTransport()
-                    if self._max_message is None
-                    else BodyCap(httpx2.AsyncHTTPTransport(), self._max_message),
-                    lambda: conn.notifications_lost("the server's notification stream (HTTP GET) ended"),
-                ),
-            )
-            await stack.enter_async_context(http_client)
-
-            async def note_status(response: httpx2.Response) -> None:
-                # The SDK maps HTTP errors to a generic JSON-RPC error; keep the status to name it.
-                if response.status_code >= 400:
-                    http_errors.append(f"HTTP {response.status_code} {response.reason_phrase}".strip())
-
-            http_client.event_hooks["response"].append(note_status)
-            transport = streamable_http_client(
-                self._target, http_client=http_client, max_sse_event_size=self._max_message
-            )
-        else:
-            # Our own transport (a new one, so a new process, per connection): see mcp/stdio.py.
-            params = self._target
-            transport = conn.stdio = StdioTransport(
-                params.command,
-                params.args,
-                env=params.env,
-                cwd=params.cwd,
-                errlog=self._errlog,
-                max_line=self._max_message,
-                # Nothing else tells a 2025-era session with no request in flight that its
-                # server died: its subscriptions would stay silent for good.
-                on_exit=lambda: conn.notifications_lost("the server process exited"),
-            )
-
-        async def on_message(message: Any) -> None:
-            # 2025-era servers announce changes on the session, not on a listen stream.
-            if isinstance(message, types.ResourceUpdatedNotification):
-                conn.legacy.updated(message.params.uri)
-            await anyio.lowlevel.checkpoint()
-
-        client = Client(
-            transport,
-            mode="legacy" if self._legacy else "auto",
-            cache=None,  # a cached read would hide the change just announced
-            extensions=self._extensions or None,
-            message_handler=on_message,
-        )
-        try:
-            await stack.enter_async_context(client)
-        except OSError as exc:
-            raise ServerConnectionError(
-                f"cannot start MCP server {self._description}: {exc.strerror or exc}"
-            ) from exc
-        except Exception as exc:
-            if http_errors:
-                reason = f"{http_errors[-1]} ({_describe_error(exc)})"
-            elif _is_connection_closed(exc):
-                reason = "the server closed the connection before answering (did it exit? see its stderr)"
-            else:
-                reason = _describe_error(exc)
-            raise ServerConnectionError(
-                f"cannot connect to MCP server {self._description}: {reason}"
-            ) from exc
-        return client
+    def _current(self) -> Connection:
+        return self._connector.connection()
 
     # -- identity -------------------------------------------------------------------------------
 
@@ -611,15 +469,10 @@ class McpResourceSource:
         """
         return self._current().client
 
-    def _current(self) -> _Connection:
-        if self._conn is None:
-            raise RuntimeError(f"McpResourceSource for {self._description} is not open; use `async with`")
-        return self._conn
-
     @property
     def reconnects(self) -> int:
         """How many times a dead connection was replaced (a stdio server respawned, ...)."""
-        return self._reconnects
+        return self._connector.reconnects
 
     @property
     def name(self) -> str:
@@ -646,14 +499,9 @@ class McpResourceSource:
     @property
     def watchability(self) -> Watchability:
         """Why the server is, or is not, watchable (see :data:`~asyncai_watch.mcp.source.Watchability`)."""
-        if self._advertised(self._current()):
+        if self._current().advertises_subscribe:
             return "advertised"
         return self._trial if self._trial is not None else "untried"
-
-    @staticmethod
-    def _advertised(conn: _Connection) -> bool:
-        resources = conn.capabilities.resources
-        return resources is not None and bool(resources.subscribe)
 
     async def try_subscription(self, uri: str) -> None:
         """The capability fallback: on a server that does not advertise ``resources.subscribe``,
@@ -666,7 +514,7 @@ class McpResourceSource:
             async with self.subscribe([uri]):
                 pass
         except NotWatchableError:
-            if self.subscription_mode != "listen" or self._legacy:
+            if self.subscription_mode != "listen" or self._connector.legacy:
                 raise
             # An SDK 2.x server with only the 2025-era subscribe handler advertises subscriptions
             # to 2025-era clients alone: try that handshake once, and keep it if it carries watches.
@@ -675,7 +523,7 @@ class McpResourceSource:
 
     async def _try_legacy_era(self, uri: str) -> bool:
         refusal = self._refusal
-        self._legacy, self._trial = True, None
+        self._connector.legacy, self._trial = True, None
         self._current().dead = True  # connect again, with the 2025 handshake
         try:
             await self._live()  # first: subscribe() picks the era's method from the live connection
@@ -689,29 +537,26 @@ class McpResourceSource:
                 self._description,
             )
             return True
-        self._legacy, self._trial, self._refusal = False, "refused", refusal
+        self._connector.legacy, self._trial, self._refusal = False, "refused", refusal
         self._current().dead = True  # back to the 2026-07-28 connection it had
         return False
 
-    def _refused(self, conn: _Connection, method: str, reason: str) -> NotWatchableError:
+    def _refused(self, conn: Connection, method: str, reason: str) -> NotWatchableError:
         self._trial = "refused"
-        self._refusal = (
-            f"server {self.name!r} is not watchable: it speaks MCP {conn.protocol_version} and does not "
-            f"advertise resources.subscribe, and refused the {method} it was tried with ({reason}); "
-            "its tools and reads still work (docs/existing-servers.md says what makes a server watchable)"
-        )
-        return NotWatchableError(self._refusal)
+        error = refused_when_tried(self.name, conn.protocol_version, method, reason)
+        self._refusal = str(error)
+        return error
 
     @property
     def subscription_mode(self) -> SubscriptionMode:
         """``"listen"`` on MCP 2026-07-28 (one ``subscriptions/listen`` carries any number of
         URIs), else ``"subscribe"`` (one ``resources/subscribe`` per URI)."""
-        return "listen" if self._current().protocol_version == MODERN_PROTOCOL_VERSION else "subscribe"
+        return subscription_mode_for(self._current().protocol_version)
 
     # -- requests -------------------------------------------------------------------------------
 
     async def _request(
-        self, what: str, call: Callable[[Client], Awaitable[_T]], *, conn: _Connection | None = None
+        self, what: str, call: Callable[[Client], Awaitable[_T]], *, conn: Connection | None = None
     ) -> _T:
         """``call`` on the live connection (or on ``conn``, whose session a legacy subscription
         belongs to), with the request timeout and the errors mapped to ours."""
@@ -726,30 +571,25 @@ class McpResourceSource:
                 f"{self._request_timeout:g} s; the connection was dropped and the next call reconnects "
                 "(pass a larger request_timeout if the server is only slow)"
             ) from exc
-        except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
-                conn.dead = True  # the next call reconnects
-                why = conn.closed_because() or self._sse_failure(exc.message)
-                raise ServerConnectionError(
-                    f"server {self.name!r} ({self._description}): {what} failed: the connection is closed{why}"
-                ) from exc
-            if exc.code == MESSAGE_TOO_LARGE:  # made by our transport: the server's answer was dropped
-                raise ServerError(self.name, what, None, exc.message) from exc
-            raise ServerError(self.name, what, exc.code, exc.message) from exc
-        except pydantic.ValidationError as exc:
-            raise ServerError(
-                self.name, what, None, f"its result is not valid MCP {conn.protocol_version}: {_invalid(exc)}"
-            ) from exc
-        except RuntimeError as exc:
-            # The SDK refused a result it did get: structured content that misses the tool's
-            # output schema, an input_required exchange that never ends.
-            first_line = (str(exc) or type(exc).__name__).splitlines()[0]
-            raise ServerError(self.name, what, None, f"its result was refused: {first_line}") from exc
+        except (MCPError, pydantic.ValidationError, RuntimeError) as exc:
+            if conn.lost_to(exc):
+                raise self._closed(conn, what, exc) from exc
+            error = server_error(self.name, what, exc, conn.protocol_version)
+            assert error is not None  # each of these is the server's answer once not a closed connection
+            raise error from exc
         except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             conn.dead = True
             raise ServerConnectionError(
-                f"server {self.name!r} ({self._description}): {what} failed: {_describe_error(exc)}"
+                f"server {self.name!r} ({self._description}): {what} failed: {describe_error(exc)}"
             ) from exc
+
+    def _closed(self, conn: Connection, what: str, exc: MCPError | BaseException) -> ServerConnectionError:
+        """The error for request ``what`` on a connection found closed (written once)."""
+        message = exc.message if isinstance(exc, MCPError) else ""
+        why = conn.closed_because() or self._sse_failure(message)
+        return ServerConnectionError(
+            f"server {self.name!r} ({self._description}): {what} failed: the connection is closed{why}"
+        )
 
     def _sse_failure(self, message: str) -> str:
         """`` (why)`` for an SSE stream the SDK gave up on (an event over the cap, say), else nothing."""
@@ -793,34 +633,14 @@ class McpResourceSource:
         pages = await self._optional_pages(
             "resources/list", lambda client, c: client.list_resources(cursor=c)
         )
-        return [
-            ListedResource(
-                uri=r.uri,
-                name=r.name,
-                description=r.description or "",
-                mime_type=r.mime_type,
-                never_notified=_never_notified(r.meta),
-            )
-            for page in pages
-            for r in page.resources
-        ]
+        return listed_resources(pages)
 
     async def list_templates(self) -> list[ListedTemplate]:
         """Every resource template; ``[]`` for a server without a templates handler (-32601)."""
         pages = await self._optional_pages(
             "resources/templates/list", lambda client, c: client.list_resource_templates(cursor=c)
         )
-        return [
-            ListedTemplate(
-                uri_template=t.uri_template,
-                name=t.name,
-                description=t.description or "",
-                mime_type=t.mime_type,
-                never_notified=_never_notified(t.meta),
-            )
-            for page in pages
-            for t in page.resource_templates
-        ]
+        return listed_templates(pages)
 
     async def read(self, uri: str, *, after: tuple[str, int] | None = None) -> ReadResult:
         """Read ``uri`` from the server (never from a cache): its first content as text.
@@ -834,21 +654,10 @@ class McpResourceSource:
             what,
             lambda client: client.read_resource(uri, cache_mode="bypass", meta=meta),  # type: ignore[arg-type]
         )
-        if not result.contents:
-            raise ServerError(self.name, what, None, "the server returned no contents")
-        content = result.contents[0]
-        if isinstance(content, types.TextResourceContents):
-            return ReadResult(uri=content.uri or uri, text=content.text, mime_type=content.mime_type)
         try:
-            text = base64.b64decode(content.blob, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError) as exc:
-            raise ServerError(
-                self.name,
-                what,
-                None,
-                f"the content is a binary blob ({content.mime_type or 'no mimeType'}), not UTF-8 text",
-            ) from exc
-        return ReadResult(uri=content.uri or uri, text=text, mime_type=content.mime_type)
+            return read_result(uri, result)
+        except UnreadableResult as exc:
+            raise ServerError(self.name, what, None, str(exc)) from exc
 
     def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
         """One ``subscriptions/listen`` for ``uris`` (MCP 2026-07-28), or one ``resources/subscribe``
@@ -865,12 +674,12 @@ class McpResourceSource:
                     f"{self.protocol_version}, whose resources/subscribe takes one URI; got {len(wanted)}"
                 )
             return self._legacy_subscribe(next(iter(wanted)))
-        return self._listen(f"subscriptions/listen {_what(wanted)}", uris=wanted)
+        return self._listen(f"subscriptions/listen {named_uris(wanted)}", uris=wanted)
 
     @asynccontextmanager
     async def _legacy_subscribe(self, uri: str) -> AsyncIterator[LegacyUpdates]:
         conn = await self._live()
-        advertised = self._advertised(conn)
+        advertised = conn.advertises_subscribe
         if not advertised and self._trial == "refused":
             raise NotWatchableError(self._refusal)
         what = f"resources/subscribe {quoted(uri)}"
@@ -889,11 +698,7 @@ class McpResourceSource:
                 if not advertised:
                     raise self._refused(conn, "resources/subscribe", clip(exc.server_message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
-                    raise NotWatchableError(
-                        f"server {self.name!r} is not watchable: it advertises resources.subscribe but "
-                        f"answers resources/subscribe with 'Method not found'; docs/server-contract.md "
-                        "says what makes a server watchable"
-                    ) from exc
+                    raise advertised_but_missing(self.name, "resources/subscribe") from exc
                 raise
             if not advertised:
                 self._trial = "accepted"
@@ -924,11 +729,8 @@ class McpResourceSource:
     async def _listen(self, what: str, *, uris: frozenset[str] | None) -> AsyncIterator[_Updates]:
         conn = await self._live()
         client = conn.client
-        if client.protocol_version != MODERN_PROTOCOL_VERSION:
-            raise ProtocolVersionError(
-                f"server {self.name!r} speaks {client.protocol_version}; "
-                f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
-            )
+        if subscription_mode_for(client.protocol_version) != "listen":
+            raise protocol_too_old(self.name, client.protocol_version, MODERN_PROTOCOL_VERSION)
         resources = conn.capabilities.resources
         advertised = resources is not None and bool(
             resources.subscribe if uris is not None else resources.list_changed
@@ -936,11 +738,7 @@ class McpResourceSource:
         if not advertised and uris is not None and self._trial == "refused":
             raise NotWatchableError(self._refusal)
         if not advertised and uris is None:
-            raise NotWatchableError(
-                f"server {self.name!r} is not watchable: it does not advertise "
-                + ("resources.subscribe" if uris is not None else "resources.listChanged")
-                + " (docs/server-contract.md says what makes a server watchable)"
-            )
+            raise not_advertised(self.name, "resources.listChanged")
         async with AsyncExitStack() as stack:
             try:
                 async with fail_after(self._clock, self._ack_timeout):
@@ -954,28 +752,20 @@ class McpResourceSource:
                     f"server {self.name!r}: {what} was not acknowledged within {self._ack_timeout:g} s"
                 ) from exc
             except ListenNotSupportedError as exc:  # pre-checked above; kept for a version the SDK rejects
-                raise ProtocolVersionError(
-                    f"server {self.name!r} speaks {exc.negotiated_version}; "
-                    f"watches need MCP {MODERN_PROTOCOL_VERSION} (subscriptions/listen)"
+                raise protocol_too_old(
+                    self.name, str(exc.negotiated_version), MODERN_PROTOCOL_VERSION
                 ) from exc
             except SubscriptionLost as exc:
                 raise SubscriptionLostError(
                     f"server {self.name!r}: {what} ended before it was acknowledged"
                 ) from exc
             except MCPError as exc:
-                if exc.code == types.CONNECTION_CLOSED:
-                    conn.dead = True  # the next call reconnects
-                    raise ServerConnectionError(
-                        f"server {self.name!r} ({self._description}): {what} failed: the connection is closed"
-                    ) from exc
+                if conn.lost_to(exc):
+                    raise self._closed(conn, what, exc) from exc
                 if not advertised:
                     raise self._refused(conn, "subscriptions/listen", clip(exc.message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
-                    raise NotWatchableError(
-                        f"server {self.name!r} is not watchable: it advertises resources.subscribe but "
-                        f"answers subscriptions/listen with 'Method not found' ({exc.message}); "
-                        "docs/server-contract.md says what makes a server watchable"
-                    ) from exc
+                    raise advertised_but_missing(self.name, "subscriptions/listen", exc.message) from exc
                 raise ServerError(self.name, what, exc.code, exc.message) from exc
             honored: frozenset[str] | None = None
             if uris is not None:
@@ -990,7 +780,7 @@ class McpResourceSource:
 
     async def list_tools(self) -> list[ToolInfo]:
         pages = await self._pages("tools/list", lambda client, c: client.list_tools(cursor=c))
-        return [_tool_info(tool) for page in pages for tool in page.tools]
+        return [tool_info(tool) for page in pages for tool in page.tools]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
         return tool_result(await self.call_tool_result(name, arguments))
@@ -1003,7 +793,7 @@ class McpResourceSource:
         except ServerError as exc:
             # MCP 2026-07-28: a result without resultType is complete. The SDK's schema requires
             # the field, so such a result comes back refused, with the body it refused.
-            found = _complete_without_result_type(exc.__cause__)
+            found = complete_without_result_type(exc.__cause__)
             if found is None:
                 raise
             result = found
@@ -1012,7 +802,7 @@ class McpResourceSource:
         return result
 
     def __repr__(self) -> str:
-        state = "open" if self._conn is not None else "closed"
+        state = "open" if self._connector.current is not None else "closed"
         return f"<McpResourceSource {self._name!r} {self._description} {state}>"
 
 
@@ -1023,69 +813,6 @@ async def _with_cursor(
 
 
 _NOTIFIED_META_KEY: Final = "io.github.asyncai-watch/notified"  # asyncai_watch.server.kit.NOTIFIED_META_KEY
-
-
-def _never_notified(meta: Mapping[str, Any] | None) -> bool:
-    """Whether a listed entry's ``_meta`` says no change of it was announced yet."""
-    return meta is not None and meta.get(_NOTIFIED_META_KEY) is False
-
-
-def tool_result(result: types.CallToolResult) -> ToolResult:
-    """A ``tools/call`` result as :class:`ToolResult`: its text content joined, its structured content."""
-    return ToolResult(
-        text="\n".join(_content_text(block) for block in result.content),
-        structured=result.structured_content,
-        is_error=bool(result.is_error),
-    )
-
-
-def _invalid(exc: pydantic.ValidationError) -> str:
-    """What made a result invalid, briefly: each field and why (the body itself is not shown)."""
-    found = [
-        f"{'.'.join(str(part) for part in err['loc']) or 'result'}: {err['msg']}" for err in exc.errors()
-    ]
-    shown = list(dict.fromkeys(found))
-    return "; ".join(shown[:4]) + (f"; +{len(shown) - 4} more" if len(shown) > 4 else "")
-
-
-def _complete_without_result_type(exc: BaseException | None) -> types.CallToolResult | None:
-    """The tool result the SDK refused in ``exc`` when a missing ``resultType`` was its only fault."""
-    if not isinstance(exc, pydantic.ValidationError):
-        return None
-    errors = exc.errors()
-    if not errors or any(err["type"] != "missing" or err["loc"][-1:] != ("resultType",) for err in errors):
-        return None
-    body = errors[0]["input"]
-    if not isinstance(body, dict):
-        return None
-    try:
-        return types.CallToolResult.model_validate({**body, "resultType": "complete"}, by_name=False)
-    except pydantic.ValidationError:
-        return None
-
-
-def _tool_info(tool: types.Tool) -> ToolInfo:
-    notes = tool.annotations
-    read_only = notes is not None and notes.read_only_hint is True
-    # MCP: destructiveHint defaults to true and only means something for a tool that is not read-only.
-    destructive = not read_only and (notes is None or notes.destructive_hint is not False)
-    return ToolInfo(
-        name=tool.name,
-        description=tool.description or "",
-        input_schema=dict(tool.input_schema),
-        read_only=read_only,
-        destructive=destructive,
-    )
-
-
-def _content_text(block: types.ContentBlock) -> str:
-    if isinstance(block, types.TextContent):
-        return block.text
-    if isinstance(block, types.EmbeddedResource) and isinstance(block.resource, types.TextResourceContents):
-        return block.resource.text
-    if isinstance(block, types.ResourceLink):
-        return f"[resource {block.uri}]"
-    return f"[{block.type}]"
 
 
 def _resolve(command: str) -> str:

@@ -27,6 +27,7 @@ __all__ = [
     "TriableSource",
     "Updates",
     "Watchability",
+    "subscription_mode_for",
 ]
 
 MODERN_PROTOCOL_VERSION: Final = "2026-07-28"
@@ -35,6 +36,11 @@ MODERN_PROTOCOL_VERSION: Final = "2026-07-28"
 SubscriptionMode = Literal["listen", "subscribe"]
 """How a server takes subscriptions: ``"listen"``, any number of URIs per ``subscriptions/listen``
 (MCP 2026-07-28); ``"subscribe"``, one ``resources/subscribe`` per URI (MCP 2025-11-25 and older)."""
+
+
+def subscription_mode_for(protocol_version: str) -> SubscriptionMode:
+    """The rule, written once: ``"listen"`` on MCP 2026-07-28, else ``"subscribe"``."""
+    return "listen" if protocol_version == MODERN_PROTOCOL_VERSION else "subscribe"
 
 
 class Updates(Protocol):

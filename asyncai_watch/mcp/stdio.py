@@ -7,7 +7,7 @@ the SDK is patched, and another user of the SDK in the same process keeps the SD
 
 What differs from the SDK's ``stdio_client`` (mcp 2.3) is how stdout is read: lines are split
 as bytes and a large one is decoded in steps with the event loop running between them
-(:mod:`asyncai_watch.mcp._lines`), where the SDK's reader is quadratic in a line's length.
+(:mod:`asyncai_watch.jsonrpc_framing`), where the SDK's reader is quadratic in a line's length.
 Process handling follows the SDK's, with no polling:
 
 - the server runs in a new session (its own process group), with the SDK's safe default
@@ -46,7 +46,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from asyncai_watch.mcp._lines import LineReader, MessageError, Overlong, encode_message, next_message
+from asyncai_watch.jsonrpc_framing import LineReader, MessageError, Overlong, encode_message, next_message
 from asyncai_watch.mcp.body_cap import MESSAGE_TOO_LARGE, too_large
 from asyncai_watch.mcp.probe_noise import ProbeNoise
 
@@ -127,7 +127,7 @@ class StdioTransport:
         exit_fd = _pidfd(process.pid)
         read_send, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
-        connection = _Connection(
+        connection = _PipeBridge(
             process, exit_fd, read_send, write_receive, self.max_line, self, self.on_exit
         )
         try:
@@ -161,7 +161,7 @@ _Streams = tuple[
 ]
 
 
-class _Connection:
+class _PipeBridge:
     """One server process and the two tasks that bridge its pipes to the session's streams."""
 
     def __init__(

@@ -20,7 +20,7 @@ import sys
 from typing import IO, Any
 
 from asyncai_watch.core.extract import Body, Extraction
-from asyncai_watch.errors import WatchError
+from asyncai_watch.errors import BaselineError, WatchError
 from asyncai_watch.runtime.gcpause import gc_paused
 
 _HEADER = struct.Struct("!Q")
@@ -78,6 +78,8 @@ def main() -> None:
             return
         try:
             reply = answer(extractions, request)
+        except BaselineError as exc:
+            reply = ("raise", exc)  # the start tells it apart by its type: it goes back whole
         except WatchError as exc:
             reply = ("error", str(exc))
         except Exception as exc:  # a body no part expected: the parent reports it as an ERROR line

@@ -1,6 +1,6 @@
 """Which server serves a URI: each server's listing, cached.
 
-A :class:`Catalogs` keeps one :class:`~asyncai_watch.core.routing.ServerCatalog` per source.
+A :class:`Catalogs` keeps one :class:`~asyncai_watch.core.routing.ServerListing` per source.
 Sources are listed concurrently, and only when their entry is missing: at the first use, after
 the server said ``notifications/resources/list_changed``, or when a URI routes nowhere (a
 miss refreshes every source once, then routes again). A warm ``watch_start`` or
@@ -19,7 +19,7 @@ from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.echo import quoted
 from asyncai_watch.core.resources import ListedResource
-from asyncai_watch.core.routing import Route, ServerCatalog, route
+from asyncai_watch.core.routing import Route, ServerListing, route
 from asyncai_watch.errors import NotWatchableError, RoutingError, WatchError
 from asyncai_watch.mcp.source import ResourceSource, TriableSource
 
@@ -33,7 +33,7 @@ class Listing:
     """One source's catalog, or why it could not be listed."""
 
     source: ResourceSource
-    catalog: ServerCatalog | None
+    catalog: ServerListing | None
     error: BaseException | None = None
 
 
@@ -59,7 +59,7 @@ class Catalogs:
         self._by_name = {s.name: s for s in self._sources}
         self._describe = describe
         self._on_list_failed = on_list_failed
-        self._cache: dict[str, ServerCatalog] = {}
+        self._cache: dict[str, ServerListing] = {}
         self._locks = {s.name: anyio.Lock() for s in self._sources}
         self._generation = dict.fromkeys(self._by_name, 0)
         self.list_requests = 0
@@ -144,7 +144,7 @@ class Catalogs:
                 if self._on_list_failed is not None:
                     self._on_list_failed(source, exc)
                 return
-            self._cache[source.name] = ServerCatalog(
+            self._cache[source.name] = ServerListing(
                 name=source.name,
                 resources=resources,
                 templates=templates,

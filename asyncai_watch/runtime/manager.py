@@ -15,16 +15,15 @@ The manager never calls a model: the agent consumes :attr:`WatchManager.notices`
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Self
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from asyncai_watch import log
 from asyncai_watch._tasks import exit_task_group
@@ -34,8 +33,7 @@ from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.extract import Body
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
-from asyncai_watch.core.restore import Restore, fate, restored_later
-from asyncai_watch.core.spec import WatchSpec, check_room
+from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import LimitError, NotWatchableError, StateFileError, WatchError, describe
 from asyncai_watch.filters import FilterEngine, default_engine
 from asyncai_watch.info import ResourceInfo, WatchInfo, resource_infos
@@ -44,16 +42,15 @@ from asyncai_watch.runtime.catalog import Catalogs
 from asyncai_watch.runtime.gcpause import gc_paused
 from asyncai_watch.runtime.notices import Notices
 from asyncai_watch.runtime.offload import Offload
+from asyncai_watch.runtime.persistence import Persistence
 from asyncai_watch.runtime.runner import Runner
 from asyncai_watch.runtime.tools import ReadOnlyCatalog, list_tools, tool_names
 from asyncai_watch.runtime.topic import LARGE_BODY
 from asyncai_watch.runtime.watcher import Watcher, open_filter
+from asyncai_watch.runtime.watches import Watches
 from asyncai_watch.shapes import resource_dicts
-from asyncai_watch.state_file import SavedWatch, StateFile
 
 __all__ = ["WatchManager"]
-
-_RESTORE_AT_ONCE: Final = 256  # saved watches started at once on entry
 
 
 class WatchManager:
@@ -86,7 +83,6 @@ class WatchManager:
         self.limits = limits if limits is not None else Limits()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.verbose = verbose
-        self._state = StateFile(watch_state) if watch_state is not None else None
         self._engine: FilterEngine = (
             filter_engine if filter_engine is not None else default_engine(self.limits)
         )
@@ -94,15 +90,20 @@ class WatchManager:
             self.sources, describe=describe, on_list_failed=self._list_failed, clock=self.clock
         )
         self._offload = Offload()
-        self._watchers: dict[str, Watcher] = {}
+        self._watches = Watches(self.limits, verbose=verbose)
         self._runners: dict[str, Runner] = {}
-        self._save_lock = anyio.Lock()
-        self._restoring = anyio.CapacityLimiter(_RESTORE_AT_ONCE)
-        self._send: MemoryObjectSendStream[Notice]
         self.notices: MemoryObjectReceiveStream[Notice]
         """Every notice, in order; iterate it (``async for notice in m.notices``)."""
-        self._send, self.notices = anyio.create_memory_object_stream[Notice](notice_buffer)
-        self._notices = Notices(self.clock, self._send_notice)
+        send, self.notices = anyio.create_memory_object_stream[Notice](notice_buffer)
+        self._notices = Notices(self.clock, send)
+        self._state = Persistence(
+            watch_state,
+            self._watches,
+            limits=self.limits,
+            clock=self.clock,
+            notices=self._notices,
+            verbose=verbose,
+        )
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
 
@@ -112,7 +113,7 @@ class WatchManager:
         if self._tg is not None or self._closed:
             raise RuntimeError("WatchManager can be entered once")
         # Load first: a corrupt state file stops us before anything runs or is written.
-        saved = self._state.load(max_watches=self.limits.max_watches) if self._state is not None else []
+        saved = self._state.load()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -135,8 +136,8 @@ class WatchManager:
             if saved:
                 # Restored watches run at once, but their notices wait for the restore notice: a
                 # burst from them could otherwise fill the buffer before it, and this would never return.
-                await self._restore(saved)
-            self._notices.open.set()
+                await self._state.restore(saved, launch=self._restored, start=self._start_saved, tg=tg)
+            await self._notices.open()
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -150,7 +151,7 @@ class WatchManager:
         try:
             # Filters first, so their sessions close before the engine they run on.
             with anyio.CancelScope(shield=True):
-                watchers = list(self._watchers.values())
+                watchers = list(self._watches)
                 for watcher in watchers:
                     watcher.stop_filter()
                 for watcher in watchers:
@@ -160,12 +161,11 @@ class WatchManager:
                 return None
             return await exit_task_group(tg, exc_type, exc, tb)
         finally:
-            for watcher in self._watchers.values():
-                if watcher.status in ("running", "starting"):
+            for watcher in self._watches:
+                if watcher.live:
                     watcher.log("watch.stopped", reason="manager closed")
-            self._send.close()
-            if self._state is not None:
-                self._state.close()  # the file's lock: the next owner may start now
+            self._notices.close()
+            self._state.close()
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -187,31 +187,27 @@ class WatchManager:
         running and :class:`~asyncai_watch.StateFileError` says why (memory and file agree).
         """
         self._check_open()
-        watcher = self._watchers.get(name)
+        watcher = self._watches.get(name)
         if watcher is None:
             return False
-        if watcher.settled is not None:
-            await watcher.settled.wait()
-            if self._watchers.get(name) is not watcher:
-                return False
-        await self._save(without=name)
-        del self._watchers[name]
+        await watcher.start_settled()
+        if self._watches.get(name) is not watcher:
+            return False
+        await self._state.save(without=name)
+        self._watches.release(watcher)
         await self._end(watcher)
         watcher.log("watch.stopped", reason="watch_stop")
         return True
 
     def watch_list(self) -> list[WatchInfo]:
         """Every watch, started ones in start order (``failed`` / ``restore_failed`` included)."""
-        return [w.info() for w in self._watchers.values() if w.status != "starting"]
+        return [w.info() for w in self._watches if w.status != "starting"]
 
     async def flush(self) -> None:
         """Send every watch's pending lines now, each as a notice, without waiting for its
         debounce: what a process does on a graceful exit, so no change is dropped on the way out."""
         self._check_open()
-        for watcher in list(self._watchers.values()):
-            notice = watcher.delivery.flush()
-            if notice is not None:
-                await self._send_notice(watcher, notice)
+        await self._notices.flush(self._watches)
 
     async def list_resources(self) -> list[ResourceInfo]:
         """Every server's resources and templates (listed afresh, concurrently)."""
@@ -233,8 +229,7 @@ class WatchManager:
     async def state_saved(self) -> None:
         """Return once no write of the ``watch_state`` file is in flight (each start and stop
         has saved before it returned, so what was acknowledged is on disk then)."""
-        async with self._save_lock:
-            pass
+        await self._state.saved()
 
     # -- starting --------------------------------------------------------------------------------
 
@@ -243,47 +238,30 @@ class WatchManager:
         return await self._run(watcher, previous, restoring=restoring)
 
     def _reserve(self, name: str, uri: str, on_event: str | None) -> tuple[Watcher, Watcher | None]:
-        """Check the spec and that a slot is free, and take the name: two concurrent starts of one
-        name must not both win. Returns the new watcher and the one it replaces (a saved watch
-        that failed), if any."""
+        """Take the name (see :meth:`Watches.reserve`) while the manager is open."""
         self._check_open()
-        spec = WatchSpec.checked(name, uri, on_event)
-        check_room(spec, _Slots(self._watchers), self.limits.max_watches)
-        previous = self._watchers.get(name)
-        watcher = Watcher(spec, self.limits, verbose=self.verbose)
-        self._watchers[name] = watcher
-        return watcher, previous
+        return self._watches.reserve(name, uri, on_event)
+
+    async def _restored(self, watcher: Watcher) -> None:
+        await self._run(watcher, None, restoring=True)
+
+    async def _start_saved(self, spec: WatchSpec) -> None:
+        await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
 
     async def _run(self, watcher: Watcher, previous: Watcher | None, *, restoring: bool) -> WatchInfo:
         """Launch a reserved watcher; on failure its name goes back to what it replaced."""
-        name = watcher.name
         try:
             await self._launch(watcher)
         except BaseException:
-            if self._watchers.get(name) is watcher:
-                if previous is not None:
-                    self._watchers[name] = previous  # a failed restart keeps the saved failed spec
-                else:
-                    del self._watchers[name]
-            if watcher.settled is not None:
-                watcher.settled.set()
+            self._watches.release(watcher, previous)
+            watcher.abandon()
             raise
-        watcher.status = "running"
-        watcher.settled = None
-        watcher.log("watch.subscribed", server=watcher.server, attempt=0)
-        watcher.log(
-            "watch.started",
-            shape=watcher.shape,
-            server=watcher.server,
-            filtered=watcher.spec.on_event is not None,
-            restored=restoring,
-        )
+        watcher.started(restored=restoring)
         if not restoring:
             try:
-                await self._save()
+                await self._state.save()
             except StateFileError:
-                if self._watchers.get(name) is watcher:
-                    del self._watchers[name]
+                self._watches.release(watcher)
                 await self._end(watcher)
                 raise
         return watcher.info()
@@ -298,9 +276,11 @@ class WatchManager:
                 raise NotWatchableError.for_server(source.name, source.protocol_version)
             # The capability fallback: subscriptions not advertised are tried once, on this URI.
             await source.try_subscription(spec.uri)
-        watcher.watchable_by_trial = isinstance(source, TriableSource) and source.watchability == "accepted"
-        watcher.server = source.name
-        watcher.protocol = source.protocol_version
+        watcher.routed(
+            source.name,
+            source.protocol_version,
+            by_trial=isinstance(source, TriableSource) and source.watchability == "accepted",
+        )
         runner = self._runners[source.name]
         async with AsyncExitStack() as stack:
             if spec.on_event is not None:
@@ -327,113 +307,11 @@ class WatchManager:
     async def _end(self, watcher: Watcher) -> None:
         """Leave the watch's subscription (closing it if it was the last) and end its filter."""
         runner = self._runners.get(watcher.server or "")
-        if runner is not None and watcher.status in ("running", "starting"):
+        if runner is not None and watcher.live:
             await runner.leave(watcher)
         watcher.stop_filter()
         with anyio.CancelScope(shield=True):
             await watcher.filter_stopped()
-
-    async def _send_notice(self, watcher: Watcher, notice: Notice) -> None:
-        extra = {k: v for k, v in notice.meta.items() if k not in ("name", "uri")}
-        watcher.log("watch.notice", lines=notice.text.count("\n") + 1, text=notice.text, **extra)
-        # If nobody reads notices any more (the agent closed its end), the log above still has it.
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self._send.send(notice)
-
-    # -- persistence -----------------------------------------------------------------------------
-
-    async def _save(self, *, without: str | None = None) -> None:
-        if self._state is None:
-            return
-        async with self._save_lock:
-            saved = [
-                SavedWatch(w.spec, w.error if w.status == "restore_failed" else None)
-                for n, w in self._watchers.items()
-                if w.status != "starting" and n != without
-            ]
-            await anyio.to_thread.run_sync(self._state.save, saved)
-
-    async def _restore(self, saved: Sequence[SavedWatch]) -> None:
-        """Start every saved watch. One that cannot start is listed ``restore_failed`` with its
-        reason and stays saved; one that may start later is tried again in the background
-        (:func:`~asyncai_watch.core.restore.fate`). No saved spec is ever dropped."""
-        assert self._state is not None
-        assert self._tg is not None
-        delays = self.limits.backoff.delays()
-        outcome = Restore(str(self._state.path), delays)
-        failed: dict[str, Exception] = {}
-
-        def keep(spec: WatchSpec, exc: Exception) -> None:
-            # Listed restore_failed, saved with its reason, in its slot (saved specs keep theirs).
-            failed[spec.name] = exc
-            self._watchers[spec.name] = Watcher(
-                spec, self.limits, status="restore_failed", error=describe(exc), verbose=self.verbose
-            )
-
-        async def launch(watcher: Watcher) -> None:
-            async with self._restoring:
-                try:
-                    await self._run(watcher, None, restoring=True)
-                except Exception as exc:
-                    keep(watcher.spec, exc)
-
-        # Slots are taken in saved order, then the starts run at once (a bridge restarting with
-        # thousands of watches): the connection's feed groups their subscriptions.
-        async with anyio.create_task_group() as tg:
-            for entry in saved:
-                spec = entry.spec
-                try:
-                    watcher, _ = self._reserve(spec.name, spec.uri, spec.on_event)
-                except Exception as exc:
-                    keep(spec, exc)
-                else:
-                    tg.start_soon(launch, watcher)
-        for entry in saved:
-            spec = entry.spec
-            error = failed.get(spec.name)
-            if error is None:
-                outcome.add(spec, None)
-            elif outcome.add(spec, error, describe(error)) == "retry" and delays:
-                self._tg.start_soon(self._retry_restore, spec, name=f"restore {spec.name}")
-        # watch_list in saved order, whichever start finished first.
-        order = {entry.spec.name: i for i, entry in enumerate(saved)}
-        self._watchers = dict(sorted(self._watchers.items(), key=lambda item: order.get(item[0], len(order))))
-        if outcome.retrying or outcome.broken:
-            await self._save()  # each reason goes into the file with its spec
-        log.emit(
-            "watch.restored",
-            verbose=self.verbose,
-            path=outcome.path,
-            restored=[s.name for s in outcome.restored],
-            retrying=[s.name for s, _ in outcome.retrying],
-            restore_failed=[s.name for s, _ in (*outcome.retrying, *outcome.broken)],
-        )
-        await self._send.send(outcome.notice())
-
-    async def _retry_restore(self, spec: WatchSpec) -> None:
-        """Try a saved watch again after each of the backoff's delays, while it is still the one
-        that could not start (the user may have started it another way, or stopped it)."""
-        for attempt, delay in enumerate(self.limits.backoff.delays(), 1):
-            await self.clock.sleep_until(self.clock.now() + delay)
-            waiting = self._watchers.get(spec.name)
-            if waiting is None or waiting.status != "restore_failed" or waiting.spec != spec:
-                return
-            try:
-                await self._start(spec.name, spec.uri, spec.on_event, restoring=True)
-            except Exception as exc:
-                waiting.error = describe(exc)
-                waiting.log("watch.restore_retry", attempt=attempt, error=waiting.error, fate=fate(exc))
-                await self._save()
-                if fate(exc) == "broken":
-                    return
-            else:
-                await self._save()
-                await self._notices_now(restored_later(spec, attempt))
-                return
-
-    async def _notices_now(self, notice: Notice) -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self._send.send(notice)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -456,20 +334,3 @@ class WatchManager:
 def _parse_large(text: str) -> Body:
     with gc_paused(len(text)):
         return Body.parse(text)
-
-
-class _Slots(Mapping[str, tuple[str, str]]):
-    """The manager's watches as ``check_room`` reads them (name -> (uri, status)), without a copy."""
-
-    def __init__(self, watchers: dict[str, Watcher]) -> None:
-        self._watchers = watchers
-
-    def __getitem__(self, name: str) -> tuple[str, str]:
-        watcher = self._watchers[name]
-        return watcher.spec.uri, watcher.status
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._watchers)
-
-    def __len__(self) -> int:
-        return len(self._watchers)

@@ -98,6 +98,8 @@ class Offload:
                     self._keys.clear()
                     with anyio.CancelScope(shield=True):
                         await _close(process)
+        if kind == "raise":
+            raise value  # a BaselineError, as the worker raised it
         if kind != "ok":
             raise WatchError(value)
         return value

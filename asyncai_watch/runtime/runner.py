@@ -10,8 +10,12 @@ subscriptions (which listens, which reads, who gets which read, when to resubscr
 - :class:`~asyncai_watch.core.feed.Read` starts a task that reads the URI, parses it, runs the
   URI's shared extraction (:mod:`asyncai_watch.runtime.topic`) and only then reports the read
   done: the feed keeps one read per URI in flight, so extractions of a URI never overlap.
-- The other actions are plain calls: watchers begin, take a read's events, fail; the topic of a
-  URI nobody watches is dropped; resubscribes are logged.
+- The other actions are plain calls: watchers begin, take a read's events (the payload
+  :class:`~asyncai_watch.core.feed.Deliver` carries), fail; the topic of a URI nobody watches is
+  dropped; resubscribes are logged.
+
+The actions are a closed union, dispatched with ``match`` ending in ``assert_never``: an action
+the feed gains and this runner does not handle is a mypy error, never one dropped in silence.
 
 Tasks: one per open listen (a handful per connection), one per read in flight (at most the
 feed's ``max_reads``), and :meth:`Runner.run`, which wakes the feed at its deadline. An idle
@@ -19,6 +23,8 @@ watch has no task. Every task lives in the manager's task group.
 """
 
 from __future__ import annotations
+
+from typing import assert_never
 
 import anyio
 import anyio.abc
@@ -43,6 +49,7 @@ from asyncai_watch.core.feed import (
 )
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import (
+    BaselineError,
     NotWatchableError,
     ServerConnectionError,
     ServerError,
@@ -76,7 +83,11 @@ class Runner:
         self.source = source
         # The mode is the connection's, known once it is up (a bridge's upstreams connect in the
         # background, and may come back speaking another version): see _mode().
-        self.feed: Feed[Watcher] = Feed(backoff=limits.backoff, healthy_after=limits.resubscribe_max)
+        self.feed: Feed[Watcher, Pending] = Feed(
+            backoff=limits.backoff,
+            healthy_after=limits.resubscribe_max,
+            jitter=limits.resubscribe_jitter,
+        )
         self.topics: dict[str, Topic] = {}
         self._limits = limits
         self._clock = clock
@@ -103,27 +114,24 @@ class Runner:
     async def join(self, watcher: Watcher) -> None:
         """Subscribe ``watcher`` to its URI; returns once it began on a read (raises when that
         failed, once a subscription made only for it is closed again)."""
-        settled = watcher.settled = anyio.Event()
+        watcher.joining()
         self._mode()
         self._execute(self.feed.watch(watcher.uri, watcher, self._clock.now()))
         try:
-            await settled.wait()
+            failure = await watcher.begun()
         except BaseException:
-            if not settled.is_set():
+            if watcher.joined_unsettled:
                 self._execute(self.feed.unwatch(watcher.uri, watcher, self._clock.now()))
             raise
-        if watcher.start_error is not None:
+        if failure is not None:
             await self._closes()
-            cause = watcher.start_cause
-            if isinstance(cause, NotWatchableError) or (
-                isinstance(cause, WatchError) and str(cause).startswith("watch_start: ")
-            ):
-                raise cause  # already says what to do (a server that cannot be watched, a bad baseline)
-            raise WatchError(f"watch_start: {watcher.start_error}") from cause
+            raise failure
 
     def _mode(self) -> None:
-        """The feed groups URIs as the connection takes them (read before it opens listens)."""
-        self.feed.mode = self.source.subscription_mode
+        """Tell the feed when the connection takes URIs another way than it did (read before the
+        feed may open listens: a connection's version is known once it is up)."""
+        if (mode := self.source.subscription_mode) != self.feed.mode:
+            self.feed.speaks(mode)
 
     async def leave(self, watcher: Watcher) -> None:
         """Unsubscribe ``watcher``; returns once the listens this closed have ended."""
@@ -140,65 +148,52 @@ class Runner:
 
     # -- executing actions ------------------------------------------------------------------------
 
-    def _execute(
-        self,
-        actions: list[Action[Watcher]],
-        pending: Pending | None = None,
-        cause: BaseException | None = None,
-    ) -> None:
-        """Carry out ``actions`` in order; ``pending`` is the events of the read they follow,
-        ``cause`` the exception of the failure they answer."""
+    def _execute(self, actions: list[Action[Watcher, Pending]], cause: BaseException | None = None) -> None:
+        """Carry out ``actions`` in order (a closed set: a missing branch is a type error);
+        ``cause`` is the exception of the failure they answer."""
         now = self._clock.now()
         for action in actions:
-            if isinstance(action, Deliver):
-                assert pending is not None
-                for watcher in action.watchers:
-                    watcher.take(pending, now)
-            elif isinstance(action, Read):
-                self._tg.start_soon(self._read, action.uri, name=f"read {action.uri}")
-            elif isinstance(action, Begin):
-                topic = self.topics[action.uri]
-                for watcher in action.watchers:
-                    watcher.begin(topic.shape, self._notices.schedule)
-            elif isinstance(action, OpenListen):
-                scope = self._listens[action.id] = anyio.CancelScope()
-                self._closed[action.id] = anyio.Event()
-                self._tg.start_soon(self._listen, action.id, scope, name=f"listen {action.id}")
-            elif isinstance(action, CloseListen):
-                self._listens.pop(action.id).cancel()
-            elif isinstance(action, ReadFailed):
-                for watcher in action.watchers:
-                    watcher.read_failed(action.error, now)
-            elif isinstance(action, StartFailed):
-                for watcher in action.watchers:
-                    watcher.fail_start(action.error, cause)
-            elif isinstance(action, Forget):
-                topic = self.topics.pop(action.uri)
-                self._tg.start_soon(topic.forget)
-            elif isinstance(action, Up):
-                for watcher in action.watchers:
-                    watcher.log("watch.subscribed", server=self.source.name, attempt=action.attempt)
-            elif isinstance(action, Down):
-                for watcher in action.watchers:
-                    watcher.log(
-                        "watch.resubscribing",
-                        attempt=action.retry.attempt,
-                        delay=action.retry.delay,
-                        reason=action.reason,
-                    )
-            elif isinstance(action, GaveUp):
-                for watcher in action.watchers:
-                    self._give_up(watcher, action.attempts, action.reason)
+            match action:
+                case Deliver(watchers=watchers, payload=payload):
+                    assert payload is not None  # a read after the first one always brings its events
+                    for watcher in watchers:
+                        watcher.take(payload, now)
+                case Read(uri=uri):
+                    self._tg.start_soon(self._read, uri, name=f"read {uri}")
+                case Begin(uri=uri, watchers=watchers):
+                    topic = self.topics[uri]
+                    for watcher in watchers:
+                        watcher.begin(topic.shape, self._notices.schedule)
+                case OpenListen(id=listen):
+                    scope = self._listens[listen] = anyio.CancelScope()
+                    self._closed[listen] = anyio.Event()
+                    self._tg.start_soon(self._listen, listen, scope, name=f"listen {listen}")
+                case CloseListen(id=listen):
+                    self._listens.pop(listen).cancel()
+                case ReadFailed(error=error, watchers=watchers):
+                    for watcher in watchers:
+                        watcher.read_failed(error, now)
+                case StartFailed(error=error, watchers=watchers):
+                    for watcher in watchers:
+                        watcher.fail_start(error, cause)
+                case Forget(uri=uri):
+                    topic = self.topics.pop(uri)
+                    self._tg.start_soon(topic.forget)
+                case Up(watchers=watchers, attempt=attempt):
+                    for watcher in watchers:
+                        watcher.log("watch.subscribed", server=self.source.name, attempt=attempt)
+                case Down(watchers=watchers, retry=retry, reason=reason):
+                    for watcher in watchers:
+                        watcher.log(
+                            "watch.resubscribing", attempt=retry.attempt, delay=retry.delay, reason=reason
+                        )
+                case GaveUp(watchers=watchers, attempts=attempts, reason=reason):
+                    for watcher in watchers:
+                        self._notices.now(watcher, watcher.give_up(attempts, reason))
+                case _:
+                    assert_never(action)
         if self.feed.deadline != self._sleeping_until:
             self._wake.set()  # run() sleeps until another time
-
-    def _give_up(self, watcher: Watcher, attempts: int, reason: str) -> None:
-        watcher.status = "failed"
-        watcher.error = reason
-        notices = watcher.delivery.failed(reason, attempts)
-        watcher.log("watch.failed", attempts=attempts, reason=reason)
-        self._notices.now(watcher, notices)
-        watcher.stop_filter()
 
     # -- tasks ------------------------------------------------------------------------------------
 
@@ -249,10 +244,10 @@ class Runner:
             error = _read_error(exc, uri, self.source.name)
             self._execute(self.feed.read_failed(uri, error, self._clock.now(), again=again), cause=exc)
         else:
-            self._execute(self.feed.read_done(uri, self._clock.now()), pending)
+            self._execute(self.feed.read_done(uri, self._clock.now(), pending))
 
 
 def _read_error(exc: BaseException, uri: str, server: str) -> str:
-    if isinstance(exc, WatchError) and str(exc).startswith("watch_start: "):
-        return str(exc).removeprefix("watch_start: ")  # a baseline that cannot be one says why
+    if isinstance(exc, BaselineError):
+        return exc.reason  # a baseline that cannot be one says why
     return f"reading {clip(uri)} from server {server!r} failed: {describe(exc)}"

@@ -8,6 +8,11 @@ task (:mod:`asyncai_watch.runtime.notices`) sends the notice when it is due. A w
 one-slot mailbox (events that come while the filter runs are joined into the slot, never
 dropped) and adds the filter's lines when the worker answers. Everything goes forward: update
 signal -> read -> extraction -> :meth:`take` -> lines -> debounce -> notice.
+
+A watcher owns its life: ``starting`` -> ``running`` (:meth:`Watcher.started`) -> ``failed``
+(:meth:`Watcher.give_up`), or ``restore_failed`` (:meth:`Watcher.restore_failed`). The manager
+and the runner say what happened to it by method; what they keep about it (the debounce heap, the
+name table) they keep in maps of their own.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from asyncai_watch.core.deliver import Delivery, EventRecord, Line
 from asyncai_watch.core.events import Shape
 from asyncai_watch.core.extract import MAX_MERGED_EVENTS, Pending
 from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.notice import Notice
 from asyncai_watch.core.spec import WatchSpec
-from asyncai_watch.errors import describe
+from asyncai_watch.errors import BaselineError, NotWatchableError, WatchError, describe
 from asyncai_watch.filters import Catalog, FilterEngine, FilterSession, sample_event, validate_on_event
 from asyncai_watch.info import WatchInfo
 
@@ -48,33 +54,50 @@ class _Filter:
 
 
 @attrs.define(eq=False)
+class _Start:
+    """A start on its connection: settled once the watch began on a read or failed."""
+
+    settled: anyio.Event = attrs.field(factory=anyio.Event)
+    error: str | None = None
+    cause: BaseException | None = None
+
+
+@attrs.define(eq=False)
 class Watcher:
-    """One watch (see the module docstring). Identity is the watch: two watchers never compare equal."""
+    """One watch (see the module docstring). Identity is the watch: two watchers never compare equal.
+
+    It owns its life: the manager and the runner say what happened to it (:meth:`routed`,
+    :meth:`joining`, :meth:`begin`, :meth:`fail_start`, :meth:`started`, :meth:`give_up`, ...)
+    and read what it is; none of them sets its fields.
+    """
 
     spec: WatchSpec
     limits: Limits = attrs.field(factory=Limits)
-    status: Status = "starting"
-    server: str | None = None
-    protocol: str | None = None
-    """The MCP version the watch's server speaks (its era: listen or legacy subscribe)."""
-    watchable_by_trial: bool = False
-    """Its server does not advertise subscriptions but accepted the one it was tried with."""
-    error: str | None = None
-    shape: Shape | None = None
     verbose: bool = False
-    scheduled: float | None = None
-    """The debounce deadline the notice task holds for this watch (see notices.py)."""
+    _status: Status = attrs.field(default="starting", init=False)
+    _server: str | None = attrs.field(default=None, init=False)
+    _protocol: str | None = attrs.field(default=None, init=False)
+    """The MCP version the watch's server speaks (its era: listen or legacy subscribe)."""
+    _by_trial: bool = attrs.field(default=False, init=False)
+    """Its server does not advertise subscriptions but accepted the one it was tried with."""
+    _error: str | None = attrs.field(default=None, init=False)
+    _shape: Shape | None = attrs.field(default=None, init=False)
     delivery: Delivery = attrs.field(init=False)
-    settled: anyio.Event | None = None
-    """While the watch starts: set once the start is settled, begun on a read or failed
-    (:attr:`start_error`). ``None`` before and after, so a running watch holds no event."""
-    start_error: str | None = None
-    start_cause: BaseException | None = None
-    _on_lines: Callable[[Watcher], None] | None = None
-    _filter: _Filter | None = None
+    _start: _Start | None = attrs.field(default=None, init=False)
+    """While its connection starts it (:meth:`joining` to :meth:`started`); ``None`` before and
+    after, so a running watch holds no event."""
+    _on_lines: Callable[[Watcher], None] | None = attrs.field(default=None, init=False)
+    _filter: _Filter | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.delivery = Delivery(self.spec.name, self.spec.uri, self.limits)
+
+    @classmethod
+    def restore_failed(cls, spec: WatchSpec, limits: Limits, error: str, *, verbose: bool) -> Watcher:
+        """A saved watch that could not start: listed ``restore_failed`` with ``error``, kept saved."""
+        watcher = cls(spec, limits, verbose=verbose)
+        watcher._status, watcher._error = "restore_failed", error
+        return watcher
 
     @property
     def name(self) -> str:
@@ -85,6 +108,24 @@ class Watcher:
         return self.spec.uri
 
     @property
+    def status(self) -> Status:
+        return self._status
+
+    @property
+    def server(self) -> str | None:
+        return self._server
+
+    @property
+    def live(self) -> bool:
+        """Starting or running: it holds (or is taking) a subscription."""
+        return self._status in ("starting", "running")
+
+    @property
+    def saved_error(self) -> str | None:
+        """The reason the watch-state file keeps with its spec: why a restore failed."""
+        return self._error if self._status == "restore_failed" else None
+
+    @property
     def session(self) -> FilterSession | None:
         return self._filter.session if self._filter is not None else None
 
@@ -92,36 +133,102 @@ class Watcher:
         return WatchInfo(
             name=self.spec.name,
             uri=self.spec.uri,
-            status="running" if self.status == "starting" else self.status,
-            shape=self.shape,
-            server=self.server,
-            protocol=self.protocol,
-            watchable_by_trial=self.watchable_by_trial,
+            status="running" if self._status == "starting" else self._status,
+            shape=self._shape,
+            server=self._server,
+            protocol=self._protocol,
+            watchable_by_trial=self._by_trial,
             on_event=self.spec.on_event,
             events=self.delivery.events,
             notices=self.delivery.notices,
-            error=self.error,
+            error=self._error,
         )
 
     def log(self, event: str, **fields: object) -> None:
         """A ``watch.*`` record: the watch, its URI and its server's protocol (the era it rides), then ``fields``."""
-        if self.protocol is not None:
-            fields.setdefault("protocol", self.protocol)
+        if self._protocol is not None:
+            fields.setdefault("protocol", self._protocol)
         log.emit(event, verbose=self.verbose, watch=self.spec.name, uri=self.spec.uri, **fields)
 
-    # -- what the runner hands it ----------------------------------------------------------------
+    # -- its life, as the manager tells it -------------------------------------------------------
+
+    def routed(self, server: str, protocol: str, *, by_trial: bool) -> None:
+        """Its URI is served by ``server``, which speaks ``protocol`` (``by_trial``: a server that
+        does not advertise subscriptions took the one it was tried with)."""
+        self._server, self._protocol, self._by_trial = server, protocol, by_trial
+
+    def started(self, *, restored: bool) -> None:
+        """It began and its filter runs: it is running now."""
+        self._status, self._start = "running", None
+        self.log("watch.subscribed", server=self._server, attempt=0)
+        self.log(
+            "watch.started",
+            shape=self._shape,
+            server=self._server,
+            filtered=self.spec.on_event is not None,
+            restored=restored,
+        )
+
+    def abandon(self) -> None:
+        """Its start failed or was cancelled: whoever waits for it to settle goes on."""
+        if self._start is not None:
+            self._start.settled.set()
+
+    async def start_settled(self) -> None:
+        """Return once its start on its connection has settled (at once when it is not starting there)."""
+        if self._start is not None:
+            await self._start.settled.wait()
+
+    def retry_failed(self, error: str, *, attempt: int, fate: str) -> None:
+        """A saved watch's restore was tried again and failed: ``error`` is its reason now."""
+        self._error = error
+        self.log("watch.restore_retry", attempt=attempt, error=error, fate=fate)
+
+    # -- its life, as its connection's runner tells it --------------------------------------------
+
+    def joining(self) -> None:
+        """Its runner joins it to its URI: from now on its start settles (:meth:`begun`)."""
+        self._start = _Start()
+
+    @property
+    def joined_unsettled(self) -> bool:
+        """Joined to its URI, and neither begun nor failed yet."""
+        return self._start is not None and not self._start.settled.is_set()
+
+    async def begun(self) -> BaseException | None:
+        """Wait until it began on a read (``None``) or failed to: then the error to raise."""
+        start = self._start
+        assert start is not None, "begun() before joining()"
+        await start.settled.wait()
+        if start.error is None:
+            return None
+        cause = start.cause
+        if isinstance(cause, NotWatchableError | BaselineError):
+            return cause  # already says what to do (a server that cannot be watched, a bad baseline)
+        error = WatchError(f"watch_start: {start.error}")
+        error.__cause__ = cause
+        return error
 
     def begin(self, shape: Shape, on_lines: Callable[[Watcher], None]) -> None:
         """The watch began on its URI's state; ``on_lines`` is told whenever lines were queued."""
-        self.shape = shape
+        self._shape = shape
         self._on_lines = on_lines
-        if self.settled is not None:
-            self.settled.set()
+        if self._start is not None:
+            self._start.settled.set()
 
     def fail_start(self, error: str, cause: BaseException | None = None) -> None:
-        self.start_error, self.start_cause = error, cause
-        if self.settled is not None:
-            self.settled.set()
+        if self._start is not None:
+            self._start.error, self._start.cause = error, cause
+            self._start.settled.set()
+
+    def give_up(self, attempts: int, reason: str) -> list[Notice]:
+        """Its subscription gave up after ``attempts`` resubscribes: it is failed, its filter
+        ends; returns its notices (what was pending, then the failure)."""
+        self._status, self._error = "failed", reason
+        notices = self.delivery.failed(reason, attempts)
+        self.log("watch.failed", attempts=attempts, reason=reason)
+        self.stop_filter()
+        return notices
 
     def take(self, pending: Pending, now: float) -> None:
         """A read's events: lines at once without a filter, else into the filter's mailbox."""

@@ -33,9 +33,10 @@ import anyio
 
 from asyncai_watch import log
 from asyncai_watch.clock import SystemClock, fail_after
-from asyncai_watch.core.echo import redact
 from asyncai_watch.core.limits import Limits
+from asyncai_watch.echo import redact
 from asyncai_watch.errors import LimitError, WatchError
+from asyncai_watch.exception_groups import leaves
 from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES, add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.server.policy import (
@@ -343,12 +344,6 @@ def _address(value: str) -> tuple[str, int]:
         raise ConfigError(str(exc)) from None
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
 def _stop_children() -> list[int]:
     """SIGTERM each child process's process group; returns the pids signalled.
 
@@ -453,10 +448,10 @@ def _main(args: argparse.Namespace) -> int:
         error = bind_error(exc)
         if error is not None and args.http is not None:
             return _fail(f"cannot serve HTTP on {args.http}: {error.strerror or error}")
-        known = [leaf for leaf in _leaves(exc) if isinstance(leaf, WatchError)]
+        known = [leaf for leaf in leaves(exc) if isinstance(leaf, WatchError)]
         if known:
             return _fail(str(known[0]))
-        interrupted = [leaf for leaf in _leaves(exc) if isinstance(leaf, KeyboardInterrupt)]
+        interrupted = [leaf for leaf in leaves(exc) if isinstance(leaf, KeyboardInterrupt)]
         if interrupted:
             return 0
         raise

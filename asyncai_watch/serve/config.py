@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import attrs
 
-from asyncai_watch.core.echo import clip, quoted, redact_url
+from asyncai_watch.echo import clip, quoted, redact_url
 from asyncai_watch.errors import WatchError
 from asyncai_watch.mcp.server_spec import parse_server
 

@@ -45,13 +45,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from asyncai_watch import log
 from asyncai_watch.clock import Clock, SystemClock, fail_after
-from asyncai_watch.core.echo import clip, quoted, redact
 from asyncai_watch.core.tools import BRIDGE_TOOLS, DEFAULT_NOTICES_LIMIT, ToolSpec, check_arguments
 from asyncai_watch.core.tools import tool as tool_spec
+from asyncai_watch.echo import clip, quoted, redact
 from asyncai_watch.errors import WatchError
-from asyncai_watch.server.errors import unknown_tool
-from asyncai_watch.server.schemas import input_schemas
 from asyncai_watch.server.subscriptions import ListenStream, SubscriptionRegistry
+from asyncai_watch.server.tool_dispatch import ToolCall, tool_handlers
 from asyncai_watch.shapes import resource_dicts, started_dict, watch_dicts
 
 from .bridge import Bridge
@@ -245,44 +244,43 @@ def build_server(
         "watch_notices": t_watch_notices,
     }
 
-    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOLS)
+    def tool_call(
+        name: str, handler: Callable[[Mapping[str, Any]], Awaitable[types.CallToolResult]]
+    ) -> ToolCall:
+        """``handler`` with its arguments checked, its errors as tool results, and what the
+        model has not been shown yet (restores, new notices) added to its result."""
 
-    async def call_tool(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        handler = handlers.get(params.name)
-        if handler is None:
-            raise unknown_tool(SERVER_NAME, params.name, handlers)
-        args = params.arguments or {}
-        try:
-            _check_arguments(params.name, args)
-            result = await handler(args)
-            _check_size(params.name, args, result, max_result)
-        except WatchError as exc:  # FilterError, LimitError, RoutingError, NotWatchableError, ...
-            result = _error(str(exc))
-        except Exception as exc:
-            # Still a tool error the model can read, not a dropped connection; the log has the details.
-            log.logger.exception("serve.tool_failed", extra={"tool": params.name})
-            result = _error(f"{params.name} failed: {type(exc).__name__}: {clip(str(exc), _ERROR_CAP)}")
-        missing = bridge.unavailable()
-        if result.is_error and missing and params.name in ("read_resource", "watch_start"):
-            # The URI may be one a server that is down would serve: say which are down and why.
-            result.content.append(_text(clip(redact("Not connected: " + "; ".join(missing)), _ERROR_CAP)))
-        # A restore notice is pushed, and a push can be dropped unheard: the next tool result
-        # says it too (a watch_notices answer that holds it already says it).
-        held = [n["id"] for n in (result.structured_content or {}).get("notices", [])]
-        restores = bridge.take_restores(held if params.name == "watch_notices" else ())
-        for entry in restores:
-            result.content.append(_text(restore_report(entry)))
-        if result.structured_content is not None and params.name != "watch_notices":
-            # The same in the structured content, which is all some hosts show the model.
-            if restores:
-                result.structured_content["restore"] = [entry_dict(e) for e in restores]
-            pending = new_notices()
-            if pending is not None:
-                result.structured_content["new_notices"] = pending
-        return result
+        async def call(ctx: ServerRequestContext[Any, Any], args: Mapping[str, Any]) -> types.CallToolResult:
+            try:
+                _check_arguments(name, args)
+                result = await handler(args)
+                _check_size(name, args, result, max_result)
+            except WatchError as exc:  # FilterError, LimitError, RoutingError, NotWatchableError, ...
+                result = _error(str(exc))
+            except Exception as exc:
+                # Still a tool error the model can read, not a dropped connection; the log has the details.
+                log.logger.exception("serve.tool_failed", extra={"tool": name})
+                result = _error(f"{name} failed: {type(exc).__name__}: {clip(str(exc), _ERROR_CAP)}")
+            missing = bridge.unavailable()
+            if result.is_error and missing and name in ("read_resource", "watch_start"):
+                # The URI may be one a server that is down would serve: say which are down and why.
+                result.content.append(_text(clip(redact("Not connected: " + "; ".join(missing)), _ERROR_CAP)))
+            # A restore notice is pushed, and a push can be dropped unheard: the next tool result
+            # says it too (a watch_notices answer that holds it already says it).
+            held = [n["id"] for n in (result.structured_content or {}).get("notices", [])]
+            restores = bridge.take_restores(held if name == "watch_notices" else ())
+            for entry in restores:
+                result.content.append(_text(restore_report(entry)))
+            if result.structured_content is not None and name != "watch_notices":
+                # The same in the structured content, which is all some hosts show the model.
+                if restores:
+                    result.structured_content["restore"] = [entry_dict(e) for e in restores]
+                pending = new_notices()
+                if pending is not None:
+                    result.structured_content["new_notices"] = pending
+            return result
+
+        return call
 
     @contextmanager
     def attach_listen(stream: ListenStream) -> Iterator[None]:
@@ -320,9 +318,7 @@ def build_server(
         SERVER_NAME,
         version=version,
         instructions=instructions,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        get_tool_input_schema=input_schemas(TOOLS),
+        **tool_handlers(SERVER_NAME, TOOLS, {name: tool_call(name, fn) for name, fn in handlers.items()}),
         on_subscriptions_listen=subscriptions.listen,
     )
     server.subscriptions = subscriptions

@@ -29,6 +29,7 @@ from asyncai_watch import log
 from asyncai_watch.clock import Clock, SystemClock, fail_after
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.errors import NotWatchableError, ServerConnectionError
+from asyncai_watch.exception_groups import leaves
 from asyncai_watch.mcp.source import (
     MODERN_PROTOCOL_VERSION,
     ListedResource,
@@ -115,7 +116,7 @@ Connect = Callable[[], AbstractAsyncContextManager[ResourceSource]]
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(dict.fromkeys(_describe(e) for e in exc.exceptions))
+        return "; ".join(dict.fromkeys(_describe(e) for e in leaves(exc)))
     text = str(exc)
     if isinstance(exc, ServerConnectionError):
         return text

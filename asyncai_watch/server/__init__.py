@@ -27,6 +27,8 @@ are built on the rest; so can any server written on the ``mcp`` SDK's low-level 
   ``read_after`` for a reader's position;
 - :mod:`.errors`: the protocol errors for an unknown tool or resource;
 - :mod:`.schemas`: ``input_schemas()``, the tool input-schema lookup the SDK's ``Server`` takes;
+- :mod:`.tool_dispatch`: ``tool_handlers()``, ``tools/list`` / ``tools/call`` from one table of
+  tools and their functions (``Server(..., **tool_handlers(name, tools, calls))``);
 - :mod:`.text`: untrusted text made inert for a model (a channel push's content).
 
 Each name below is imported from its module on first use, so importing one helper does not
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
         SubscriptionStats,
         honored_filter,
     )
+    from asyncai_watch.server.tool_dispatch import ToolCall, tool_handlers
 
 __all__ = [
     "AFTER_META_KEY",
@@ -98,6 +101,7 @@ __all__ = [
     "SubscriptionIndex",
     "SubscriptionRegistry",
     "SubscriptionStats",
+    "ToolCall",
     "Watchable",
     "add_http_arguments",
     "bind_error",
@@ -113,6 +117,7 @@ __all__ = [
     "serve_http",
     "stdio_server",
     "streamable_http_app",
+    "tool_handlers",
     "unknown_tool",
     "watchable",
 ]
@@ -150,6 +155,8 @@ _HOME: Final[dict[str, str]] = {
     "serve_http": "http",
     "streamable_http_app": "resumable",
     "input_schemas": "schemas",
+    "ToolCall": "tool_dispatch",
+    "tool_handlers": "tool_dispatch",
     "stdio_server": "stdio",
     "NOTIFIED_META_KEY": "kit",
     "Watchable": "kit",

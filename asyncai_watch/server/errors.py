@@ -20,7 +20,7 @@ from typing import Final
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
-from asyncai_watch.core.echo import clip, quoted
+from asyncai_watch.echo import clip, quoted
 
 __all__ = ["RESOURCE_NOT_FOUND", "UNKNOWN_TOOL", "resource_error", "resource_not_found", "unknown_tool"]
 

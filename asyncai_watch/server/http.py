@@ -24,6 +24,8 @@ import anyio.abc
 import uvicorn
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from asyncai_watch.exception_groups import leaves
+
 from .guard import HttpGuard, guarded_protocol
 from .policy import HttpPolicy, parse_host_port
 
@@ -35,12 +37,8 @@ def bind_error(exc: BaseException) -> OSError | None:
 
     A server that runs :func:`serve_http` inside a task group gets it wrapped in an exception group.
     """
-    while isinstance(exc, BaseExceptionGroup):
-        matched, rest = exc.split(OSError)
-        if matched is None or rest is not None or len(matched.exceptions) != 1:
-            return None
-        exc = matched.exceptions[0]
-    return exc if isinstance(exc, OSError) else None
+    inside = leaves(exc)
+    return inside[0] if len(inside) == 1 and isinstance(inside[0], OSError) else None
 
 
 async def serve_http(

@@ -7,7 +7,7 @@ stdio_server() as (read, write): await server.run(read, write, options)``. What 
 ``os.read`` (which cannot block then). The SDK reads it in a worker thread, and a thread cannot
 be cancelled, so Ctrl-C on a server whose client still held the pipe waited until stdin closed.
 Lines are split as bytes and a large one is decoded in steps with the loop running between them
-(:mod:`asyncai_watch.mcp._lines`, the reader our client uses too): a 50 MB request is read in
+(:mod:`asyncai_watch.jsonrpc_framing`, the reader our client uses too): a 50 MB request is read in
 about the time its parse takes, and the server goes on answering meanwhile (the SDK's reader
 copies the partial line again for every 64 KiB read; a 50 MB request took 78 s). A stdin that
 cannot block (a file, ``/dev/null``) is read the same way; it reaches its end by itself.
@@ -55,7 +55,7 @@ from anyio.abc import ByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from asyncai_watch.mcp._lines import (
+from asyncai_watch.jsonrpc_framing import (
     LineReader,
     MessageError,
     Overlong,

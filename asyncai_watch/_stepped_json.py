@@ -2,7 +2,7 @@
 
 Pure: :func:`parse_in_steps` is a generator that yields (``None``) between steps and returns
 the value, exactly what ``msgspec.json.decode`` returns for the whole text. The caller awaits a
-checkpoint at each yield (``asyncai_watch.mcp._lines`` does, for a huge stdio line).
+checkpoint at each yield (``asyncai_watch.jsonrpc_framing`` does, for a huge stdio line).
 
 Why: decoding is one C call holding the GIL. A 50 MB ``resources/read`` answer held the agent's
 event loop about 60 ms in the decode alone, and turning its one big string into a Python ``str``

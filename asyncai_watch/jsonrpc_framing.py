@@ -1,4 +1,8 @@
-"""MCP's stdio wire, read linearly: newline-delimited JSON-RPC, for our client and servers alike.
+"""JSON-RPC framing on MCP's stdio wire: one message per newline-terminated line, read linearly.
+
+Shared by our client (:mod:`asyncai_watch.mcp.stdio`) and our servers (:mod:`asyncai_watch.server.stdio`),
+so it sits a floor below both. (Not to be confused with notice lines, :mod:`asyncai_watch.core.lines`:
+here a "line" is one framed JSON-RPC message.)
 
 :class:`LineReader` splits a byte stream into lines as bytes: each chunk is searched once for
 newlines, and a line longer than a chunk grows in one buffer, so every byte is copied once.
@@ -9,7 +13,7 @@ request took 78 s to read that way, and a 50 MB answer 22 s of CPU.)
 :func:`read_message` turns one line into a ``SessionMessage`` with the SDK's own model. A line
 up to :data:`LARGE_LINE` is parsed by the SDK's ``validate_json`` (one call, short). A longer
 one is decoded in steps with the event loop running between them
-(:mod:`asyncai_watch.mcp._stepped_json`: no step holds the loop much more than 20 ms, where one
+(:mod:`asyncai_watch._stepped_json`: no step holds the loop much more than 20 ms, where one
 decode of a 50 MB line held it 130 ms), then validated by the same model (``validate_python``).
 A line the stepped decode refuses gets the SDK's own parse, so the two paths accept exactly
 the same lines.
@@ -35,7 +39,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, jsonrpc_message_adapter
 from pydantic import ValidationError
 
-from asyncai_watch.mcp._stepped_json import parse_in_steps
+from asyncai_watch._stepped_json import parse_in_steps
 
 __all__ = [
     "LARGE_LINE",

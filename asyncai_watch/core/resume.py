@@ -28,6 +28,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from asyncai_watch.core.changes import annotate
 from asyncai_watch.core.echo import clip
 from asyncai_watch.core.eventlog import GAP_RESET, GAP_TRUNCATED, Position, Sequencer
 from asyncai_watch.core.events import GAP, Event, shape_for_mime_type
@@ -108,12 +109,12 @@ class Outcome:
     def line(self, name: str, uri: str) -> str:
         """The watch's line in the restore notice."""
         if self.kind == "resumed":
-            return f"- {name} {uri}: resumed (nothing changed while the agent was down)"
+            return f"- {name} {uri}: restored, resumed (nothing changed while the agent was down)"
         if self.kind == "caught_up":
             plural = "change" if self.changes == 1 else "changes"
             gap = f"; {self.reason}" if self.reason else ""
-            return f"- {name} {uri}: caught up {self.changes} {plural} made while the agent was down{gap}"
-        return f"- {name} {uri}: fresh baseline ({self.reason})"
+            return f"- {name} {uri}: restored, caught up {self.changes} {plural} made while the agent was down{gap}"
+        return f"- {name} {uri}: restored, fresh baseline ({self.reason})"
 
 
 @attrs.frozen
@@ -167,7 +168,10 @@ def catch_up_state(saved: Checkpoint | None, current: Body) -> CatchUp:
     if (old.error is not None and current.error is None) or (old.error is None and current.error is not None):
         # One side JSON, the other not: no item-by-item diff; the current read is the baseline.
         return CatchUp(Outcome("fresh", reason="its body changed between JSON and text while it was down"))
-    events = diff_reads(old.state, current.parsed_body().state)
+    # Annotated as a live read's are (changed paths; no-op MODIFIED dropped).
+    events = [
+        ev for ev in map(annotate, diff_reads(old.state, current.parsed_body().state)) if ev is not None
+    ]
     if not events:
         return CatchUp(Outcome("resumed"))
     return CatchUp(Outcome("caught_up", len(events)), tuple(events))

@@ -120,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--json", action="store_true", help="one JSON object per notice (for jq)")
     watch.add_argument("--name", default="watch", help="the watch's name in notices (default: watch)")
     watch.add_argument(
+        "--watch-state",
+        metavar="PATH",
+        default=None,
+        help="resume across restarts: the watch and where it stood are kept in PATH (and "
+        "PATH.resume.sqlite); started again, it first prints what changed while it was down, and "
+        "a notice killed before it was printed is printed again, flagged (docs/cli.md)",
+    )
+    watch.add_argument(
         "--verbose",
         action="store_true",
         help="also write the watch's NDJSON log on stderr: every event and what became of it "
@@ -270,10 +278,23 @@ def _print_notice(notice: Notice, info: WatchInfo, as_json: bool) -> None:
             "server": info.server,
             "lines": notice.text.splitlines(),
             "failed": notice.meta.get("failed") == "true",
+            "source": notice.source,
+            "redelivered": notice.meta.get("redelivered") == "1",
         }
         print(json.dumps(record, ensure_ascii=False), flush=True)
     else:
         print(notice.text, flush=True)
+
+
+async def _watch_resumed(manager: WatchManager, args: argparse.Namespace) -> WatchInfo:
+    """The watch: the one restored from ``--watch-state`` when it is the same spec, else started
+    (a changed URI or filter replaces the saved one)."""
+    for info in manager.watch_list():
+        if info.name == args.name:
+            if info.status == "running" and info.uri == args.uri and info.on_event == args.on_event:
+                return info
+            await manager.watch_stop(args.name)
+    return await manager.watch_start(args.name, args.uri, args.on_event)
 
 
 async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource]) -> int:
@@ -285,8 +306,10 @@ async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource])
             tg = await enter_task_group(stack)
             tg.start_soon(_until_signalled, running, stopped)
             sources = await _connected(sources, stack)
-            manager = await stack.enter_async_context(WatchManager(sources, limits=limits_for(args.debounce)))
-            info = await manager.watch_start(args.name, args.uri, args.on_event)
+            manager = await stack.enter_async_context(
+                WatchManager(sources, limits=limits_for(args.debounce), watch_state=args.watch_state)
+            )
+            info = await _watch_resumed(manager, args)
             print(
                 f"{PROG}: watching {info.uri} on {info.server} ({info.shape}); Ctrl-C stops",
                 file=sys.stderr,
@@ -296,6 +319,7 @@ async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource])
                 running.append(printing)
                 async for notice in manager.notices:
                     _print_notice(notice, info, args.json)
+                    manager.notice_taken(notice)  # printed and flushed: a kill now loses nothing
                     if notice.meta.get("failed") == "true":
                         failed = True
                         break
@@ -309,6 +333,7 @@ async def _watch(args: argparse.Namespace, sources: Sequence[McpResourceSource])
                     except anyio.WouldBlock:
                         break
                     _print_notice(notice, info, args.json)
+                    manager.notice_taken(notice)
             tg.cancel_scope.cancel()
     return 1 if failed and not stopped else 0
 

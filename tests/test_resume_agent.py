@@ -87,7 +87,7 @@ async def test_a_notice_whose_run_did_not_complete_is_read_again_flagged_once(tm
 async def test_the_orchestrator_acknowledges_only_after_the_run_completes() -> None:
     taken: list[Notice] = []
     model = Model(block=True)
-    notice = Notice("watch", "ADDED k", meta={"name": "n", "notice_id": "1"})
+    notice = Notice("watch", "ADDED k", meta={"name": "n", "asyncai-watch/delivery": "1"})
     async with Orchestrator(model, default_channel=Channel(), notice_taken=taken.append) as orch:
         await orch.notice_tx.send(notice)
         with anyio.fail_after(30):

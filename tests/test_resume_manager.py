@@ -136,5 +136,5 @@ async def test_without_a_state_file_notices_carry_no_id() -> None:
         await m.watch_start("notes", NOTES)
         fake.update(NOTES, {"k": 1})
         notice = await receive(m)
-        assert "notice_id" not in notice.meta
+        assert "asyncai-watch/delivery" not in notice.meta
         m.notice_taken(notice)  # nothing to acknowledge: a no-op

@@ -29,8 +29,9 @@ from asyncai_watch.resume_store import ResumeStore
 
 __all__ = ["NOTICE_ID_META_KEY", "Resume"]
 
-NOTICE_ID_META_KEY: Final = "notice_id"
-"""Notice ``meta`` key: the id the agent acknowledges with ``WatchManager.notice_taken``."""
+NOTICE_ID_META_KEY: Final = "asyncai-watch/delivery"
+"""Notice ``meta`` key: the outbox id ``WatchManager.notice_taken`` acknowledges. Not an identifier,
+so the renderings (``<watch-event>`` attributes, channel meta) leave it out."""
 
 
 class Resume:

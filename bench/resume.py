@@ -78,7 +78,9 @@ async def main_async(reads: int, repeats: int) -> None:
             state.write_text('{"version": 2, "watches": []}')
             with_state.append(await one_run(reads, state))
     best_without, best_with = max(without), max(with_state)
-    print(f"resume: one event-log watch, {reads} reads of {BATCH} events, a notice per read, best of {repeats}")
+    print(
+        f"resume: one event-log watch, {reads} reads of {BATCH} events, a notice per read, best of {repeats}"
+    )
     print(f"  without --watch-state (baseline): {best_without:,.0f} events/s")
     print(
         f"  with --watch-state:               {best_with:,.0f} events/s "
@@ -88,7 +90,9 @@ async def main_async(reads: int, repeats: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a smaller run (CI smoke)")
     args, _ = parser.parse_known_args()
     anyio.run(main_async, 50 if args.quick else 200, 2 if args.quick else 3)

@@ -32,7 +32,7 @@ from asyncai_watch.testing import FakeClock, FakeSource, ListedResource
 
 TARGET = 10_000.0  # events/s on one watch
 BATCH = 100
-RING = 1000
+RING = 2 * BATCH
 LOG = "kcp://pods"
 
 

@@ -145,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--watch-state",
         type=Path,
         metavar="PATH",
-        help="save the watches here and restore them at the next start, resuming where they were",
+        help="resume across restarts: the watches and where they stood are kept in PATH (and "
+        "PATH.resume.sqlite); started again, it first prints what changed while it was down, and a "
+        "notice killed before it was printed is printed again, flagged (docs/cli.md)",
     )
     add_cap_argument(watch)
     watch.add_argument(
@@ -378,6 +380,8 @@ def _record(notice: Notice, info: WatchInfo | None) -> dict[str, Any]:
         "server": info.server if info else None,
         "lines": notice.text.splitlines(),
         "failed": notice.meta.get("failed") == "true",
+        "source": notice.source,
+        "redelivered": notice.meta.get("redelivered") == "1",
     }
 
 
@@ -409,6 +413,14 @@ class _Output:
             print(json.dumps(record, ensure_ascii=False), flush=True)
         else:
             print(notice.text, flush=True)
+
+    def restored(self, notice: Notice) -> None:
+        """With ``--watch-state``: what became of each saved watch (resumed, caught up N changes, a
+        fresh baseline and why): a ``--json`` record (``source: "watch.restore"``), else on stderr."""
+        if self.as_json:
+            print(json.dumps(_record(notice, None), ensure_ascii=False), flush=True)
+        else:
+            print(notice.text, file=sys.stderr, flush=True)
 
     async def initial(self, info: WatchInfo, content: Any) -> None:
         if self.as_json or self.exec is not None:
@@ -504,8 +516,9 @@ async def _watch_with(
             )
             infos: dict[str, WatchInfo] = {w.name: w for w in manager.watch_list()}
             for name, uri in zip(_names(args), args.uri, strict=True):
-                if name in infos and infos[name].uri == uri and infos[name].status != "failed":
-                    continue  # restored from --watch-state
+                saved = infos.get(name)
+                if saved is not None and (saved.uri, saved.on_event) == (uri, args.on_event) and saved.status != "failed":
+                    continue  # restored from --watch-state (a changed URI or filter replaces it)
                 if name in infos:
                     await manager.watch_stop(name)
                 try:
@@ -524,8 +537,11 @@ async def _watch_with(
                 running.append(printing)
                 async for notice in manager.notices:
                     if notice.source != Notice.WATCH:
-                        continue  # the restore notice is for a model
+                        if notice.source == Notice.RESTORE:
+                            out.restored(notice)
+                        continue
                     await out.notice(notice, infos.get(notice.meta.get("name", "")))
+                    manager.notice_taken(notice)  # printed and flushed: a kill now loses nothing
                     printed += 1
                     if notice.meta.get("failed") == "true":
                         failed = True
@@ -543,6 +559,7 @@ async def _watch_with(
                         break
                     if notice.source == Notice.WATCH:
                         await out.notice(notice, infos.get(notice.meta.get("name", "")))
+                        manager.notice_taken(notice)
                         printed += 1
             tg.cancel_scope.cancel()
     return 1 if failed and not stopped else 0

@@ -118,6 +118,8 @@ async def test_watch_prints_each_notice_as_json_and_ends_cleanly_on_a_signal(sto
             "server": "memo",
             "lines": ["ADDED todo"],
             "failed": False,
+            "source": "watch",
+            "redelivered": False,
         }
         assert second["lines"] == ["MODIFIED todo (milk→eggs)"]
         proc.send_signal(stop)

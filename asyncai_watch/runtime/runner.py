@@ -62,7 +62,7 @@ from asyncai_watch.mcp.source import ResourceSource
 from asyncai_watch.runtime.notices import Notices
 from asyncai_watch.runtime.offload import Offload
 from asyncai_watch.runtime.topic import Topic, parse
-from asyncai_watch.runtime.watcher import Watcher
+from asyncai_watch.runtime.watcher import Marks, Watcher
 
 __all__ = ["Runner"]
 
@@ -79,6 +79,7 @@ class Runner:
         offload: Offload,
         notices: Notices,
         tg: anyio.abc.TaskGroup,
+        marks: Marks | None = None,
     ) -> None:
         self.source = source
         # The mode is the connection's, known once it is up (a bridge's upstreams connect in the
@@ -94,6 +95,7 @@ class Runner:
         self._offload = offload
         self._notices = notices
         self._tg = tg
+        self._marks = marks  # with a resume store: each watch's checkpoint after each read
         self._listens: dict[int, anyio.CancelScope] = {}
         self._closed: dict[int, anyio.Event] = {}  # listens cancelled whose task has not ended yet
         self._wake = anyio.Event()
@@ -154,16 +156,18 @@ class Runner:
         now = self._clock.now()
         for action in actions:
             match action:
-                case Deliver(watchers=watchers, payload=payload):
+                case Deliver(uri=uri, watchers=watchers, payload=payload):
                     assert payload is not None  # a read after the first one always brings its events
+                    checkpoint = self.topics[uri].checkpoint() if self._marks is not None else None
                     for watcher in watchers:
-                        watcher.take(payload, now)
+                        watcher.take(payload, now, checkpoint)
                 case Read(uri=uri):
                     self._tg.start_soon(self._read, uri, name=f"read {uri}")
                 case Begin(uri=uri, watchers=watchers):
                     topic = self.topics[uri]
+                    checkpoint = topic.checkpoint() if self._marks is not None else None
                     for watcher in watchers:
-                        watcher.begin(topic.shape, self._notices.schedule)
+                        watcher.begin(topic.shape, self._notices.schedule, self._marks, checkpoint)
                 case OpenListen(id=listen):
                     scope = self._listens[listen] = anyio.CancelScope()
                     self._closed[listen] = anyio.Event()

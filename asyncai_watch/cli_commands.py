@@ -517,7 +517,11 @@ async def _watch_with(
             infos: dict[str, WatchInfo] = {w.name: w for w in manager.watch_list()}
             for name, uri in zip(_names(args), args.uri, strict=True):
                 saved = infos.get(name)
-                if saved is not None and (saved.uri, saved.on_event) == (uri, args.on_event) and saved.status != "failed":
+                if (
+                    saved is not None
+                    and (saved.uri, saved.on_event) == (uri, args.on_event)
+                    and saved.status != "failed"
+                ):
                     continue  # restored from --watch-state (a changed URI or filter replaces it)
                 if name in infos:
                     await manager.watch_stop(name)

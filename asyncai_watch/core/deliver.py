@@ -13,20 +13,21 @@ per read. Nothing here awaits, reads a clock or logs; ``now`` is passed in::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import compress
-from typing import Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import attrs
 
-from asyncai_watch.core.debounce import Debouncer
+from asyncai_watch.core.debounce import Debouncer, notice_text
 from asyncai_watch.core.dedupe import Deduper
 from asyncai_watch.core.echo import clip
-from asyncai_watch.core.events import Event
+from asyncai_watch.core.events import DELETED, ERROR, GAP, Event
 from asyncai_watch.core.extract import Pending
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.lines import default_line
-from asyncai_watch.core.notice import SOURCE_WATCH, Notice
+from asyncai_watch.core.netchange import is_reducible, net_changes
+from asyncai_watch.core.notice import FAILED, NOTE, SOURCE_WATCH, Notice, NoticeEvent
 
 __all__ = ["Delivery", "EventRecord", "FilterResult", "Line", "Outcome"]
 
@@ -37,11 +38,13 @@ Outcome = Literal["noop", "dropped", "error", "kept", "deduped"]
 @attrs.frozen
 class Line:
     """One notice line: its text, its dedupe key (``None``: never deduped) and its event
-    (``None`` for error and summary lines)."""
+    (``None`` for error and summary lines); ``default`` when it is the event's default line
+    (not a filter's), so a reduced event's line can be made again."""
 
     text: str
     key: str | None = None
     event: Event | None = None
+    default: bool = False
 
 
 @attrs.frozen
@@ -57,17 +60,20 @@ class EventRecord:
 # events.make_event: the slots set directly, without attrs' __init__ (no validators or
 # converters here, so the result is the same object).
 _new_object = object.__new__
-_set_line_text, _set_line_key, _set_line_event = (Line.__dict__[a.name].__set__ for a in attrs.fields(Line))
+_set_line_text, _set_line_key, _set_line_event, _set_line_default = (
+    Line.__dict__[a.name].__set__ for a in attrs.fields(Line)
+)
 _set_record_event, _set_record_outcome, _set_record_line = (
     EventRecord.__dict__[a.name].__set__ for a in attrs.fields(EventRecord)
 )
 
 
-def _make_line(text: str, key: str | None, event: Event | None) -> Line:
+def _make_line(text: str, key: str | None, event: Event | None, default: bool) -> Line:
     line: Line = _new_object(Line)
     _set_line_text(line, text)
     _set_line_key(line, key)
     _set_line_event(line, event)
+    _set_line_default(line, default)
     return line
 
 
@@ -101,6 +107,11 @@ class Delivery:
     notices: int = 0
     _deduper: Deduper = attrs.field(factory=Deduper)
     _debouncer: Debouncer = attrs.field(init=False)
+    # The window's lines (as the debouncer has them), the state objects they are about, and
+    # whether one came twice (then the notice is made again from the net changes).
+    _window: list[Line] = attrs.field(init=False, factory=list)
+    _objects: set[str] = attrs.field(init=False, factory=set)
+    _repeat: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         limits = self.limits
@@ -118,7 +129,7 @@ class Delivery:
         records = [_make_record(ev, "noop", None) for ev in pending.noops]
         out: list[Line] = []
         if results is None:
-            out = [_make_line(default_line(ev), ev.key, ev) for ev in pending.events]
+            out = [_make_line(default_line(ev), ev.key, ev, True) for ev in pending.events]
         else:
             for ev, result in zip(pending.events, results, strict=False):
                 if result.error is not None:
@@ -152,7 +163,20 @@ class Delivery:
         (nobody logs them). :attr:`deadline` says when next."""
         texts = [line.text for line in lines]
         admitted = self._deduper.admit_all([line.key for line in lines], texts)
-        self._debouncer.add_all(list(compress(texts, admitted)), now)
+        kept = list(compress(lines, admitted))
+        self._debouncer.add_all([line.text for line in kept], now)
+        self._window.extend(kept)
+        if not self._repeat:
+            # A state object met twice in one window: the notice is its net change, made at flush.
+            objects = self._objects
+            for line in kept:
+                ev = line.event
+                if ev is not None and is_reducible(ev):
+                    obj = ev.key or ""
+                    if obj in objects:
+                        self._repeat = True
+                        break
+                    objects.add(obj)
         if not records:
             return []
         return [
@@ -167,14 +191,15 @@ class Delivery:
         return self._debouncer.deadline
 
     def due(self, now: float) -> Notice | None:
-        """The notice of the pending lines once :attr:`deadline` has passed at ``now``."""
+        """The notice of the pending lines once :attr:`deadline` has passed at ``now``
+        (``None`` too when the window's changes cancel out)."""
         text = self._debouncer.flush_due(now)
-        return None if text is None else self._notice(text)
+        return None if text is None else self._window_notice(text)
 
     def flush(self) -> Notice | None:
-        """The notice of everything pending, now (``None`` when nothing is)."""
+        """The notice of everything pending, now (``None`` when nothing is, or it cancels out)."""
         text = self._debouncer.flush()
-        return None if text is None else self._notice(text)
+        return None if text is None else self._window_notice(text)
 
     def failed(self, reason: str, attempts: int) -> list[Notice]:
         """The watch gives up: what was pending, then the failure notice."""
@@ -188,8 +213,73 @@ class Delivery:
             else f"watch {self.name!r} failed: {reason}. Start it again with watch_start or drop it with watch_stop."
         )
         pending = self.flush()
-        return [*([pending] if pending is not None else []), self._notice(text, failed="true")]
+        event = NoticeEvent(
+            type=FAILED,
+            watch=self.name,
+            uri=self.uri,
+            message=reason,
+            fields={"attempts": attempts},
+            line=text,
+        )
+        return [*([pending] if pending is not None else []), self._notice(text, (event,), failed="true")]
 
-    def _notice(self, text: str, **extra: str) -> Notice:
+    def _window_notice(self, text: str) -> Notice | None:
+        window = self._window
+        repeat = self._repeat
+        self._window, self._objects, self._repeat = [], set(), False
+        if repeat:
+            kept: list[tuple[Line, Event | None]] = []
+            for i, net in net_changes([line.event for line in window]):
+                line = window[i]
+                if net is not line.event:
+                    # A reduced object: its default line made again, or the filter's last line.
+                    assert net is not None
+                    line = _make_line(default_line(net), net.key, net, True) if line.default else line
+                kept.append((line, net))
+            reduced = notice_text([line.text for line, _ in kept], self.limits.lines_per_notice)
+            if reduced is None:
+                return None  # every change in the window cancelled out
+            text = reduced
+            events = tuple(self._event(line, ev) for line, ev in kept)
+        else:
+            events = tuple(self._event(line, line.event) for line in window)
+        return self._notice(text, events)
+
+    def _event(self, line: Line, ev: Event | None) -> NoticeEvent:
+        if ev is None:
+            text = line.text
+            typ = ERROR if text.startswith(("ERROR", "filter error")) else NOTE
+            return NoticeEvent(type=typ, watch=self.name, uri=self.uri, message=text, line=text)
+        fields = ev.fields
+        message = line.text if ev.type in (GAP, ERROR) else fields.get("message") if fields else None
+        return NoticeEvent(
+            type=ev.type,
+            watch=self.name,
+            uri=self.uri,
+            key=ev.key,
+            paths=ev.changed,
+            old=ev.item if ev.type == DELETED else ev.old,
+            new=ev.new,
+            seq=ev.seq,
+            time=_server_time(fields) if fields else None,
+            message=message if isinstance(message, str) else None,
+            fields={k: v for k, v in fields.items() if k not in _GIVEN} if fields else {},
+            line=line.text,
+        )
+
+    def _notice(self, text: str, events: tuple[NoticeEvent, ...], **extra: str) -> Notice:
         self.notices += 1
-        return Notice(SOURCE_WATCH, text, meta={"name": self.name, "uri": self.uri, **extra})
+        return Notice(SOURCE_WATCH, text, meta={"name": self.name, "uri": self.uri, **extra}, events=events)
+
+
+_GIVEN: Final = frozenset({"type", "seq", "key", "object", "old", "new"})
+"""An event-log event's fields that :class:`NoticeEvent` carries as its own."""
+_TIME_FIELDS: Final = ("time", "timestamp", "at", "received")
+
+
+def _server_time(fields: Mapping[str, Any]) -> str | int | float | None:
+    for name in _TIME_FIELDS:
+        value = fields.get(name)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return value
+    return None

@@ -40,6 +40,7 @@ from asyncai_watch.mcp.body_cap import add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource, tool_result
 from asyncai_watch.mcp.server_spec import parse_server
 from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION
+from asyncai_watch.notice_json import notice_record
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.shapes import resource_dicts
 
@@ -264,13 +265,7 @@ async def _call(source: McpResourceSource, tool: str, arguments: dict[str, Any],
 
 def _print_notice(notice: Notice, info: WatchInfo, as_json: bool) -> None:
     if as_json:
-        record = {
-            "watch": info.name,
-            "uri": info.uri,
-            "server": info.server,
-            "lines": notice.text.splitlines(),
-            "failed": notice.meta.get("failed") == "true",
-        }
+        record = notice_record(notice, server=info.server)
         print(json.dumps(record, ensure_ascii=False), flush=True)
     else:
         print(notice.text, flush=True)

@@ -25,6 +25,8 @@ from asyncai_watch.core.deliver import Delivery
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.notice_json import NOTICE_SCHEMA, event_env, notice_record, notice_schema
+from asyncai_watch.serve.channel import EVENTS_PER_NOTICE, entry_dict
+from asyncai_watch.serve.ring import Entry
 
 VALIDATOR = jsonschema.Draft202012Validator(notice_schema())
 
@@ -80,6 +82,17 @@ def test_gap_error_and_failure_notices_are_valid_and_typed() -> None:
     failed = valid(notice_record(failure))
     assert failed["failed"] is True
     assert [(e["type"], e["fields"]) for e in failed["events"]] == [("FAILED", {"attempts": 5})]
+
+
+def test_serve_gives_each_pulled_notice_its_events_neutralized_and_capped() -> None:
+    w = watch({})
+    w.read({f"k{i:03}": "\u202eevil" for i in range(EVENTS_PER_NOTICE + 5)}, 0.0)
+    notice = _due(w)
+    assert len(notice.events) > EVENTS_PER_NOTICE
+    pulled = entry_dict(Entry(id=1, notice=notice, time="2026-12-05T01:00:00Z"))
+    assert len(pulled["events"]) == EVENTS_PER_NOTICE
+    assert pulled["events_omitted"] == len(notice.events) - EVENTS_PER_NOTICE
+    assert pulled["events"][0]["new"] == "\ufffdevil"  # the bidi override does not reach the model
 
 
 def test_the_first_event_as_environment() -> None:

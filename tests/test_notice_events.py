@@ -156,3 +156,20 @@ def test_a_filtered_watch_keeps_the_filters_last_line_for_a_reduced_object() -> 
     assert notice is not None
     assert notice.text == "a is now 3"
     assert [(ev.type, ev.old, ev.new) for ev in notice.events] == [("MODIFIED", 1, 3)]
+
+
+def test_a_long_burst_carries_at_most_events_per_update_events_and_counts_the_rest() -> None:
+    limits = Limits(debounce_quiet=1.0, debounce_max_wait=10.0, events_per_update=10)
+    x = Extraction("memo://x", limits)
+    x.baseline(Body.of("{}", "application/json"))
+    d = Delivery("w", "memo://x", limits)
+    for i in range(3):  # three reads of 5 new keys each: 15 events in one window
+        state = {f"k{j}": 1 for j in range(5 * (i + 1))}
+        lines, _ = d.lines(x.read(Body.of(json.dumps(state), "application/json")))
+        d.add(lines, i * 0.1)
+    notice = d.due(5.0)
+    assert notice is not None
+    assert len(notice.text.splitlines()) == 15  # the text shows every line, as before (under the line cap)
+    *events, note = notice.events
+    assert len(events) == 10
+    assert (note.type, note.message) == ("NOTE", "+5 more events not carried (Limits.events_per_update=10)")

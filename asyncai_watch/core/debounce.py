@@ -18,10 +18,12 @@ from collections.abc import Iterable, Sequence
 __all__ = ["Debouncer", "notice_text"]
 
 
-def notice_text(lines: Iterable[str], max_lines: int) -> str | None:
-    """A burst's text from its lines as :meth:`Debouncer.flush` makes it (``None``: no lines)."""
+def notice_text(lines: Iterable[str], max_lines: int, *, more: int = 0) -> str | None:
+    """A burst's text from its lines as :meth:`Debouncer.flush` makes it, ``more`` lines not
+    given counted in its ``+N more`` (``None``: no lines)."""
     counts = Counter(lines)
-    return _render(counts, counts.total(), max_lines)
+    total = counts.total()
+    return _render(counts, total + more, max_lines) if total else None
 
 
 def _render(counts: Counter[str], total: int, max_lines: int) -> str | None:

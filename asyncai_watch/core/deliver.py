@@ -26,8 +26,9 @@ from asyncai_watch.core.events import DELETED, ERROR, GAP, Event
 from asyncai_watch.core.extract import Pending
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.lines import default_line
-from asyncai_watch.core.netchange import is_reducible, net_changes
-from asyncai_watch.core.notice import FAILED, NOTE, SOURCE_WATCH, Notice, NoticeEvent
+from asyncai_watch.core.netchange import WHOLE_VALUE as _WHOLE
+from asyncai_watch.core.netchange import is_reducible, net_change
+from asyncai_watch.core.notice import FAILED, NOTE, SOURCE_WATCH, Notice, NoticeEvent, NoticeEvents
 
 __all__ = ["Delivery", "EventRecord", "FilterResult", "Line", "Outcome"]
 
@@ -107,10 +108,13 @@ class Delivery:
     notices: int = 0
     _deduper: Deduper = attrs.field(factory=Deduper)
     _debouncer: Debouncer = attrs.field(init=False)
-    # The window's lines (as the debouncer has them), the state objects they are about, and
-    # whether one came twice (then the notice is made again from the net changes).
-    _window: list[Line] = attrs.field(init=False, factory=list)
-    _objects: set[str] = attrs.field(init=False, factory=set)
+    # The window, for the notice's events: its lines in order, a state object's as its id (its
+    # first and last line in _objects, all its net change needs); at most
+    # Limits.events_per_update entries (the rest counted), so a long burst holds few objects.
+    # _repeat: an object came twice (then the notice is made again from the net changes).
+    _window: list[Line | str] = attrs.field(init=False, factory=list)
+    _objects: dict[str, list[Line]] = attrs.field(init=False, factory=dict)
+    _omitted: int = attrs.field(init=False, default=0)
     _repeat: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
@@ -165,18 +169,25 @@ class Delivery:
         admitted = self._deduper.admit_all([line.key for line in lines], texts)
         kept = list(compress(lines, admitted))
         self._debouncer.add_all([line.text for line in kept], now)
-        self._window.extend(kept)
-        if not self._repeat:
-            # A state object met twice in one window: the notice is its net change, made at flush.
-            objects = self._objects
-            for line in kept:
-                ev = line.event
-                if ev is not None and is_reducible(ev):
-                    obj = ev.key or ""
-                    if obj in objects:
-                        self._repeat = True
-                        break
-                    objects.add(obj)
+        window, objects, cap = self._window, self._objects, self.limits.events_per_update
+        for line in kept:
+            ev = line.event
+            # is_reducible's first test inline: an event log's events (with fields) never are.
+            if ev is not None and not ev.fields and is_reducible(ev):
+                obj = _WHOLE if ev.key is None else ev.key
+                pair = objects.get(obj)
+                if pair is not None:
+                    pair[1] = line
+                    self._repeat = True
+                elif len(window) < cap:
+                    objects[obj] = [line, line]
+                    window.append(obj)
+                else:
+                    self._omitted += 1
+            elif len(window) < cap:
+                window.append(line)
+            else:
+                self._omitted += 1
         if not records:
             return []
         return [
@@ -224,52 +235,67 @@ class Delivery:
         return [*([pending] if pending is not None else []), self._notice(text, (event,), failed="true")]
 
     def _window_notice(self, text: str) -> Notice | None:
-        window = self._window
-        repeat = self._repeat
-        self._window, self._objects, self._repeat = [], set(), False
+        window, objects, omitted, repeat = self._window, self._objects, self._omitted, self._repeat
+        self._window, self._objects, self._omitted, self._repeat = [], {}, 0, False
+        kept: list[tuple[Line, Event | None]] = []
+        for entry in window:
+            if isinstance(entry, Line):
+                kept.append((entry, entry.event))
+                continue
+            first, last = objects[entry]
+            if first is last:
+                kept.append((first, first.event))
+                continue
+            assert first.event is not None
+            assert last.event is not None
+            net = net_change(first.event, last.event)
+            if net is not None:
+                # Its default line made again, or the filter's last line (it saw the last event).
+                kept.append(
+                    (_make_line(default_line(net), net.key, net, True) if last.default else last, net)
+                )
         if repeat:
-            kept: list[tuple[Line, Event | None]] = []
-            for i, net in net_changes([line.event for line in window]):
-                line = window[i]
-                if net is not line.event:
-                    # A reduced object: its default line made again, or the filter's last line.
-                    assert net is not None
-                    line = _make_line(default_line(net), net.key, net, True) if line.default else line
-                kept.append((line, net))
-            reduced = notice_text([line.text for line, _ in kept], self.limits.lines_per_notice)
+            reduced = notice_text([line.text for line, _ in kept], self.limits.lines_per_notice, more=omitted)
             if reduced is None:
                 return None  # every change in the window cancelled out
             text = reduced
-            events = tuple(self._event(line, ev) for line, ev in kept)
-        else:
-            events = tuple(self._event(line, line.event) for line in window)
-        return self._notice(text, events)
+        name, uri, cap = self.name, self.uri, self.limits.events_per_update
 
-    def _event(self, line: Line, ev: Event | None) -> NoticeEvent:
-        if ev is None:
-            text = line.text
-            typ = ERROR if text.startswith(("ERROR", "filter error")) else NOTE
-            return NoticeEvent(type=typ, watch=self.name, uri=self.uri, message=text, line=text)
-        fields = ev.fields
-        message = line.text if ev.type in (GAP, ERROR) else fields.get("message") if fields else None
-        return NoticeEvent(
-            type=ev.type,
-            watch=self.name,
-            uri=self.uri,
-            key=ev.key,
-            paths=ev.changed,
-            old=ev.item if ev.type == DELETED else ev.old,
-            new=ev.new,
-            seq=ev.seq,
-            time=_server_time(fields) if fields else None,
-            message=message if isinstance(message, str) else None,
-            fields={k: v for k, v in fields.items() if k not in _GIVEN} if fields else {},
-            line=line.text,
-        )
+        def make() -> tuple[NoticeEvent, ...]:
+            events = [_notice_event(name, uri, *pair) for pair in kept]
+            if omitted:
+                note = f"+{omitted} more events not carried (Limits.events_per_update={cap})"
+                events.append(NoticeEvent(type=NOTE, watch=name, uri=uri, message=note))
+            return tuple(events)
 
-    def _notice(self, text: str, events: tuple[NoticeEvent, ...], **extra: str) -> Notice:
+        return self._notice(text, NoticeEvents(make))
+
+    def _notice(self, text: str, events: Sequence[NoticeEvent], **extra: str) -> Notice:
         self.notices += 1
         return Notice(SOURCE_WATCH, text, meta={"name": self.name, "uri": self.uri, **extra}, events=events)
+
+
+def _notice_event(watch: str, uri: str, line: Line, ev: Event | None) -> NoticeEvent:
+    if ev is None:
+        text = line.text
+        typ = ERROR if text.startswith(("ERROR", "filter error")) else NOTE
+        return NoticeEvent(type=typ, watch=watch, uri=uri, message=text, line=text)
+    fields = ev.fields
+    message = line.text if ev.type in (GAP, ERROR) else fields.get("message") if fields else None
+    return NoticeEvent(
+        type=ev.type,
+        watch=watch,
+        uri=uri,
+        key=ev.key,
+        paths=ev.changed,
+        old=ev.item if ev.type == DELETED else ev.old,
+        new=ev.new,
+        seq=ev.seq,
+        time=_server_time(fields) if fields else None,
+        message=message if isinstance(message, str) else None,
+        fields={k: v for k, v in fields.items() if k not in _GIVEN} if fields else {},
+        line=line.text,
+    )
 
 
 _GIVEN: Final = frozenset({"type", "seq", "key", "object", "old", "new"})

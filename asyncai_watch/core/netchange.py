@@ -22,10 +22,11 @@ from typing import Any, Final
 from asyncai_watch.core.changes import modified_paths
 from asyncai_watch.core.events import ADDED, CHANGED, DELETED, MODIFIED, Event, make_event
 
-__all__ = ["is_reducible", "net_changes", "net_events"]
+__all__ = ["WHOLE_VALUE", "is_reducible", "net_change", "net_changes", "net_events"]
 
 _ABSENT: Final = object()
-_WHOLE: Final = "\x00whole value"  # the one object a text state's CHANGED events are about
+WHOLE_VALUE: Final = "\x00whole value"
+"""The object id of a text state's ``CHANGED`` events (the whole value is the one object)."""
 _STATE_TYPES: Final = frozenset({ADDED, DELETED, MODIFIED, CHANGED})
 
 
@@ -38,7 +39,7 @@ def is_reducible(event: Event) -> bool:
 
 
 def _object(event: Event) -> str:
-    return _WHOLE if event.key is None else event.key
+    return WHOLE_VALUE if event.key is None else event.key
 
 
 def _before(event: Event) -> Any:
@@ -54,7 +55,9 @@ def _after(event: Event) -> Any:
     return _ABSENT if event.type == DELETED else event.item
 
 
-def _net(first: Event, last: Event) -> Event | None:
+def net_change(first: Event, last: Event) -> Event | None:
+    """The net change of one object whose window began with ``first`` and ended with ``last``
+    (reducible events of the same object), ``None`` when it is nothing."""
     before, after = _before(first), _after(last)
     if before is _ABSENT:
         return None if after is _ABSENT else make_event(ADDED, last.key, after, None, (), None, {})
@@ -99,7 +102,7 @@ def net_changes(events: Sequence[Event | None]) -> list[tuple[int, Event | None]
             continue
         last_event = events[last]
         assert last_event is not None
-        net = _net(ev, last_event)
+        net = net_change(ev, last_event)
         if net is not None:
             out.append((last, net))
     return out

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Final
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Final, overload
 
 import attrs
 
-__all__ = ["FAILED", "NOTE", "SOURCE_CHANNEL", "SOURCE_RESTORE", "SOURCE_WATCH", "Notice", "NoticeEvent"]
+__all__ = [
+    "FAILED",
+    "NOTE",
+    "SOURCE_CHANNEL",
+    "SOURCE_RESTORE",
+    "SOURCE_WATCH",
+    "Notice",
+    "NoticeEvent",
+    "NoticeEvents",
+]
 
 SOURCE_WATCH: Final = "watch"
 """A watch's batched lines; ``meta`` has ``name`` and ``uri``."""
@@ -52,6 +61,51 @@ class NoticeEvent:
     line: str | None = None
 
 
+class NoticeEvents(Sequence[NoticeEvent]):
+    """A notice's events, made on first use: most readers (a model's turn) take only the text,
+    and a burst's hot path should not pay for values nobody reads. Equal to the tuple of them;
+    pickles as that tuple."""
+
+    __slots__ = ("_made", "_make")
+
+    def __init__(self, make: Callable[[], tuple[NoticeEvent, ...]]) -> None:
+        self._make: Callable[[], tuple[NoticeEvent, ...]] | None = make
+        self._made: tuple[NoticeEvent, ...] = ()
+
+    def _all(self) -> tuple[NoticeEvent, ...]:
+        make = self._make
+        if make is not None:
+            self._made, self._make = make(), None
+        return self._made
+
+    @overload
+    def __getitem__(self, index: int) -> NoticeEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[NoticeEvent]: ...
+    def __getitem__(self, index: int | slice) -> NoticeEvent | Sequence[NoticeEvent]:
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[NoticeEvent]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NoticeEvents):
+            other = other._all()
+        return self._all() == other
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+    def __reduce__(self) -> tuple[type[tuple[NoticeEvent, ...]], tuple[tuple[NoticeEvent, ...]]]:
+        return (tuple, (self._all(),))
+
+
 @attrs.frozen
 class Notice:
     """A message for the agent from outside the conversation.
@@ -69,7 +123,7 @@ class Notice:
     how :func:`~asyncai_watch.render_notice` frames it."""
     text: str
     meta: Mapping[str, str] = attrs.field(factory=dict, hash=False, kw_only=True)
-    events: tuple[NoticeEvent, ...] = attrs.field(default=(), hash=False, kw_only=True)
+    events: Sequence[NoticeEvent] = attrs.field(default=(), hash=False, kw_only=True)
     """Its events, typed (a watch's notice; ``()`` for the others): what :attr:`text` says, for
     a program. After a debounce window each object's events are its net change
     (:mod:`asyncai_watch.core.netchange`)."""

@@ -17,7 +17,15 @@ import cattrs
 
 from asyncai_watch.core.notice import Notice, NoticeEvent
 
-__all__ = ["MAX_ENV_VALUE", "NOTICE_SCHEMA", "converter", "event_env", "notice_record", "notice_schema"]
+__all__ = [
+    "MAX_ENV_VALUE",
+    "NOTICE_SCHEMA",
+    "converter",
+    "event_env",
+    "initial_record",
+    "notice_record",
+    "notice_schema",
+]
 
 MAX_ENV_VALUE: Final = 8192
 """Characters of one ``ASYNCAI_WATCH_EVENT_*`` value (the whole notice is on ``--exec``'s stdin)."""
@@ -58,6 +66,21 @@ def notice_record(notice: Notice, *, server: str | None = None) -> dict[str, Any
         "lines": notice.text.splitlines(),
         "failed": meta.get("failed") == "true",
         "events": converter.unstructure(list(notice.events), list[NoticeEvent]),
+    }
+
+
+def initial_record(watch: str, uri: str, content: Any, *, server: str | None = None) -> dict[str, Any]:
+    """``watch --initial``'s object: the URI's current state (``initial``), before any notice."""
+    return {
+        "schema": NOTICE_SCHEMA,
+        "kind": "initial",
+        "watch": watch,
+        "uri": uri,
+        "server": server,
+        "lines": [],
+        "failed": False,
+        "events": [],
+        "initial": content,
     }
 
 

@@ -92,7 +92,8 @@ def test_serve_gives_each_pulled_notice_its_events_neutralized_and_capped() -> N
     pulled = entry_dict(Entry(id=1, notice=notice, time="2026-12-05T01:00:00Z"))
     assert len(pulled["events"]) == EVENTS_PER_NOTICE
     assert pulled["events_omitted"] == len(notice.events) - EVENTS_PER_NOTICE
-    assert pulled["events"][0]["new"] == "\ufffdevil"  # the bidi override does not reach the model
+    assert pulled["events"][0]["type"] == "NOTE"  # "105 changes in one update ..." comes first
+    assert pulled["events"][1]["new"] == "\ufffdevil"  # the bidi override does not reach the model
 
 
 def test_the_first_event_as_environment() -> None:
@@ -204,3 +205,52 @@ async def test_a_torn_write_reads_as_one_modified_port_end_to_end(tmp_path: Path
         assert (event["type"], event["key"], event["old"], event["new"]) == ("MODIFIED", "port", 8080, 8081)
         with anyio.fail_after(WAIT):
             assert await proc.wait() == 0
+
+
+@pytest.mark.anyio
+async def test_exec_gets_the_first_event_as_environment_and_the_valid_notice_on_stdin(tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    script = (
+        'printf "%s|%s|%s|%s|" "$ASYNCAI_WATCH_EVENT_TYPE" "$ASYNCAI_WATCH_EVENT_KEY" '
+        f'"$ASYNCAI_WATCH_EVENT_OLD" "$ASYNCAI_WATCH_EVENT_NEW" >> {shlex.quote(str(seen))}; '
+        f"cat >> {shlex.quote(str(seen))}; echo ran"
+    )
+    async with (
+        memo_http_server() as (url, _),
+        cli(
+            "watch", "memo://notes", "--server", url, "--debounce", "0", "--exec", script, "--count", "2"
+        ) as (
+            proc,
+            out,
+        ),
+    ):
+        await wait_until_watching(proc)
+        async with McpResourceSource.http(url) as writer:
+            await writer.call_tool("memo_set", {"key": "todo", "value": "milk"})
+            assert await out.next() == "ran"
+            await writer.call_tool("memo_set", {"key": "todo", "value": "eggs"})
+            assert await out.next() == "ran"
+        with anyio.fail_after(WAIT):
+            assert await proc.wait() == 0
+    first, second = seen.read_text().splitlines()
+    *env, body = second.split("|", 4)
+    assert env == ["MODIFIED", "todo", '"milk"', '"eggs"']
+    assert valid(body)["events"][0]["new"] == "eggs"
+    assert first.split("|", 4)[:4] == ["ADDED", "todo", "null", '"milk"']
+
+
+@pytest.mark.anyio
+async def test_initial_on_the_command_line_is_valid_against_the_schema() -> None:
+    async with memo_http_server() as (url, _):
+        async with McpResourceSource.http(url) as writer:
+            await writer.call_tool("memo_set", {"key": "todo", "value": "milk"})
+        async with cli(
+            "watch", "memo://notes", "--server", url, "--debounce", "0", "--initial", "--json", "--once"
+        ) as (proc, out):
+            first = valid(await out.next())
+            assert (first["kind"], first["initial"]) == ("initial", {"todo": "milk"})
+            async with McpResourceSource.http(url) as writer:
+                await writer.call_tool("memo_set", {"key": "todo", "value": "eggs"})
+            assert valid(await out.next())["events"][0]["type"] == "MODIFIED"
+            with anyio.fail_after(WAIT):
+                assert await proc.wait() == 0

@@ -277,7 +277,8 @@ async def test_a_ts_sdk_v1_client_hears_memo_change_over_stdio(peers: Any, tmp_p
 
 @pytest.mark.anyio
 async def test_a_ts_sdk_v1_client_hears_memo_change_over_http(peers: Any) -> None:
-    async with memo_http_server() as (url, _), ts_client(peers, "--http", url) as out:
+    # The TS SDK v1 client sends no header: memo serves it without authentication, by name.
+    async with memo_http_server("--insecure-no-auth") as (url, _), ts_client(peers, "--http", url) as out:
         await connected_and_subscribed(out)
         await hears_a_change(out, url)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+from local_token import local_client
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientExtension, NotificationBinding
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
@@ -138,7 +139,7 @@ async def test_modern_stdio_pushes_filtered_notices_from_files_and_memo(tmp_path
     channel = Channel()
     async with memo_http() as memo_url:
         params = serve("--server", files_arg(tmp_path), "--server", f"memo={memo_url}", "--debounce", "0")
-        async with Client(params, extensions=[channel]) as client, Client(memo_url) as writer:
+        async with Client(params, extensions=[channel]) as client, local_client(memo_url) as writer:
             assert client.protocol_version == "2026-07-28"
             assert client.server_capabilities.experimental == {"claude/channel": {}}
             assert client.instructions is not None
@@ -283,10 +284,10 @@ async def test_http_listen_and_legacy_sessions_get_pushes_and_a_pull_client_gets
         ]
         async with (
             running_http_server(argv) as (url, proc),
-            Client(url, extensions=[push_a]) as a,
-            Client(url, mode="legacy", extensions=[push_c]) as c,
-            Client(url) as puller,
-            Client(memo_url) as writer,
+            local_client(url, extensions=[push_a]) as a,
+            local_client(url, mode="legacy", extensions=[push_c]) as c,
+            local_client(url) as puller,
+            local_client(memo_url) as writer,
         ):
             assert (a.protocol_version, c.protocol_version) == ("2026-07-28", "2025-11-25")
             assert (

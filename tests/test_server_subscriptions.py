@@ -39,6 +39,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from fake_kubectl import FakeCluster
 from http_servers import Served, reference_server
 from kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
+from local_token import local_auth
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -334,7 +335,7 @@ async def served_over_http(server: Server[Any]) -> AsyncIterator[Served]:
         try:
             with anyio.fail_after(WAIT):
                 await up.wait()
-            yield Served("hooked", url[0], {})
+            yield Served("hooked", url[0], local_auth(url[0]))
         finally:
             stop.set()
 
@@ -405,7 +406,7 @@ async def test_kcp_stops_the_watch_of_a_2025_session_that_ended(tmp_path: Path) 
 
         try:
             url = (await line_with("READY ")).split(" ", 1)[1].strip()
-            async with legacy_client(Served("kcp", url, {})) as (client, _):
+            async with legacy_client(Served("kcp", url, local_auth(url))) as (client, _):
                 with anyio.fail_after(WAIT):
                     await client.subscribe_resource(uri)
                 assert f"{uri}: watcher started" in await line_with("watcher started")

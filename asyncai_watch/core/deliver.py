@@ -131,9 +131,9 @@ class Delivery:
         drops and errors (kept lines are recorded by :meth:`add`, once dedupe has had its say)."""
         self.events += len(pending.events)
         records = [_make_record(ev, "noop", None) for ev in pending.noops]
-        out: list[Line] = []
+        out: list[Line] = [Line(text) for text in pending.summary]
         if results is None:
-            out = [_make_line(default_line(ev), ev.key, ev, True) for ev in pending.events]
+            out += [_make_line(default_line(ev), ev.key, ev, True) for ev in pending.events]
         else:
             for ev, result in zip(pending.events, results, strict=False):
                 if result.error is not None:
@@ -155,7 +155,11 @@ class Delivery:
             *(_make_record(ev, "noop", None) for ev in pending.noops),
             *(EventRecord(ev, "error", text) for ev in pending.events),
         ]
-        return [Line(text), *(Line(note) for note in pending.notes)], records
+        return [
+            *(Line(s) for s in pending.summary),
+            Line(text),
+            *(Line(note) for note in pending.notes),
+        ], records
 
     def read_failed(self, error: str) -> list[Line]:
         """A read after an update failed: one error line (the shared state is kept)."""

@@ -323,7 +323,9 @@ class McpResourceSource:
     ) -> McpResourceSource:
         """A Streamable HTTP server at ``url`` (e.g. ``http://127.0.0.1:8765/mcp``).
 
-        ``headers`` go on every request, e.g. ``{"Authorization": "Bearer TOKEN"}``.
+        ``headers`` go on every request, e.g. ``{"Authorization": "Bearer TOKEN"}``. With no
+        ``Authorization`` header and no ``auth``, a loopback ``url`` gets the token its server
+        published for this user (:mod:`asyncai_watch.http_auth.local`), read at each connect.
 
         ``auth`` authenticates every request: the SDK's OAuth client provider
         (``mcp.client.auth.OAuthClientProvider``: discovery, registration,

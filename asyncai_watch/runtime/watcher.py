@@ -33,7 +33,14 @@ from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import BaselineError, NotWatchableError, WatchError, describe
-from asyncai_watch.filters import Catalog, FilterEngine, FilterSession, sample_event, validate_on_event
+from asyncai_watch.filters import (
+    Catalog,
+    FilterEngine,
+    FilterSession,
+    refuse_denied_calls,
+    sample_event,
+    validate_on_event,
+)
 from asyncai_watch.info import WatchInfo
 
 __all__ = ["Status", "Watcher", "open_filter"]
@@ -321,6 +328,7 @@ async def open_filter(
     subscribed; a KeyError on the sample is fine."""
     assert spec.on_event is not None
     validate_on_event(spec.on_event, engine=engine)
+    refuse_denied_calls(spec.on_event, catalog)
     session = await engine.open(spec.on_event, catalog=catalog, limits=limits)
     stack.push_async_callback(session.aclose)
     await session.dry_run(sample_event(watch=spec.name, uri=spec.uri, event_log=event_log))

@@ -21,13 +21,14 @@ from typing import Any, TextIO
 
 import anyio
 import anyio.abc
+import attrs
 import uvicorn
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from asyncai_watch.exception_groups import leaves
 
 from .guard import HttpGuard, guarded_protocol
-from .policy import HttpPolicy, parse_host_port
+from .policy import HttpPolicy, StaticTokens, parse_host_port
 
 __all__ = ["ServerExitedError", "bind_error", "parse_host_port", "running_http_server", "serve_http"]
 
@@ -66,9 +67,11 @@ async def serve_http(
     Setting ``stop`` shuts the server down gracefully (cancelling it instead skips uvicorn's
     lifespan shutdown).
 
-    ``policy`` (default: :class:`HttpPolicy()`, no authentication) is enforced in front of ``app``:
-    Host/Origin, authentication, the header and idle timeouts and the connection cap
-    (docs/http-security.md). Refusing an unauthenticated non-loopback bind is the caller's
+    ``policy`` (default: :class:`HttpPolicy()`) is enforced in front of ``app``: Host/Origin,
+    authentication, the header and idle timeouts and the connection cap (docs/http-security.md).
+    A policy with no token verifier and no ``insecure_no_auth`` gets a token generated for this
+    run, published for our clients in the runtime directory (:mod:`asyncai_watch.http_auth.local`)
+    and named on stderr before the READY line; the file is removed when the server stops. Refusing an unauthenticated non-loopback bind is the caller's
     (:func:`~asyncai_watch.server.policy.check_bind`), which prints its one line before anything starts.
     """
     policy = policy if policy is not None else HttpPolicy()
@@ -82,9 +85,45 @@ async def serve_http(
     if send_buffer is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     sock.bind((host, port))
-    sock.listen(128)
     sock.setblocking(False)
     bound_port = sock.getsockname()[1]
+    with contextlib.ExitStack() as stack:
+        if policy.verifier is None and not policy.insecure_no_auth:
+            policy = _with_published_token(stack, policy, host, bound_port)
+        # Listen only once the token is published: a client that connects at once finds it.
+        sock.listen(128)
+        await _serve_bound(app, sock, policy, host, bound_port, path, ready, on_shutdown, on_ready, stop)
+
+
+def _with_published_token(
+    stack: contextlib.ExitStack, policy: HttpPolicy, host: str, port: int
+) -> HttpPolicy:
+    """``policy`` requiring a token generated for this run, published in the runtime directory (until exit)."""
+    from asyncai_watch.http_auth.local import published_token
+
+    token, where = stack.enter_context(published_token(host, port))
+    print(
+        f"HTTP bearer token in {where} (our clients read it by themselves; other clients send "
+        "'Authorization: Bearer <its contents>')",
+        file=sys.stderr,  # not ``ready``: a ready file holds the READY line alone
+        flush=True,
+    )
+    return attrs.evolve(policy, verifier=StaticTokens([token], name="local"))
+
+
+async def _serve_bound(
+    app: Any,
+    sock: socket.socket,
+    policy: HttpPolicy,
+    host: str,
+    bound_port: int,
+    path: str,
+    ready: TextIO | None,
+    on_shutdown: Callable[[], None] | None,
+    on_ready: Callable[[str], None] | None,
+    stop: anyio.Event | None,
+) -> None:
+    family = sock.family
     guarded = HttpGuard(app, policy, host=host, port=bound_port, path=path)
     config = uvicorn.Config(
         guarded,

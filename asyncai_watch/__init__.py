@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from asyncai_watch.core.backoff import Backoff
     from asyncai_watch.core.events import EVENTS_MIME_TYPE, Event
     from asyncai_watch.core.limits import Limits
-    from asyncai_watch.core.notice import Notice
+    from asyncai_watch.core.notice import Notice, NoticeEvent
     from asyncai_watch.core.turns import (
         NO_REPLY,
         RenderedNotice,
@@ -92,6 +92,7 @@ __all__ = [
     "McpResourceSource",
     "NotWatchableError",
     "Notice",
+    "NoticeEvent",
     "ProtocolVersionError",
     "RenderedNotice",
     "ResourceInfo",
@@ -124,6 +125,7 @@ _HOME: Final[dict[str, str]] = {
     "Event": "asyncai_watch.core.events",
     "Limits": "asyncai_watch.core.limits",
     "Notice": "asyncai_watch.core.notice",
+    "NoticeEvent": "asyncai_watch.core.notice",
     "NO_REPLY": _TURNS,
     "RenderedNotice": _TURNS,
     "Turns": _TURNS,

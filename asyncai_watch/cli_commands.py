@@ -50,6 +50,7 @@ from asyncai_watch.mcp.body_cap import add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource, tool_result
 from asyncai_watch.mcp.server_spec import ServerSpec, parse_server
 from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION
+from asyncai_watch.notice_json import event_env, initial_record, notice_record
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.shapes import resource_dicts
 
@@ -171,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CMD",
         help="run the shell command CMD on each notice instead of printing it, one at a time: the "
         "notice's JSON on its stdin and ASYNCAI_WATCH_NAME, _URI, _SERVER, _TEXT, _FAILED in its "
-        "environment",
+        "environment, and its first event's fields as ASYNCAI_WATCH_EVENT_TYPE, _KEY, _OLD, _NEW, ...",
     )
     watch.add_argument(
         "--initial",
@@ -373,16 +374,14 @@ async def _call(source: McpResourceSource, tool: str, arguments: dict[str, Any],
 
 
 def _record(notice: Notice, info: WatchInfo | None) -> dict[str, Any]:
-    """The ``--json`` object of a notice (and what ``--exec`` reads on stdin)."""
-    return {
-        "watch": notice.meta.get("name", info.name if info else ""),
-        "uri": notice.meta.get("uri", info.uri if info else ""),
-        "server": info.server if info else None,
-        "lines": notice.text.splitlines(),
-        "failed": notice.meta.get("failed") == "true",
-        "source": notice.source,
-        "redelivered": notice.meta.get("redelivered") == "1",
-    }
+    """The ``--json`` object of a notice (and what ``--exec`` reads on stdin): schema
+    ``asyncai-watch/notice/1`` (:mod:`asyncai_watch.notice_json`)."""
+    record = notice_record(notice, server=info.server if info else None)
+    if record["watch"] is None:
+        record["watch"] = info.name if info else ""
+    if record["uri"] is None:
+        record["uri"] = info.uri if info else ""
+    return record
 
 
 def _shell_advice(notice: Notice, info: WatchInfo | None) -> Notice:
@@ -424,7 +423,7 @@ class _Output:
 
     async def initial(self, info: WatchInfo, content: Any) -> None:
         if self.as_json or self.exec is not None:
-            record = {"watch": info.name, "uri": info.uri, "server": info.server, "initial": content}
+            record = initial_record(info.name, info.uri, content, server=info.server)
             print(json.dumps(record, ensure_ascii=False), flush=True)
         else:
             text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, indent=2)
@@ -440,6 +439,7 @@ class _Output:
             "ASYNCAI_WATCH_SERVER": str(record["server"] or ""),
             "ASYNCAI_WATCH_TEXT": text,
             "ASYNCAI_WATCH_FAILED": "1" if record["failed"] else "0",
+            **event_env(record),
         }
         body = (json.dumps(record, ensure_ascii=False) + "\n").encode()
         # One at a time: the next notice waits for this command (they queue in the manager).

@@ -112,7 +112,9 @@ async def test_watch_prints_each_notice_as_json_and_ends_cleanly_on_a_signal(sto
             first = json.loads(await out.next())
             await writer.call_tool("memo_set", {"key": "todo", "value": "eggs"})
             second = json.loads(await out.next())
-        assert first == {
+        assert {k: first[k] for k in ("schema", "kind", "watch", "uri", "server", "lines", "failed")} == {
+            "schema": "asyncai-watch/notice/1",
+            "kind": "watch",
             "watch": "watch",
             "uri": "memo://notes",
             "server": "memo",

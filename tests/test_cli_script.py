@@ -87,9 +87,14 @@ async def test_initial_prints_the_current_content_first() -> None:
         ) as (proc, out):
             first = json.loads(await out.next())
             assert first == {
+                "schema": "asyncai-watch/notice/1",
+                "kind": "initial",
                 "watch": "watch",
                 "uri": "memo://notes",
                 "server": "memo",
+                "lines": [],
+                "failed": False,
+                "events": [],
                 "initial": {"todo": "milk"},
             }
             await memo_set(url, "todo", "eggs")

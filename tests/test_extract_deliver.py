@@ -379,9 +379,9 @@ def test_default_lines_are_plain_lines() -> None:
     w.baseline(body({"a": 1}))
     lines, _ = w.lines(w.read(body({"a": 2})))
     (line,) = lines
-    assert line == Line("MODIFIED a (1→2)", "a", line.event)
+    assert line == Line("MODIFIED a (1→2)", "a", line.event, default=True)
     assert attrs.asdict(line, recurse=False) == attrs.asdict(
-        Line(line.text, line.key, line.event), recurse=False
+        Line(line.text, line.key, line.event, default=True), recurse=False
     )
 
 

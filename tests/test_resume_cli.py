@@ -53,7 +53,7 @@ async def test_memo_changed_while_the_cli_was_killed_prints_the_net_change_on_re
         await writer.call_tool("memo_set", {"key": "cat", "value": "fed"})
         async with cli(*args, "--server", f"memo={url}") as (proc, out):
             restore = await next_record(out)
-            assert restore["source"] == "watch.restore"
+            assert restore["kind"] == "watch.restore"
             assert any(
                 "notes memo://notes: restored, caught up 2 changes" in line for line in restore["lines"]
             )

@@ -238,6 +238,8 @@ async def test_legacy_stdio_gets_pushes_and_a_restart_restores_the_watches(tmp_p
         assert push.meta == {"watch": "doc", "uri": uri, "notice_id": "1", "kind": "watch"}
         pulled = await call(client, "watch_notices", after_id=0)
         assert [(n["id"], n["text"]) for n in pulled["notices"]] == [(1, "MODIFIED a (1→2)")]
+        [event] = pulled["notices"][0]["events"]  # typed, for a program (docs/core.md)
+        assert (event["type"], event["key"], event["old"], event["new"]) == ("MODIFIED", "a", 1, 2)
         # Claude Code's handshake gets the same protocol error for an unknown tool as a 2026 client.
         error = await protocol_error(client, "watch_everything")
         assert (error.code, error.message) == (

@@ -29,6 +29,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from asyncai_watch.core.changes import annotate
+from asyncai_watch.core.deliver import notice_event
 from asyncai_watch.core.echo import clip
 from asyncai_watch.core.eventlog import GAP_RESET, GAP_TRUNCATED, Position, Sequencer
 from asyncai_watch.core.events import GAP, Event, shape_for_mime_type
@@ -197,7 +198,17 @@ def away_notice(
         shown = [*shown[:MAX_CATCH_UP_LINES], f"+{extra} more changes not shown (MAX_CATCH_UP_LINES)"]
     plural = "change" if len(events) == 1 else "changes"
     head = f"While you were away ({len(events)} {plural} to {clip(uri)} while the agent was down):"
-    return Notice(SOURCE_WATCH, "\n".join([head, *shown]), meta={"name": name, "uri": uri, "away": "1"})
+    # Typed like a live notice's (each with its default line: a filter's lines need not be one per event).
+    typed = [notice_event(name, uri, default_line(ev), ev) for ev in events[:MAX_CATCH_UP_LINES]]
+    if len(events) > MAX_CATCH_UP_LINES:
+        note = f"+{len(events) - MAX_CATCH_UP_LINES} more events not carried (MAX_CATCH_UP_LINES)"
+        typed.append(notice_event(name, uri, note, None))
+    return Notice(
+        SOURCE_WATCH,
+        "\n".join([head, *shown]),
+        meta={"name": name, "uri": uri, "away": "1"},
+        events=tuple(typed),
+    )
 
 
 def redelivered(notice: Notice) -> Notice:

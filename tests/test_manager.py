@@ -652,22 +652,23 @@ else:
 out
 """
     async with manager(fake) as m:
-        await m.watch_start("notes", NOTES, on_event=on_event)
-        fake.update(NOTES, {"write": 1})
-        text = (await next_notice(m)).text
-        assert text.startswith("filter error:")
-        assert "memo_set" in text
-        assert "not read-only" in text
-        # The mutating call never reached the server (the dry run's read-only memo_get did).
-        assert [n for n, _ in fake.tool_calls] == ["memo_get"]
-        fake.update(NOTES, {"write": 1, "watch": 1})
-        text = (await next_notice(m)).text
-        assert "cannot call watch_start" in text
-        assert [w.name for w in m.watch_list()] == ["notes"]
-        fake.update(NOTES, {"write": 1, "watch": 1, "r": 1})
+        # Refused at start-up, even behind an `if`: it would fail on every event otherwise.
+        with pytest.raises(FilterError) as refused:
+            await m.watch_start("notes", NOTES, on_event=on_event)
+        message = str(refused.value)
+        assert "memo_set" in message
+        assert "watch_start" in message
+        assert "not read-only" in message
+        assert "A filter may call: list_resources, memo_get, read_resource" in message
+        assert "memo_set" not in [n for n, _ in fake.tool_calls]  # nothing mutating reached the server
+        assert m.watch_list() == []
+        read_only = (
+            "f\"read-only: {memo_get(key=event['key'])['value']} {read_resource(uri='memo://readme')}\""
+        )
+        await m.watch_start("notes", NOTES, on_event=read_only)
+        fake.update(NOTES, {"r": 1})
         assert (await next_notice(m)).text == "read-only: r hello"
         assert fake.tool_calls[-1] == ("memo_get", {"key": "r"})
-        assert "memo_set" not in [n for n, _ in fake.tool_calls]
 
 
 @pytest.mark.anyio

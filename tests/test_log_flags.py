@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 # The scripts wired to the shared flags so far (the others keep their own spellings for now).
-SCRIPTS = ["asyncai-mcp-kcp", "asyncai-mcp-kcp-readonly", "asyncai-mcp-postgres", "asyncai-mcp-webhooks"]
+SCRIPTS = [
+    "asyncai-mcp-simple",
+    "asyncai-mcp-files",
+    "asyncai-mcp-kcp",
+    "asyncai-mcp-kcp-readonly",
+    "asyncai-mcp-postgres",
+    "asyncai-mcp-webhooks",
+]
 BIN = Path(sys.executable).parent
 
 
@@ -67,3 +74,25 @@ def test_quiet_silences_stderr_but_not_the_log_file(tmp_path: Path) -> None:
 def test_verbose_means_debug() -> None:
     assert "detail" in _run("-v").stderr
     assert "detail" not in _run().stderr  # default WARNING
+
+
+def test_a_server_writes_its_ndjson_log_at_debug_to_log_file_and_q_keeps_stderr_to_its_contract(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "memo.ndjson"
+    argv = [BIN / "asyncai-mcp-simple", "--http", "127.0.0.1:0", "-q", "--log-level", "debug"]
+    with subprocess.Popen([*argv, "--log-file", str(log)], stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stderr is not None
+        lines = []
+        # Read until the READY line (a blocking read of the server's own output, no polling);
+        # pytest-timeout bounds it.
+        while not (line := proc.stderr.readline()).startswith("READY ") and line:
+            lines.append(line)
+        assert line.startswith("READY http://127.0.0.1:")
+        proc.terminate()
+        lines.extend(proc.stderr.readlines())
+        assert proc.wait(timeout=60) == 0
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert any(r["level"] == "DEBUG" and r["logger"] == "mcp.server.lowlevel.server" for r in records)
+    # -q: only the server's contract lines (the token's place, READY) reach stderr, no log record.
+    assert not [line for line in lines if "DEBUG" in line or "INFO" in line]

@@ -17,6 +17,7 @@ SCRIPTS = [
     "asyncai-mcp-kcp-readonly",
     "asyncai-mcp-postgres",
     "asyncai-mcp-webhooks",
+    "asyncai-switchboard",
 ]
 BIN = Path(sys.executable).parent
 

@@ -49,7 +49,7 @@ from asyncai_watch.info import ResourceInfo, WatchInfo
 from asyncai_watch.mcp.body_cap import add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource, tool_result
 from asyncai_watch.mcp.server_spec import ServerSpec, parse_server
-from asyncai_watch.mcp.source import MODERN_PROTOCOL_VERSION
+from asyncai_watch.mcp.source import SUBSCRIPTION_METHODS, subscription_mode_for
 from asyncai_watch.notice_json import event_env, initial_record, notice_record
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.shapes import resource_dicts
@@ -314,7 +314,7 @@ async def _resources(sources: Sequence[McpResourceSource], specs: Sequence[Serve
         print("(no resources listed)")
     for info in infos:
         kind = "template" if info.template else "resource"
-        how = "subscriptions/listen" if info.protocol == MODERN_PROTOCOL_VERSION else "resources/subscribe"
+        how = SUBSCRIPTION_METHODS[subscription_mode_for(info.protocol)]
         watchable = f"watchable via {how}" if info.watchable else "not watchable"
         if info.watchable_by_trial:
             watchable += " (not advertised; accepted when tried)"

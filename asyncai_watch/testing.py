@@ -46,6 +46,7 @@ from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import SubscriptionLostError, not_advertised, protocol_too_old
 from asyncai_watch.mcp.source import (
     MODERN_PROTOCOL_VERSION,
+    SUBSCRIPTION_METHODS,
     ReadResult,
     SubscriptionMode,
     ToolInfo,
@@ -220,7 +221,7 @@ class FakeSource:
 
     @asynccontextmanager
     async def _subscribe(self, uris: frozenset[str]) -> AsyncIterator[_Listener]:
-        method = "subscriptions/listen" if self._mode == "listen" else "resources/subscribe"
+        method = SUBSCRIPTION_METHODS[self._mode]
         self._count(method, " ".join(sorted(uris)))
         if not self.watchable:
             if self._mode == "listen" and subscription_mode_for(self._protocol_version) != "listen":

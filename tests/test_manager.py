@@ -27,7 +27,8 @@ from asyncai_watch.testing import FakeClock, FakeSource
 
 NOTES = "memo://notes"
 EXAMPLE = 'await watch_start(name="notes", uri="memo://notes")'
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
+# resubscribe_jitter=0: the resubscribe tests count the exact 1, 2, 4 ... s deadlines.
+IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_jitter=0)
 
 
 def memo_fake(name: str = "memo", **kw: Any) -> FakeSource:
@@ -417,6 +418,28 @@ async def test_resubscribe_gives_up_after_five_failures(
         # A failed watch can be started again under its name.
         await m.watch_start("notes", NOTES)
         assert m.watch_list()[0].status == "running"
+
+
+@pytest.mark.anyio
+async def test_resubscribe_delays_are_jittered_by_default_with_an_injected_random_source() -> None:
+    # Clients of a restarted server must not all come back at the same moments: by default each
+    # delay loses up to 20 % at random; the random source is injectable like the clock.
+    clock = FakeClock()
+    fake = memo_fake()
+    draws = iter([0.5, 0.0, 0.99])
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0)
+    async with manager(fake, clock=clock, limits=limits, random=lambda: next(draws)) as m:
+        await m.watch_start("notes", NOTES)
+        fake.listen_failures = [ConnectionError("refused"), ConnectionError("refused")]
+        fake.end(NOTES)
+        delays = []
+        for _ in range(3):
+            await clock.wait_for_sleepers(1)
+            (deadline,) = clock.deadlines()
+            delays.append(deadline - clock.now())
+            clock.advance(deadline - clock.now())
+        await fake.wait_listeners(NOTES, 1)
+        assert delays == pytest.approx([0.9, 2.0, 4.0 * (1 - 0.2 * 0.99)])
 
 
 @pytest.mark.anyio

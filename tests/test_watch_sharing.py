@@ -19,7 +19,8 @@ from asyncai_watch.mcp.source import ListedResource, ListedTemplate
 from asyncai_watch.testing import FakeClock, FakeSource
 
 NOTES = "memo://notes"
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
+# resubscribe_jitter=0: the resubscribe tests count the exact 1, 2, 4 ... s deadlines.
+IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_jitter=0)
 
 
 def memo() -> FakeSource:

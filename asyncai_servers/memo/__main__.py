@@ -13,6 +13,7 @@ import anyio
 
 from asyncai_servers.memo.server import MemoState, build_server
 from asyncai_watch.cli_help import HelpFormatter, examples
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, configure_logging
 from asyncai_watch.server.http import bind_error, parse_host_port, serve_http
 from asyncai_watch.server.policy import (
     TOKEN_ENV,
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --also-http: write 'READY <url>' to PATH once HTTP is up (before stdio answers)",
     )
     add_http_arguments(parser)
+    add_log_flags(parser)
     return parser
 
 
@@ -119,6 +121,10 @@ PROG = "asyncai-mcp-simple"
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        configure_logging(args)
+    except LogFlagError as exc:
+        _parser().error(str(exc))
     if args.max_uris < 1:
         _parser().error(f"--max-uris must be >= 1, got {args.max_uris}")
     if args.bearer_token is not None:

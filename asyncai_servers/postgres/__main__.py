@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import math
 import os
 import sys
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, configure_logging
 from asyncai_watch.server.policy import (
     HttpPolicy,
     PolicyError,
@@ -132,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         help="distinct targets one client's listens hold at once (default 10,000), so one client cannot "
         "take all of --max-sources: a listen past it is refused naming this flag",
     )
-    p.add_argument("--log-level", default=os.environ.get("ASYNCAI_PG_LOG", "WARNING"))
+    add_log_flags(p, default_level=os.environ.get("ASYNCAI_PG_LOG", "WARNING"))
     add_http_arguments(p)
     return p
 
@@ -179,9 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         retention = Retention(max_age=parse_age(args.retain_age), max_bytes=parse_size(args.retain_size))
     except ValueError as exc:
         p.error(str(exc))
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
-    )
+    try:
+        configure_logging(args)
+    except LogFlagError as exc:
+        p.error(str(exc))
     from asyncai_servers.postgres.config import ConfigError, load_config
 
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import logging
 import os
 import re
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import attrs
 
 from asyncai_watch.cli_help import HelpFormatter, examples
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, configure_logging
 from asyncai_watch.server.policy import (
     HttpPolicy,
     PolicyError,
@@ -115,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="URIs one subscriptions/listen (or one 2025-era session) may name (default 100,000)",
     )
-    p.add_argument("--log-level", default=os.environ.get("ASYNCAI_WEBHOOKS_LOG", "WARNING"))
+    add_log_flags(p, default_level=os.environ.get("ASYNCAI_WEBHOOKS_LOG", "WARNING"))
     add_http_arguments(p)
     return p
 
@@ -204,9 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy, http = bind_from_args(args, PROG)
     except PolicyError as exc:
         p.error(str(exc))
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
-    )
+    try:
+        configure_logging(args)
+    except LogFlagError as exc:
+        p.error(str(exc))
     from asyncai_servers.webhooks.config import ConfigError, load_config
 
     try:

@@ -15,7 +15,8 @@ The manager never calls a model: the agent consumes :attr:`WatchManager.notices`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random as _random
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -70,7 +71,9 @@ class WatchManager:
     ``sources`` are connected servers (:class:`~asyncai_watch.mcp.source.ResourceSource`).
     ``watch_state`` is the ``--watch-state`` file: specs are saved on every start and stop
     and restored on entry. ``filter_engine`` runs ``on_event`` filters (default: the
-    RestrictedPython worker engine). Leaving the ``async with`` block cancels every watch
+    RestrictedPython worker engine). ``clock`` (default: the system's) and ``random`` (a
+    function drawing a number in [0, 1) for the resubscribe jitter, default :func:`random.random`)
+    are injectable for reproducible tests. Leaving the ``async with`` block cancels every watch
     and closes :attr:`notices`.
     """
 
@@ -84,6 +87,7 @@ class WatchManager:
         verbose: bool = False,
         filter_engine: FilterEngine | None = None,
         notice_buffer: int = 64,
+        random: Callable[[], float] | None = None,
     ) -> None:
         if isinstance(notice_buffer, bool) or not isinstance(notice_buffer, int) or notice_buffer < 1:
             # 0 would make the restore notice, sent before ``async with`` returns, wait for a reader forever.
@@ -93,6 +97,9 @@ class WatchManager:
         self.sources: tuple[ResourceSource, ...] = tuple(sources)
         self.limits = limits if limits is not None else Limits()
         self.clock: Clock = clock if clock is not None else SystemClock()
+        # Draws the resubscribe jitter (Limits.resubscribe_jitter): inject a seeded one, like the
+        # clock, for a reproducible run.
+        self._random: Callable[[], float] = random if random is not None else _random.random
         self.verbose = verbose
         self._engine: FilterEngine = (
             filter_engine if filter_engine is not None else default_engine(self.limits)
@@ -147,6 +154,7 @@ class WatchManager:
                     notices=self._notices,
                     tg=tg,
                     marks=self._resume.mark if self._resume.on else None,
+                    random=self._random,
                 )
                 tg.start_soon(runner.run, name=f"runner {source.name}")
                 # "": not connected yet (serve's upstreams connect in the background); a legacy

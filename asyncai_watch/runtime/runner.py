@@ -24,6 +24,8 @@ watch has no task. Every task lives in the manager's task group.
 
 from __future__ import annotations
 
+import random as _random
+from collections.abc import Callable
 from typing import assert_never
 
 import anyio
@@ -80,6 +82,7 @@ class Runner:
         notices: Notices,
         tg: anyio.abc.TaskGroup,
         marks: Marks | None = None,
+        random: Callable[[], float] = _random.random,
     ) -> None:
         self.source = source
         # The mode is the connection's, known once it is up (a bridge's upstreams connect in the
@@ -88,6 +91,7 @@ class Runner:
             backoff=limits.backoff,
             healthy_after=limits.resubscribe_max,
             jitter=limits.resubscribe_jitter,
+            random=random,
         )
         self.topics: dict[str, Topic] = {}
         self._limits = limits

@@ -272,7 +272,10 @@ def _serve(
     assert isinstance(server, WebhooksServer)
     # Deliveries authenticate by their signatures, not by the MCP endpoint's tokens; Host checks
     # and the limits (header timeout, connections) still apply (--allow-host for a proxy's name).
-    receiver_policy = attrs.evolve(policy, verifier=None, authorization_servers=(), required_scopes=())
+    # (insecure_no_auth here only means "no bearer token": every delivery is verified by signature.)
+    receiver_policy = attrs.evolve(
+        policy, verifier=None, insecure_no_auth=True, authorization_servers=(), required_scopes=()
+    )
 
     async def run() -> None:
         receiving = anyio.Event()

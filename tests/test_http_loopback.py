@@ -80,14 +80,15 @@ async def initialize(url: str, headers: dict[str, str]) -> httpx2.Response:
 
 
 async def test_a_loopback_server_refuses_a_request_without_its_token(runtime: Path) -> None:
-    async with memo() as (url, lines, _proc):
+    # Not a terminal here, so the token's path is in the log (-v puts it on stderr).
+    async with memo("-v") as (url, lines, _proc):
         refused = await initialize(url, {})
         assert refused.status_code == 401
         assert refused.headers["www-authenticate"].startswith("Bearer")
         [announced] = [line for line in lines if "token" in line]
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         path = token_path("127.0.0.1", port)
-        assert str(path) in announced  # printed at start-up, for curl or another client
+        assert str(path) in announced  # said at start-up, for curl or another client
         assert path.parent == runtime
         token = path.read_text().strip()
         assert (await initialize(url, {"Authorization": f"Bearer {token}"})).status_code == 200

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import socket
 import subprocess
@@ -29,6 +30,8 @@ from asyncai_watch.exception_groups import leaves
 
 from .guard import HttpGuard, guarded_protocol
 from .policy import HttpPolicy, StaticTokens, parse_host_port
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["ServerExitedError", "bind_error", "parse_host_port", "running_http_server", "serve_http"]
 
@@ -71,7 +74,7 @@ async def serve_http(
     authentication, the header and idle timeouts and the connection cap (docs/http-security.md).
     A policy with no token verifier and no ``insecure_no_auth`` gets a token generated for this
     run, published for our clients in the runtime directory (:mod:`asyncai_watch.http_auth.local`)
-    and named on stderr before the READY line; the file is removed when the server stops. Refusing an unauthenticated non-loopback bind is the caller's
+    and named before the READY line (on stderr when it is a terminal, else in the log at INFO); the file is removed when the server stops. Refusing an unauthenticated non-loopback bind is the caller's
     (:func:`~asyncai_watch.server.policy.check_bind`), which prints its one line before anything starts.
     """
     policy = policy if policy is not None else HttpPolicy()
@@ -102,12 +105,17 @@ def _with_published_token(
     from asyncai_watch.http_auth.local import published_token
 
     token, where = stack.enter_context(published_token(host, port))
-    print(
+    line = (
         f"HTTP bearer token in {where} (our clients read it by themselves; other clients send "
-        "'Authorization: Bearer <its contents>')",
-        file=sys.stderr,  # not ``ready``: a ready file holds the READY line alone
-        flush=True,
+        "'Authorization: Bearer <its contents>')"
     )
+    # For a person at a terminal; a program that started the server (an agent's stdio server
+    # with --also-http, a test) reads it from the log, not from its stderr. Not ``ready``: a
+    # ready file holds the READY line alone.
+    if sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)
+    else:
+        _log.info("%s", line)
     return attrs.evolve(policy, verifier=StaticTokens([token], name="local"))
 
 

@@ -8,6 +8,7 @@ The public API is the names here plus these public submodules (docs/architecture
 - :mod:`asyncai_watch.http_auth`: bearer tokens and OAuth for Streamable HTTP servers, with the
   command-line options that configure them;
 - :mod:`asyncai_watch.log`: the NDJSON log (``configure_ndjson``, ``emit``, ``logger``);
+- :mod:`asyncai_watch.log_flags`: ``-v``/``-q``/``--log-level``/``--log-file``, one set for every console script;
 - :mod:`asyncai_watch.signals`: SIGTERM as an orderly shutdown for a process embedding watches;
 - :mod:`asyncai_watch.clock`: the injectable clocks (``SystemClock``, ``WallClock``) and the
   deadlines on them (``fail_after``, ``move_on_at``);

@@ -267,7 +267,7 @@ def _serve(
     import anyio
 
     from asyncai_servers.webhooks.server import WebhooksServer
-    from asyncai_watch.server.http import bind_error, serve_http
+    from asyncai_watch.server.http import run_server, serve_http
 
     assert isinstance(server, WebhooksServer)
     # Deliveries authenticate by their signatures, not by the MCP endpoint's tokens; Host checks
@@ -315,17 +315,7 @@ def _serve(
                 await serve_http(app, *http, on_shutdown=server.close_listeners, policy=policy)
             stop.set()
 
-    try:
-        anyio.run(run)
-    except KeyboardInterrupt:
-        return 0
-    except (OSError, BaseExceptionGroup) as exc:
-        error = bind_error(exc)
-        if error is None:
-            raise
-        print(f"{PROG}: cannot serve HTTP: {error.strerror or error}", file=sys.stderr)
-        return 2
-    return 0
+    return run_server(PROG, args.http or args.receive, run)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ __all__ = [
     "event_json",
     "iso",
     "log_page",
+    "object_body",
 ]
 
 LOG_PAGE: Final = 100
@@ -407,22 +408,7 @@ class Store:
             " JOIN deliveries d ON d.id = o.delivery WHERE o.source = ? AND o.event = ? AND o.object_id = ?",
             (target.source, target.event, target.object_id),
         ).fetchone()
-        head = {"source": target.source, "event": target.event, "id": target.object_id}
-        if row is None:
-            return dumps({**head, "delivery_id": None, "received": None, "fields": {}, "object": None})
-        delivery_id, received, fields, payload = row
-        obj = describe(
-            self.kinds.get(target.source, "standard"), target.event, msgspec.json.decode(payload)
-        ).object
-        return dumps(
-            {
-                **head,
-                "delivery_id": delivery_id,
-                "received": iso(received),
-                "fields": msgspec.json.decode(fields),
-                "object": obj,
-            }
-        )
+        return object_body(target, row, self.kinds.get(target.source, "standard"))
 
     def counts(self) -> dict[str, dict[str, Any]]:
         """Per source: deliveries kept, the newest's time, and the event names with their counts."""
@@ -447,6 +433,25 @@ def event_json(
     return (
         f'{{"seq":{seq},"type":{dumps(typ)},"key":{dumps(object_id or delivery_id)},"event":{dumps(event)},'
         f'"delivery_id":{dumps(delivery_id)},"received":"{iso(received)}","object":{fields},"payload":{payload}}}'
+    )
+
+
+def object_body(target: StateTarget, row: Sequence[Any] | None, kind: str) -> str:
+    """A state resource's body: the object's latest delivery, from its ``(delivery_id, received,
+    fields, payload)`` row (``None``: none yet); shared by both stores."""
+    head = {"source": target.source, "event": target.event, "id": target.object_id}
+    if row is None:
+        return dumps({**head, "delivery_id": None, "received": None, "fields": {}, "object": None})
+    delivery_id, received, fields, payload = row
+    obj = describe(kind, target.event, msgspec.json.decode(payload)).object
+    return dumps(
+        {
+            **head,
+            "delivery_id": delivery_id,
+            "received": iso(received),
+            "fields": msgspec.json.decode(fields),
+            "object": obj,
+        }
     )
 
 

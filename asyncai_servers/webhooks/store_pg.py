@@ -49,7 +49,7 @@ import attrs
 import msgspec
 import psycopg
 
-from asyncai_servers.webhooks.fields import Described, describe
+from asyncai_servers.webhooks.fields import Described
 from asyncai_servers.webhooks.store import (
     LOG_PAGE,
     MAX_VIEWS,
@@ -60,6 +60,7 @@ from asyncai_servers.webhooks.store import (
     empty_page,
     iso,
     log_page,
+    object_body,
 )
 from asyncai_servers.webhooks.uri import LogTarget, StateTarget
 from asyncai_servers.webhooks.verify import Delivery
@@ -432,22 +433,7 @@ class PgStore:
             )
             .fetchone()
         )
-        head = {"source": target.source, "event": target.event, "id": target.object_id}
-        if row is None:
-            return dumps({**head, "delivery_id": None, "received": None, "fields": {}, "object": None})
-        delivery_id, received, fields, payload = row
-        obj = describe(
-            self.kinds.get(target.source, "standard"), target.event, msgspec.json.decode(payload)
-        ).object
-        return dumps(
-            {
-                **head,
-                "delivery_id": delivery_id,
-                "received": iso(received),
-                "fields": msgspec.json.decode(fields),
-                "object": obj,
-            }
-        )
+        return object_body(target, row, self.kinds.get(target.source, "standard"))
 
     def counts(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}

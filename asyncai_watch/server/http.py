@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
@@ -33,7 +33,14 @@ from .policy import HttpPolicy, StaticTokens, parse_host_port
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["ServerExitedError", "bind_error", "parse_host_port", "running_http_server", "serve_http"]
+__all__ = [
+    "ServerExitedError",
+    "bind_error",
+    "parse_host_port",
+    "run_server",
+    "running_http_server",
+    "serve_http",
+]
 
 
 def bind_error(exc: BaseException) -> OSError | None:
@@ -43,6 +50,22 @@ def bind_error(exc: BaseException) -> OSError | None:
     """
     inside = leaves(exc)
     return inside[0] if len(inside) == 1 and isinstance(inside[0], OSError) else None
+
+
+def run_server(prog: str, address: str, serve: Callable[..., Awaitable[None]], *args: object) -> int:
+    """A server command's exit status for ``anyio.run(serve, *args)``: Ctrl-C is a clean 0, and a
+    start-up OS error (a taken port, a runtime directory others can enter) one line and 2."""
+    try:
+        anyio.run(serve, *args)
+    except KeyboardInterrupt:
+        return 0
+    except (OSError, BaseExceptionGroup) as exc:
+        error = bind_error(exc)
+        if error is None:
+            raise
+        print(f"{prog}: cannot serve HTTP on {address}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 async def serve_http(

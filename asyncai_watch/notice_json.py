@@ -81,7 +81,6 @@ def initial_record(watch: str, uri: str, content: Any, *, server: str | None = N
         "server": server,
         "lines": [],
         "failed": False,
-        "redelivered": False,
         "events": [],
         "initial": content,
     }

@@ -112,7 +112,8 @@ async def test_watch_prints_each_notice_as_json_and_ends_cleanly_on_a_signal(sto
             first = json.loads(await out.next())
             await writer.call_tool("memo_set", {"key": "todo", "value": "eggs"})
             second = json.loads(await out.next())
-        assert {k: first[k] for k in ("schema", "kind", "watch", "uri", "server", "lines", "failed")} == {
+        keys = ("schema", "kind", "watch", "uri", "server", "lines", "failed", "redelivered")
+        assert {k: first[k] for k in keys} == {
             "schema": "asyncai-watch/notice/1",
             "kind": "watch",
             "watch": "watch",
@@ -120,7 +121,6 @@ async def test_watch_prints_each_notice_as_json_and_ends_cleanly_on_a_signal(sto
             "server": "memo",
             "lines": ["ADDED todo"],
             "failed": False,
-            "source": "watch",
             "redelivered": False,
         }
         assert second["lines"] == ["MODIFIED todo (milk→eggs)"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 import anyio
+import attrs
 
 from asyncai_watch import log
 from asyncai_watch.clock import Clock, move_on_at
@@ -102,7 +103,8 @@ class Resume:
         except StateFileError as exc:
             log.emit("watch.resume_store_failed", verbose=self._verbose, error=str(exc))
             return notice
-        return Notice(notice.source, notice.text, meta={**notice.meta, NOTICE_ID_META_KEY: str(notice_id)})
+        # evolve, not a new Notice: the typed events go with it.
+        return attrs.evolve(notice, meta={**notice.meta, NOTICE_ID_META_KEY: str(notice_id)})
 
     def taken(self, notice: Notice) -> None:
         """The turn that read ``notice`` completed: it is not handed over again."""

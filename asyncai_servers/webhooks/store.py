@@ -28,7 +28,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -51,6 +51,7 @@ __all__ = [
     "LogPage",
     "Retention",
     "Store",
+    "counts_of",
     "empty_page",
     "event_json",
     "iso",
@@ -412,17 +413,25 @@ class Store:
 
     def counts(self) -> dict[str, dict[str, Any]]:
         """Per source: deliveries kept, the newest's time, and the event names with their counts."""
-        out: dict[str, dict[str, Any]] = {}
-        for source, event, n, newest in self.db.execute(
-            "SELECT source, event, count(*), max(received) FROM deliveries GROUP BY source, event"
-        ):
-            entry = out.setdefault(source, {"deliveries": 0, "newest": None, "events": {}})
-            entry["deliveries"] += n
-            entry["events"][event] = n
-            stamp = iso(newest)
-            if entry["newest"] is None or stamp > entry["newest"]:
-                entry["newest"] = stamp
-        return out
+        return counts_of(
+            self.db.execute(
+                "SELECT source, event, count(*), max(received) FROM deliveries GROUP BY source, event"
+            )
+        )
+
+
+def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
+    """Per source, from ``(source, event, count, newest received)`` rows: deliveries kept, the
+    newest's time, and the event names with their counts (both stores)."""
+    out: dict[str, dict[str, Any]] = {}
+    for source, event, n, newest in rows:
+        entry = out.setdefault(source, {"deliveries": 0, "newest": None, "events": {}})
+        entry["deliveries"] += n
+        entry["events"][event] = n
+        stamp = iso(newest)
+        if entry["newest"] is None or stamp > entry["newest"]:
+            entry["newest"] = stamp
+    return out
 
 
 def event_json(

@@ -57,8 +57,8 @@ from asyncai_servers.webhooks.store import (
     Inserted,
     LogPage,
     Retention,
+    counts_of,
     empty_page,
-    iso,
     log_page,
     object_body,
 )
@@ -436,17 +436,11 @@ class PgStore:
         return object_body(target, row, self.kinds.get(target.source, "standard"))
 
     def counts(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for source, event, n, newest in self._connection().execute(
-            "SELECT source, event, count(*), max(received) FROM webhook_deliveries GROUP BY source, event"
-        ):
-            entry = out.setdefault(source, {"deliveries": 0, "newest": None, "events": {}})
-            entry["deliveries"] += n
-            entry["events"][event] = n
-            stamp = iso(newest)
-            if entry["newest"] is None or stamp > entry["newest"]:
-                entry["newest"] = stamp
-        return out
+        return counts_of(
+            self._connection().execute(
+                "SELECT source, event, count(*), max(received) FROM webhook_deliveries GROUP BY source, event"
+            )
+        )
 
 
 # -- hearing the other replicas ------------------------------------------------------------------

@@ -83,3 +83,30 @@ def test_the_feed_tells_its_watchers_the_jittered_delay() -> None:
     (down,) = [a for a in feed.ended(listen.id, "lost", 1.0) if isinstance(a, Down)]
     assert down.retry == Retry(0.75, 1)
     assert feed.deadline == 1.75
+
+
+def test_losses_while_an_attempt_waits_share_it_and_giving_up_forgets_it() -> None:
+    policy = Resubscribe(backoff=Backoff(initial=1.0, cap=2.0, attempts=2))
+    assert policy.lost(0.0) == Retry(1.0, 1)
+    assert policy.due == 1.0
+    assert policy.lost(0.5) == Retry(1.0, 1)  # the same attempt, not a second one
+    assert policy.due == 1.0
+    assert policy.purpose(1.0, settle=False) == "retry"
+    assert policy.due is None
+    assert policy.lost(1.2) == Retry(2.0, 2)  # the attempt failed: the next one
+    assert policy.due == 3.2
+    assert policy.purpose(3.2, settle=False) == "retry"
+    assert policy.lost(3.3) == GiveUp(2)
+    assert policy.pending is None
+    assert policy.due is None
+    assert policy.failures == 0
+
+
+def test_before_its_deadline_only_a_new_watch_makes_the_attempt() -> None:
+    policy = Resubscribe()
+    assert policy.purpose(0.0, settle=True) == "cover"  # nothing waits: listens open as they come
+    policy.lost(0.0)
+    assert policy.purpose(0.5, settle=True) is None  # a listen acked or ended meanwhile: wait
+    assert policy.due == 1.0
+    assert policy.purpose(0.5, settle=False) == "retry"  # a watch starts: it tries at once
+    assert policy.due is None

@@ -61,6 +61,8 @@ DEFAULT_MAX_LISTEN: Final = 100_000
 
 MERGE_WIDTH: Final = 4
 """How many acknowledged listens of one size class are merged into one (see the module doc)."""
+_WIDTH_BITS: Final = MERGE_WIDTH.bit_length() - 1  # MERGE_WIDTH is a power of two: 2**_WIDTH_BITS
+assert 1 << _WIDTH_BITS == MERGE_WIDTH
 
 
 class ListenState(enum.Enum):
@@ -150,6 +152,7 @@ class Coverage:
         # Indexes, so that nothing per URI costs more than the listens holding it:
         self._holders: dict[str, list[int]] = {}  # URI -> listens open or opening that hold it
         self._uncovered: dict[str, None] = {}  # watched URIs no listen holds (an ordered set)
+        self._unacked = {True: 0, False: 0}  # listens not acknowledged yet, by "purpose is replace"
         self._ids = 0
 
     # -- questions ----------------------------------------------------------------------------------
@@ -162,7 +165,10 @@ class Coverage:
     def covered(self, uri: str) -> bool:
         """Whether an acknowledged listen holds ``uri``."""
         listens = self._listens
-        return any(listens[i].state is _ACKED for i in self._holders.get(uri, ()))
+        for i in self._holders.get(uri, ()):  # noqa: SIM110 (a loop, not any(): this runs for every read)
+            if listens[i].state is _ACKED:
+                return True
+        return False
 
     def held(self, uri: str) -> bool:
         """Whether any listen (opening, sent or acknowledged) holds ``uri``."""
@@ -203,9 +209,9 @@ class Coverage:
     def cover(self, purpose: Purpose) -> list[ListenAction]:
         """Open listens for the watched URIs no listen holds. In mode ``"listen"`` they join a
         listen not sent yet, or (``purpose="cover"``) wait while another is being acknowledged."""
-        uncovered = list(self._uncovered)
-        if not uncovered:
+        if not self._uncovered:
             return []
+        uncovered = list(self._uncovered)
         if self.mode == "listen":
             unsent = next(
                 (lst for lst in self._listens.values() if lst.purpose != "replace" and lst.state is _OPENING),
@@ -244,6 +250,7 @@ class Coverage:
             uri for uri in lst.order if uri in lst.uris and uri in self._watched and not self.covered(uri)
         ]
         lst.state = _ON["ack"][lst.state]  # SENT, checked above
+        self._unacked[lst.purpose == "replace"] -= 1
         closes: list[ListenAction] = []
         for old in lst.replaces:
             if old in self._listens:  # not ended meanwhile
@@ -287,18 +294,25 @@ class Coverage:
             return out
         if self._opening("replace"):
             return out  # one replacement at a time: the next is decided once it is acknowledged
+        # This runs after every leave and ack, hence the locals.
         classes: dict[int, list[_Listen]] = {}
+        acked = _ACKED
         for lst in list(self._listens.values()):
-            if lst.state is not _ACKED or lst.replaced_by is not None:
+            if lst.state is not acked or lst.replaced_by is not None:
                 continue
-            if not lst.wanted:
+            wanted = lst.wanted
+            if not wanted:
                 out.append(CloseListen(lst.id))
                 self._drop(lst.id)
                 continue
-            if lst.wanted * 2 < len(lst.uris):
+            if wanted * 2 < len(lst.uris):
                 out.append(self._open(self._wanted(lst), "replace", (lst.id,)))
                 return out
-            same = classes.setdefault(_size_class(lst.wanted), [])
+            size = (wanted.bit_length() - 1) // _WIDTH_BITS  # floor(log4(wanted)), exact (no float)
+            same = classes.get(size)
+            if same is None:
+                classes[size] = [lst]  # one alone: MERGE_WIDTH > 1
+                continue
             same.append(lst)
             if len(same) == MERGE_WIDTH and sum(x.wanted for x in same) <= self.max_listen:
                 uris = [uri for x in same for uri in self._wanted(x)]
@@ -318,6 +332,7 @@ class Coverage:
         self._ids += 1
         listen = _Listen(self._ids, set(), purpose, replaces=replaces)
         self._listens[self._ids] = listen
+        self._unacked[purpose == "replace"] += 1
         self._hold(listen, uris)
         for old in replaces:
             self._listens[old].replaced_by = self._ids
@@ -340,6 +355,8 @@ class Coverage:
         """Forget ``listen`` (closed, or ended); its URIs no other listen holds are uncovered."""
         lst = self._listen(listen)
         del self._listens[listen]
+        if lst.state is not _ACKED:
+            self._unacked[lst.purpose == "replace"] -= 1
         lst.uris = frozenset(lst.uris)  # what it held, as it was
         self._unhold(lst, lst.uris)
         return lst
@@ -363,21 +380,10 @@ class Coverage:
 
     def _opening(self, purpose: Purpose) -> bool:
         """A listen for ``purpose`` (``"replace"``, or else cover/retry) is not acknowledged yet."""
-        if purpose == "replace":
-            return any(lst.state is not _ACKED and lst.purpose == "replace" for lst in self._listens.values())
-        return any(lst.state is not _ACKED and lst.purpose != "replace" for lst in self._listens.values())
+        return self._unacked[purpose == "replace"] > 0
 
     def _wanted(self, lst: _Listen) -> list[str]:
         return [uri for uri in lst.order if uri in lst.uris and uri in self._watched]
 
     def __repr__(self) -> str:
         return f"<Coverage {self.mode} listens={len(self._listens)} watched={len(self._watched)}>"
-
-
-def _size_class(size: int) -> int:
-    """floor(log_MERGE_WIDTH(size)), exactly (no float rounding at powers of the width)."""
-    n = 0
-    while size >= MERGE_WIDTH:
-        size //= MERGE_WIDTH
-        n += 1
-    return n

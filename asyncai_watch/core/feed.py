@@ -9,10 +9,11 @@ sense in the state raises :class:`FeedStateError`: a bug in the shell, never a s
 A coordinator over named-state sub-machines (tables of legal moves) and a policy:
 :mod:`~asyncai_watch.core.reads` (a URI's read IDLE / QUEUED / READING plus a dirty mark, the
 ``max_reads`` cap, the retry heap), :mod:`~asyncai_watch.core.coverage` (a listen OPENING / SENT
-/ ACKED; grouping, merging, splitting) and :mod:`~asyncai_watch.core.resubscribe` (backoff with
-jitter, or give up). The feed keeps per URI its watchers, its joiners and its :class:`Sync`
-(UNREAD / CURRENT / STALE), and which URIs are *down* (no listen holds them: their watchers
-heard :class:`Down`, and hear :class:`Up` once covered).
+/ ACKED; grouping, merging, splitting), :mod:`~asyncai_watch.core.watched` (a URI's watchers,
+joiners and :class:`Sync` UNREAD / CURRENT / STALE; who takes a read) and
+:mod:`~asyncai_watch.core.resubscribe` (backoff with jitter, the pending attempt, or give up).
+The feed itself keeps which URIs are *down* (no listen holds them: their watchers heard
+:class:`Down`, and hear :class:`Up` once covered).
 
 Inputs::
 
@@ -40,12 +41,9 @@ is docs/core.md.
 
 from __future__ import annotations
 
-import enum
 import random as _random
 from collections.abc import Callable, Hashable, Iterable
-from typing import Final, Generic, Literal, TypeVar
-
-import attrs
+from typing import Final, Generic, TypeVar
 
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.coverage import DEFAULT_MAX_LISTEN, MERGE_WIDTH, Coverage, Mode, covering_uris
@@ -66,6 +64,7 @@ from asyncai_watch.core.feed_actions import (
 from asyncai_watch.core.feed_state import FeedStateError
 from asyncai_watch.core.reads import Reads
 from asyncai_watch.core.resubscribe import GiveUp, Resubscribe, Retry
+from asyncai_watch.core.watched import CURRENT, STALE, UNREAD, Sync, Watched
 
 __all__ = [
     "DEFAULT_MAX_LISTEN",
@@ -99,61 +98,6 @@ DEFAULT_MAX_READS: Final = 16
 """Reads one connection runs at once."""
 
 
-class Sync(enum.Enum):
-    """How a watched URI's last read stands to its subscription."""
-
-    __hash__ = object.__hash__  # members are singletons; the table lookups skip Enum.__hash__ (Python code)
-
-    UNREAD = "unread"  # not read yet: its first read makes the baseline
-    CURRENT = "current"  # read, and its listen held since: updates keep it current
-    STALE = "stale"  # lost its listen: read again once a listen holds it again
-
-
-# Module constants: an enum member looked up on its class costs ~10x a global on Python 3.11.
-_UNREAD: Final = Sync.UNREAD
-_CURRENT: Final = Sync.CURRENT
-_STALE: Final = Sync.STALE
-
-
-SYNC_MOVES: Final[dict[tuple[Sync, str], Sync]] = {
-    # A read finished while an acknowledged listen covers the URI, or while none does.
-    (_UNREAD, "read"): _CURRENT,
-    (_CURRENT, "read"): _CURRENT,
-    (_STALE, "read"): _STALE,
-    (_UNREAD, "read uncovered"): _STALE,
-    (_CURRENT, "read uncovered"): _STALE,
-    (_STALE, "read uncovered"): _STALE,
-    # Its listen ended and no other acknowledged one covers it.
-    (_UNREAD, "lost"): _UNREAD,
-    (_CURRENT, "lost"): _STALE,
-    (_STALE, "lost"): _STALE,
-    # An acknowledged listen covers it again (the read that follows brings it up to date).
-    (_UNREAD, "covered"): _UNREAD,
-    (_CURRENT, "covered"): _CURRENT,
-    (_STALE, "covered"): _CURRENT,
-}
-"""Every move of a URI's :class:`Sync` state (each event is legal in each state)."""
-
-
-@attrs.define(eq=False, slots=True)
-class _Uri(Generic[W]):
-    watchers: set[W] = attrs.field(factory=set)  # began: they get every read
-    joiners: list[W] = attrs.field(factory=list)  # wait for the next read (or for a listen)
-    sync: Sync = _UNREAD
-
-    def moved(self, event: str) -> None:
-        self.sync = SYNC_MOVES[self.sync, event]
-
-    @property
-    def baseline(self) -> bool:
-        """Read at least once since it was first watched."""
-        return self.sync is not _UNREAD
-
-    @property
-    def stale(self) -> bool:
-        return self.sync is _STALE
-
-
 class Feed(Generic[W, P]):
     """The subscriptions of one connection (see the module docstring). ``W`` is a watcher, ``P``
     the payload of a read (what :meth:`read_done` is given and :class:`Deliver` carries)."""
@@ -177,10 +121,8 @@ class Feed(Generic[W, P]):
             jitter=jitter,
             random=random,
         )
-        self._uris: dict[str, _Uri[W]] = {}
+        self._uris: dict[str, Watched[W]] = {}
         self._down: set[str] = set()  # watched URIs no listen held when they lost theirs
-        self._retry: Retry | None = None  # the pending resubscribe, until its deadline
-        self._retry_at: float | None = None
 
     # -- what the runner asks ---------------------------------------------------------------------
 
@@ -203,8 +145,9 @@ class Feed(Generic[W, P]):
         """When :meth:`tick` has something to do (a resubscribe, a failed read tried again), or ``None``."""
         nxt = self._next_read_retry()
         read_at = nxt[0] if nxt is not None else None
-        if read_at is None or (self._retry_at is not None and self._retry_at < read_at):
-            return self._retry_at
+        retry_at = self.policy.due
+        if read_at is None or (retry_at is not None and retry_at < read_at):
+            return retry_at
         return read_at
 
     @property
@@ -239,19 +182,15 @@ class Feed(Generic[W, P]):
         entry = self._uris.get(uri)
         if entry is None:
             entry = self._track(uri)
-        elif watcher in entry.watchers or watcher in entry.joiners:
-            raise FeedStateError(f"Feed.watch: {watcher!r} already watches {uri!r}")
         idle = not self._reads.busy(uri)
         covered = self._coverage.covered(uri)
-        if entry.sync is _CURRENT and idle and covered:
-            entry.watchers.add(watcher)
+        if entry.join(watcher, uri, at_once=entry.sync is CURRENT and idle and covered):
             return [Begin(uri, (watcher,), fresh=False)]
-        entry.joiners.append(watcher)
         out: list[Action[W, P]] = []
-        if covered and entry.sync is _UNREAD and idle:
+        if covered and entry.sync is UNREAD and idle:
             self._read(uri, out)  # covered by a listen kept for an earlier watcher
         elif not self._coverage.held(uri):
-            self._cover(now, out, "join")
+            self._cover(now, out)
         return out
 
     def unwatch(self, uri: str, watcher: W, now: float) -> list[Action[W, P]]:
@@ -259,12 +198,7 @@ class Feed(Generic[W, P]):
         entry = self._uris.get(uri)
         if entry is None:
             raise FeedStateError(f"Feed.unwatch: nobody watches {uri!r}")
-        if watcher in entry.watchers:
-            entry.watchers.discard(watcher)
-        elif watcher in entry.joiners:
-            entry.joiners.remove(watcher)
-        else:
-            raise FeedStateError(f"Feed.unwatch: {watcher!r} does not watch {uri!r}")
+        entry.leave(watcher, uri)
         out: list[Action[W, P]] = []
         self._release(uri, entry, out)
         out.extend(self._coverage.compact())
@@ -293,7 +227,7 @@ class Feed(Generic[W, P]):
             self._uris[uri].moved("covered")
             self._down.discard(uri)
             self._request(uri, out)
-        self._cover(now, out, "settle")
+        self._cover(now, out, settle=True)
         out.extend(self._coverage.compact())
         return out
 
@@ -311,7 +245,7 @@ class Feed(Generic[W, P]):
             self._refused(end.uris, reason, now, out)
         else:
             self._lost(end.uris, reason, now, out, before_ack=end.before_ack)
-        self._cover(now, out, "settle")
+        self._cover(now, out, settle=True)
         out.extend(self._coverage.compact())
         return out
 
@@ -322,7 +256,7 @@ class Feed(Generic[W, P]):
         for watched in covering_uris(uri, self._uris):
             if self._reads.busy(watched):
                 self._reads.mark(watched)
-            elif self._uris[watched].sync is _CURRENT:
+            elif self._uris[watched].sync is CURRENT:
                 self._reads.clear_retry(watched)
                 self._read(watched, out)
         return out
@@ -330,19 +264,10 @@ class Feed(Generic[W, P]):
     def read_done(self, uri: str, now: float, payload: P | None = None) -> list[Action[W, P]]:
         """The read of ``uri`` finished (``payload``: what it brought, carried by :class:`Deliver`);
         the actions say who takes it."""
-        entry = self._finish(uri)
-        dirty = self._reads.finish(uri, ok=True)
+        dirty = self._reads.finish(uri, ok=True)  # raises unless a read of uri is in flight
+        entry = self._uris[uri]
         out: list[Action[W, P]] = []
-        fresh = entry.sync is _UNREAD
-        # Its listen may have gone while it was read: then it is read again once covered.
-        entry.moved("read" if self._coverage.covered(uri) else "read uncovered")
-        if entry.watchers and not fresh:
-            out.append(Deliver(uri, tuple(entry.watchers), payload))
-        if entry.joiners:
-            joiners = tuple(entry.joiners)
-            entry.joiners.clear()
-            entry.watchers.update(joiners)
-            out.append(Begin(uri, joiners, fresh=fresh))
+        entry.read(uri, payload, covered=self._coverage.covered(uri), out=out)
         self._after_read(uri, entry, dirty, out)
         return out
 
@@ -350,27 +275,17 @@ class Feed(Generic[W, P]):
         """The read of ``uri`` failed with ``error``. ``again``: read it again after the backoff's
         delay (``False`` when the connection itself failed: its listens end, and resubscribing
         reads everything again anyway)."""
-        entry = self._finish(uri)
         dirty = self._reads.finish(uri, ok=False)
+        entry = self._uris[uri]
         out: list[Action[W, P]] = []
-        if entry.sync is _UNREAD:
-            if entry.joiners:
-                out.append(StartFailed(uri, error, tuple(entry.joiners)))
-                entry.joiners.clear()
-            dirty = False  # nobody is left to read it for
-        else:
-            if entry.watchers:
-                out.append(ReadFailed(uri, error, tuple(entry.watchers)))
+        if entry.read_failed(uri, error, out):
             # What the failed read was to show is read again after the backoff's delay (a server
             # that keeps failing is left alone once the attempts are used up, until its next update).
             delay = self.policy.backoff.delay(self._reads.failed(uri))
             if again and delay is not None and not dirty:
                 self._reads.retry_at(uri, now + delay)
-            if entry.joiners:
-                joiners = tuple(entry.joiners)
-                entry.joiners.clear()
-                entry.watchers.update(joiners)
-                out.append(Begin(uri, joiners, fresh=False))
+        else:
+            dirty = False  # nobody is left to read it for
         self._after_read(uri, entry, dirty, out)
         out.extend(self._coverage.compact())
         return out
@@ -378,49 +293,34 @@ class Feed(Generic[W, P]):
     def tick(self, now: float) -> list[Action[W, P]]:
         """Time passed: resubscribe, or read again what failed, once :attr:`deadline` is reached."""
         out: list[Action[W, P]] = []
-        if self._retry_at is not None and now >= self._retry_at:
-            self._cover(now, out, "tick")
+        if self.policy.due is not None and now >= self.policy.due:
+            self._cover(now, out)
         while (nxt := self._next_read_retry()) is not None and nxt[0] <= now:
             self._reads.drop_next_retry()
             self._reads.clear_retry(nxt[1])
             self._read(nxt[1], out)
         return out
 
-    # -- covering ---------------------------------------------------------------------------------
-
-    def _cover(self, now: float, out: list[Action[W, P]], trigger: Literal["join", "tick", "settle"]) -> None:
-        """Open listens for the watched URIs no listen holds.
-
-        During a backoff only a new watch or the deadline does it (a watch that starts while the
-        others wait out a backoff tries at once), and that is the resubscribe attempt. Otherwise,
-        in mode ``"listen"``, URIs wait while another listen is being acknowledged and go into the
-        next one together (``trigger="settle"``: a listen was just acknowledged or ended)."""
-        if self._retry_at is not None:
-            if trigger == "settle" and now < self._retry_at:
-                return
-            self._retry_at = None
-            out.extend(self._coverage.cover("retry"))
-        else:
-            out.extend(self._coverage.cover("cover"))
-
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _cover(self, now: float, out: list[Action[W, P]], *, settle: bool = False) -> None:
+        """Open listens for the watched URIs no listen holds: the resubscribe attempt while one
+        is pending (not before its deadline when ``settle``: a listen was just acknowledged or
+        ended); else, in mode ``"listen"``, they wait while another listen is being acknowledged."""
+        purpose = self.policy.purpose(now, settle=settle)
+        if purpose is not None:
+            out.extend(self._coverage.cover(purpose))
 
     def _next_read_retry(self) -> tuple[float, str] | None:
         """The next failed read to try again; one of a STALE URI is dropped (the read once it is
         covered again shows what it was to show)."""
-        while (nxt := self._reads.next_retry()) is not None and self._uris[nxt[1]].sync is _STALE:
+        while (nxt := self._reads.next_retry()) is not None and self._uris[nxt[1]].sync is STALE:
             self._reads.drop_next_retry()
         return nxt
 
-    def _finish(self, uri: str) -> _Uri[W]:
-        entry = self._uris.get(uri)
-        if entry is None or not self._reads.reading(uri):
-            raise FeedStateError(f"Feed: no read of {uri!r} is in flight")
-        return entry
-
-    def _track(self, uri: str) -> _Uri[W]:
+    def _track(self, uri: str) -> Watched[W]:
         """A newly watched URI: counted in the listens that hold it (or waiting for one)."""
-        entry = self._uris[uri] = _Uri()
+        entry = self._uris[uri] = Watched()
         self._reads.track(uri)
         self._coverage.watch(uri)
         return entry
@@ -433,13 +333,14 @@ class Feed(Generic[W, P]):
         if self._reads.request(uri):
             out.append(Read(uri))
 
-    def _after_read(self, uri: str, entry: _Uri[W], dirty: bool, out: list[Action[W, P]]) -> None:
+    def _after_read(self, uri: str, entry: Watched[W], dirty: bool, out: list[Action[W, P]]) -> None:
         if dirty and (entry.watchers or entry.joiners):
             self._read(uri, out)
         self._release(uri, entry, out)
-        out.extend(Read(queued) for queued in self._reads.pump())
+        if started := self._reads.pump():
+            out.extend(map(Read, started))
 
-    def _release(self, uri: str, entry: _Uri[W], out: list[Action[W, P]]) -> None:
+    def _release(self, uri: str, entry: Watched[W], out: list[Action[W, P]]) -> None:
         """Drop ``uri`` once nobody watches it and no read of it is in flight (a queued read of it
         is skipped)."""
         if entry.watchers or entry.joiners or self._reads.reading(uri):
@@ -458,9 +359,7 @@ class Feed(Generic[W, P]):
             entry = self._uris.get(uri)
             if entry is None:
                 continue
-            if entry.joiners and entry.sync is _UNREAD:
-                out.append(StartFailed(uri, reason, tuple(entry.joiners)))
-                entry.joiners.clear()
+            entry.fail_start(uri, reason, out)
             if entry.watchers:
                 began.append(uri)
             else:
@@ -478,10 +377,9 @@ class Feed(Generic[W, P]):
             entry = self._uris.get(uri)
             if entry is None or self._coverage.covered(uri):
                 continue
-            if entry.joiners and entry.sync is _UNREAD and before_ack:
+            if before_ack:
                 # A watch whose first subscription failed says so at once (its watch_start raises).
-                out.append(StartFailed(uri, reason, tuple(entry.joiners)))
-                entry.joiners.clear()
+                entry.fail_start(uri, reason, out)
             if not (entry.watchers or entry.joiners):
                 self._release(uri, entry, out)
                 continue
@@ -491,15 +389,13 @@ class Feed(Generic[W, P]):
                 down.append(uri)
         if not down:
             return
-        if self._retry is None or self._retry_at is None:
-            decision = self.policy.ended(now)
-            if isinstance(decision, GiveUp):
-                self._give_up(decision.attempts, reason, out)
-                return
-            self._retry, self._retry_at = decision, now + decision.delay
+        decision = self.policy.lost(now)
+        if isinstance(decision, GiveUp):
+            self._give_up(decision.attempts, reason, out)
+            return
         watchers = tuple(w for uri in down for w in self._uris[uri].watchers)
         if watchers:
-            out.append(Down(watchers, self._retry, reason))
+            out.append(Down(watchers, decision, reason))
 
     def _give_up(self, attempts: int, reason: str, out: list[Action[W, P]]) -> None:
         down = [(uri, entry) for uri, entry in self._uris.items() if uri in self._down]
@@ -507,13 +403,8 @@ class Feed(Generic[W, P]):
         if gone:
             out.append(GaveUp(gone, attempts, reason))
         for uri, entry in down:
-            if entry.joiners:
-                out.append(StartFailed(uri, reason, tuple(entry.joiners)))
-            entry.watchers.clear()
-            entry.joiners.clear()
+            entry.give_up(uri, reason, out)
             self._release(uri, entry, out)
-        self.policy.reset()
-        self._retry = self._retry_at = None
 
     def __repr__(self) -> str:
         return (

@@ -87,7 +87,10 @@ class Reads:
 
     def busy(self, uri: str) -> bool:
         """A read of ``uri`` is queued or in flight."""
-        return self._entry(uri).state is not _IDLE
+        entry = self._entries.get(uri)  # inline, not _entry(): the hot paths save a call
+        if entry is None:
+            raise _untracked(uri)
+        return entry.state is not _IDLE
 
     def reading(self, uri: str) -> bool:
         """A read of ``uri`` is in flight (``False`` for a URI not tracked)."""
@@ -115,7 +118,9 @@ class Reads:
     def start(self, uri: str) -> bool:
         """Read ``uri`` (IDLE): ``True`` when it is READING now (emit a read), ``False`` when it
         waits QUEUED for a slot."""
-        entry = self._entry(uri)
+        entry = self._entries.get(uri)
+        if entry is None:
+            raise _untracked(uri)
         if self._in_flight < self.max_reads:
             nxt = _START.get(entry.state)
             if nxt is None:
@@ -186,7 +191,10 @@ class Reads:
         heapq.heappush(self._retries, (when, uri))
 
     def clear_retry(self, uri: str) -> None:
-        self._entry(uri).retry_at = None
+        entry = self._entries.get(uri)
+        if entry is None:
+            raise _untracked(uri)
+        entry.retry_at = None
 
     def next_retry(self) -> tuple[float, str] | None:
         """The earliest retry still due to happen (stale heap entries are dropped on the way)."""
@@ -206,8 +214,12 @@ class Reads:
     def _entry(self, uri: str) -> _Entry:
         entry = self._entries.get(uri)
         if entry is None:
-            raise FeedStateError(f"Reads: {uri!r} is not tracked")
+            raise _untracked(uri)
         return entry
 
     def __repr__(self) -> str:
         return f"<Reads tracked={len(self._entries)} in_flight={self._in_flight}/{self.max_reads}>"
+
+
+def _untracked(uri: str) -> FeedStateError:
+    return FeedStateError(f"Reads: {uri!r} is not tracked")

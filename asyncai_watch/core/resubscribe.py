@@ -5,6 +5,11 @@ update arrived on it or it stayed up ``healthy_after`` seconds; a healthy one re
 count. Each ending asks the :class:`~asyncai_watch.core.backoff.Backoff` for the next delay (1, 2,
 4, 8, 16 s by default, then give up).
 
+**The pending attempt.** Subscriptions lost while an attempt waits for its deadline
+(:attr:`Resubscribe.due`) wait for the same one (:meth:`Resubscribe.lost`). Until the deadline
+only a new watch makes the attempt early (it tries at once); a listen acknowledged or ended
+meanwhile does not (:meth:`Resubscribe.purpose`).
+
 **Jitter.** After a server restart every client of it loses its subscriptions at the same moment;
 without jitter they all come back at the same moments too (1, 2, 4 s ...), in lockstep. With
 ``jitter`` ``j`` (a fraction in ``[0, 1]``) each delay ``d`` becomes ``d * (1 - j * u)`` for ``u``
@@ -17,6 +22,7 @@ from __future__ import annotations
 import math
 import random as _random
 from collections.abc import Callable
+from typing import Literal
 
 import attrs
 
@@ -71,6 +77,10 @@ class Resubscribe:
     _opened: float | None = None
     _healthy: bool = False
     _resubscribing: bool = False
+    pending: Retry | None = attrs.field(default=None, init=False)
+    """The attempt decided when subscriptions were last lost (their watchers heard it)."""
+    due: float | None = attrs.field(default=None, init=False)
+    """When the pending attempt is made; ``None`` when none waits."""
 
     def subscribed(self, now: float) -> int:
         """The subscription is up (acknowledged); returns its attempt number (0: the first)."""
@@ -96,6 +106,30 @@ class Resubscribe:
             return GiveUp(self.failures)
         return Retry(self.spread(delay), self.failures + 1)
 
+    def lost(self, now: float) -> Retry | GiveUp:
+        """Subscriptions were lost: the attempt already waiting for its deadline, else a new
+        decision (:meth:`ended`); giving up resets the history."""
+        if self.due is None:
+            decision = self.ended(now)
+            if isinstance(decision, GiveUp):
+                self.reset()
+                return decision
+            self.pending, self.due = decision, now + decision.delay
+        assert self.pending is not None
+        return self.pending
+
+    def purpose(self, now: float, *, settle: bool) -> Literal["cover", "retry"] | None:
+        """Why listens opened now for the URIs no listen holds are opened: ``"retry"`` is the
+        pending attempt, made now (its deadline came, or a new watch starts); ``"cover"`` when no
+        attempt waits; ``None``: not now (``settle``: a listen was just acknowledged or ended,
+        before the deadline)."""
+        if self.due is None:
+            return "cover"
+        if settle and now < self.due:
+            return None
+        self.due = None
+        return "retry"
+
     def spread(self, delay: float) -> float:
         """``delay`` with the jitter applied: in ``(delay * (1 - jitter), delay]``."""
         if not self.jitter or not delay:
@@ -110,3 +144,4 @@ class Resubscribe:
         self.failures = 0
         self._opened = None
         self._healthy = self._resubscribing = False
+        self.pending = self.due = None

@@ -24,7 +24,6 @@ from typing import Any, Self
 
 import anyio
 import anyio.abc
-import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from asyncai_watch import log
@@ -36,12 +35,8 @@ from asyncai_watch.core.extract import Body
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.core.resume import (
-    CatchUp,
     Checkpoint,
     Outcome,
-    away_notice,
-    catch_up_log,
-    catch_up_state,
     redelivered,
 )
 from asyncai_watch.core.spec import WatchSpec
@@ -57,7 +52,7 @@ from asyncai_watch.runtime.persistence import Persistence
 from asyncai_watch.runtime.resume import Resume
 from asyncai_watch.runtime.runner import Runner
 from asyncai_watch.runtime.tools import ReadOnlyCatalog, list_tools, tool_names
-from asyncai_watch.runtime.topic import LARGE_BODY, parse
+from asyncai_watch.runtime.topic import LARGE_BODY
 from asyncai_watch.runtime.watcher import Watcher, open_filter
 from asyncai_watch.runtime.watches import Watches
 from asyncai_watch.shapes import resource_dicts
@@ -363,42 +358,11 @@ class WatchManager:
     # -- resuming --------------------------------------------------------------------------------
 
     async def _catch_up(self, watcher: Watcher, saved: Checkpoint | None) -> tuple[Outcome, Notice | None]:
-        """A restored watch's outcome (resumed / caught up / fresh baseline and why) and its one
-        ``while you were away`` notice: the events after its saved position up to its baseline
-        (an event log, read from that position), or its saved body diffed against the baseline."""
+        """A restored watch's catch-up (see :meth:`Resume.catch_up`), on its connection's topic."""
         runner = self._runners.get(watcher.server or "")
-        topic = runner.topics.get(watcher.uri) if runner is not None else None
-        baseline = watcher.checkpoint
-        if topic is None or baseline is None:
-            got = CatchUp(Outcome("fresh", reason="its baseline is kept in the large-body worker"))
-        elif saved is not None and saved.uri != watcher.uri:
-            got = CatchUp(Outcome("fresh", reason=f"the saved checkpoint is of another URI ({saved.uri})"))
-        elif topic.shape == "event-log":
-            if saved is None or saved.position is None:
-                got = CatchUp(Outcome("fresh", reason="no position was saved for it"))
-            else:
-                assert runner is not None
-                try:
-                    body = parse(await runner.source.read(watcher.uri, after=saved.position))
-                except Exception as exc:
-                    got = CatchUp(
-                        Outcome("fresh", reason=f"reading from its saved position failed: {describe(exc)}")
-                    )
-                else:
-                    value = body.parsed_body()
-                    got = _upto(
-                        catch_up_log(saved.position, value.value if value.error is None else value.text)[0],
-                        baseline,
-                    )
-        elif baseline.body is None:
-            got = CatchUp(Outcome("fresh", reason=baseline.skipped or "its body is not kept"))
-        else:
-            got = catch_up_state(saved, Body.of(baseline.body, baseline.mime_type))
-        if not got.events:
-            self._resume.started(watcher.name, baseline)
-            return got.outcome, None
-        self._resume.mark(watcher.name, None, True)  # held until the notice is handed
-        return got.outcome, away_notice(watcher.name, watcher.uri, got.events)
+        if runner is None:
+            return await self._resume.catch_up(watcher, saved, None, None)
+        return await self._resume.catch_up(watcher, saved, runner.topics.get(watcher.uri), runner.source)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -421,17 +385,3 @@ class WatchManager:
 def _parse_large(text: str) -> Body:
     with gc_paused(len(text)):
         return Body.parse(text)
-
-
-def _upto(got: CatchUp, baseline: Checkpoint) -> CatchUp:
-    """``got`` without the events after the watch's baseline (the watch delivers those itself)."""
-    if baseline.position is None:
-        return got
-    _, seq = baseline.position
-    events = tuple(ev for ev in got.events if ev.seq is None or ev.seq <= seq)
-    if len(events) == len(got.events):
-        return got
-    changes = sum(1 for ev in events if ev.type != "GAP")
-    if not events:
-        return CatchUp(Outcome("resumed"))
-    return CatchUp(attrs.evolve(got.outcome, changes=changes), events)

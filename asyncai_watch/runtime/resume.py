@@ -7,7 +7,9 @@ The shell of :mod:`asyncai_watch.core.resume` over :class:`~asyncai_watch.resume
   checkpoint moves on when the watch has no lines waiting, else it is held until its notice
   leaves (:meth:`Resume.handed`, which also keeps the notice in the outbox, with an id in its
   ``meta`` for :meth:`Resume.taken`);
-- :meth:`Resume.run` writes the staged checkpoints when the save window ends, on the clock.
+- :meth:`Resume.run` writes the staged checkpoints when the save window ends, on the clock;
+- :meth:`Resume.catch_up` says how a restored watch resumes and makes its one ``while you were
+  away`` notice.
 
 Writes run on the event loop, in order: a checkpoint written by a window can never land after,
 and undo, one written with a later notice.
@@ -23,10 +25,21 @@ import attrs
 
 from asyncai_watch import log
 from asyncai_watch.clock import Clock, move_on_at
+from asyncai_watch.core.extract import Body
 from asyncai_watch.core.notice import SOURCE_WATCH, Notice
-from asyncai_watch.core.resume import Checkpoint
-from asyncai_watch.errors import StateFileError
+from asyncai_watch.core.resume import (
+    CatchUp,
+    Checkpoint,
+    Outcome,
+    away_notice,
+    catch_up_log,
+    catch_up_state,
+)
+from asyncai_watch.errors import StateFileError, describe
+from asyncai_watch.mcp.source import ResourceSource
 from asyncai_watch.resume_store import ResumeStore
+from asyncai_watch.runtime.topic import Topic, parse
+from asyncai_watch.runtime.watcher import Watcher
 
 __all__ = ["NOTICE_ID_META_KEY", "Resume"]
 
@@ -123,6 +136,45 @@ class Resume:
             for i, n in self.store.pending()
         ]
 
+    async def catch_up(
+        self, watcher: Watcher, saved: Checkpoint | None, topic: Topic | None, source: ResourceSource | None
+    ) -> tuple[Outcome, Notice | None]:
+        """A restored watch's outcome (resumed / caught up / fresh baseline and why) and its one
+        ``while you were away`` notice: the events after its saved position up to its baseline
+        (an event log, read from that position on ``source``), or its saved body diffed against
+        the baseline. ``topic``: the watch's URI on its connection (None when there is none)."""
+        baseline = watcher.checkpoint
+        if topic is None or baseline is None:
+            got = CatchUp(Outcome("fresh", reason="its baseline is kept in the large-body worker"))
+        elif saved is not None and saved.uri != watcher.uri:
+            got = CatchUp(Outcome("fresh", reason=f"the saved checkpoint is of another URI ({saved.uri})"))
+        elif topic.shape == "event-log":
+            if saved is None or saved.position is None:
+                got = CatchUp(Outcome("fresh", reason="no position was saved for it"))
+            else:
+                assert source is not None
+                try:
+                    body = parse(await source.read(watcher.uri, after=saved.position))
+                except Exception as exc:
+                    got = CatchUp(
+                        Outcome("fresh", reason=f"reading from its saved position failed: {describe(exc)}")
+                    )
+                else:
+                    value = body.parsed_body()
+                    got = _upto(
+                        catch_up_log(saved.position, value.value if value.error is None else value.text)[0],
+                        baseline,
+                    )
+        elif baseline.body is None:
+            got = CatchUp(Outcome("fresh", reason=baseline.skipped or "its body is not kept"))
+        else:
+            got = catch_up_state(saved, Body.of(baseline.body, baseline.mime_type))
+        if not got.events:
+            self.started(watcher.name, baseline)
+            return got.outcome, None
+        self.mark(watcher.name, None, True)  # held until the notice is handed
+        return got.outcome, away_notice(watcher.name, watcher.uri, got.events)
+
     def _staged(self, deadline: float | None) -> None:
         if deadline is not None and deadline != self._sleeping_until:
             self._wake.set()
@@ -143,3 +195,17 @@ class Resume:
             store = self.store
             if store is not None and store.staged.due(self._clock.now()):
                 self._write(store)
+
+
+def _upto(got: CatchUp, baseline: Checkpoint) -> CatchUp:
+    """``got`` without the events after the watch's baseline (the watch delivers those itself)."""
+    if baseline.position is None:
+        return got
+    _, seq = baseline.position
+    events = tuple(ev for ev in got.events if ev.seq is None or ev.seq <= seq)
+    if len(events) == len(got.events):
+        return got
+    changes = sum(1 for ev in events if ev.type != "GAP")
+    if not events:
+        return CatchUp(Outcome("resumed"))
+    return CatchUp(attrs.evolve(got.outcome, changes=changes), events)

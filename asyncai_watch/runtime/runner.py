@@ -10,9 +10,9 @@ subscriptions (which listens, which reads, who gets which read, when to resubscr
 - :class:`~asyncai_watch.core.feed.Read` starts a task that reads the URI, parses it, runs the
   URI's shared extraction (:mod:`asyncai_watch.runtime.topic`) and only then reports the read
   done: the feed keeps one read per URI in flight, so extractions of a URI never overlap.
-- The other actions are plain calls: watchers begin, take a read's events (the payload
-  :class:`~asyncai_watch.core.feed.Deliver` carries), fail; the topic of a URI nobody watches is
-  dropped; resubscribes are logged.
+- The other actions are plain calls: watchers begin, take a read's events and checkpoint (the
+  payload :class:`~asyncai_watch.core.feed.Deliver` carries, made where the read was: nothing is
+  looked up again), fail; the topic of a URI nobody watches is dropped; resubscribes are logged.
 
 The actions are a closed union, dispatched with ``match`` ending in ``assert_never``: an action
 the feed gains and this runner does not handle is a mypy error, never one dropped in silence.
@@ -30,6 +30,7 @@ from typing import assert_never
 
 import anyio
 import anyio.abc
+import attrs
 
 from asyncai_watch.clock import Clock, move_on_at
 from asyncai_watch.core.echo import clip
@@ -50,6 +51,7 @@ from asyncai_watch.core.feed import (
     Up,
 )
 from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.resume import Checkpoint
 from asyncai_watch.errors import (
     BaselineError,
     NotWatchableError,
@@ -67,6 +69,14 @@ from asyncai_watch.runtime.topic import Topic, parse
 from asyncai_watch.runtime.watcher import Marks, Watcher
 
 __all__ = ["Runner"]
+
+
+@attrs.frozen
+class Taken:
+    """A later read's payload: its events, and where they leave its watches (with a resume store)."""
+
+    pending: Pending
+    checkpoint: Checkpoint | None
 
 
 class Runner:
@@ -87,7 +97,7 @@ class Runner:
         self.source = source
         # The mode is the connection's, known once it is up (a bridge's upstreams connect in the
         # background, and may come back speaking another version): see _mode().
-        self.feed: Feed[Watcher, Pending] = Feed(
+        self.feed: Feed[Watcher, Taken] = Feed(
             backoff=limits.backoff,
             healthy_after=limits.resubscribe_max,
             jitter=limits.resubscribe_jitter,
@@ -154,17 +164,16 @@ class Runner:
 
     # -- executing actions ------------------------------------------------------------------------
 
-    def _execute(self, actions: list[Action[Watcher, Pending]], cause: BaseException | None = None) -> None:
+    def _execute(self, actions: list[Action[Watcher, Taken]], cause: BaseException | None = None) -> None:
         """Carry out ``actions`` in order (a closed set: a missing branch is a type error);
         ``cause`` is the exception of the failure they answer."""
         now = self._clock.now()
         for action in actions:
             match action:
-                case Deliver(uri=uri, watchers=watchers, payload=payload):
+                case Deliver(watchers=watchers, payload=payload):
                     assert payload is not None  # a read after the first one always brings its events
-                    checkpoint = self.topics[uri].checkpoint() if self._marks is not None else None
                     for watcher in watchers:
-                        watcher.take(payload, now, checkpoint)
+                        watcher.take(payload.pending, now, payload.checkpoint)
                 case Read(uri=uri):
                     self._tg.start_soon(self._read, uri, name=f"read {uri}")
                 case Begin(uri=uri, watchers=watchers):
@@ -237,7 +246,7 @@ class Runner:
     async def _read(self, uri: str) -> None:
         """Read ``uri``, extract its events (or make its baseline), then report the read done."""
         topic = self.topics.get(uri)
-        pending: Pending | None = None
+        taken: Taken | None = None
         try:
             result = await self.source.read(uri, after=topic.position if topic is not None else None)
             body = parse(result)
@@ -245,6 +254,7 @@ class Runner:
                 self.topics[uri] = await Topic.begin(uri, body, self._limits, self._offload)
             else:
                 pending = await topic.read(body)
+                taken = Taken(pending, topic.checkpoint() if self._marks is not None else None)
         except Exception as exc:
             # A failed connection ends its listens, and resubscribing reads again; a server's error
             # answer is tried again after the backoff.
@@ -252,7 +262,7 @@ class Runner:
             error = _read_error(exc, uri, self.source.name)
             self._execute(self.feed.read_failed(uri, error, self._clock.now(), again=again), cause=exc)
         else:
-            self._execute(self.feed.read_done(uri, self._clock.now(), pending))
+            self._execute(self.feed.read_done(uri, self._clock.now(), taken))
 
 
 def _read_error(exc: BaseException, uri: str, server: str) -> str:

@@ -118,10 +118,8 @@ class Resume:
         """The notices handed before a restart whose turns did not complete, each with its id."""
         if self.store is None:
             return []
-        return [
-            Notice(n.source, n.text, meta={**n.meta, NOTICE_ID_META_KEY: str(i)})
-            for i, n in self.store.pending()
-        ]
+        # evolve, not a new Notice: the typed events kept with it go with it.
+        return [attrs.evolve(n, meta={**n.meta, NOTICE_ID_META_KEY: str(i)}) for i, n in self.store.pending()]
 
     def _staged(self, deadline: float | None) -> None:
         if deadline is not None and deadline != self._sleeping_until:

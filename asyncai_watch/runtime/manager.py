@@ -39,7 +39,6 @@ from asyncai_watch.core.resume import (
     CatchUp,
     Checkpoint,
     Outcome,
-    away_notice,
     catch_up_log,
     catch_up_state,
     redelivered,
@@ -54,7 +53,7 @@ from asyncai_watch.runtime.gcpause import gc_paused
 from asyncai_watch.runtime.notices import Notices
 from asyncai_watch.runtime.offload import Offload
 from asyncai_watch.runtime.persistence import Persistence
-from asyncai_watch.runtime.resume import Resume
+from asyncai_watch.runtime.resume import Resume, away
 from asyncai_watch.runtime.runner import Runner
 from asyncai_watch.runtime.tools import ReadOnlyCatalog, list_tools, tool_names
 from asyncai_watch.runtime.topic import LARGE_BODY, parse
@@ -394,11 +393,12 @@ class WatchManager:
             got = CatchUp(Outcome("fresh", reason=baseline.skipped or "its body is not kept"))
         else:
             got = catch_up_state(saved, Body.of(baseline.body, baseline.mime_type))
-        if not got.events:
+        outcome, notice = await away(watcher, got)  # through its filter, as live
+        if notice is None:
             self._resume.started(watcher.name, baseline)
-            return got.outcome, None
+            return outcome, None
         self._resume.mark(watcher.name, None, True)  # held until the notice is handed
-        return got.outcome, away_notice(watcher.name, watcher.uri, got.events)
+        return outcome, notice
 
     # -- helpers ---------------------------------------------------------------------------------
 

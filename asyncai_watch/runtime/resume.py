@@ -7,7 +7,9 @@ The shell of :mod:`asyncai_watch.core.resume` over :class:`~asyncai_watch.resume
   checkpoint moves on when the watch has no lines waiting, else it is held until its notice
   leaves (:meth:`Resume.handed`, which also keeps the notice in the outbox, with an id in its
   ``meta`` for :meth:`Resume.taken`);
-- :meth:`Resume.run` writes the staged checkpoints when the save window ends, on the clock.
+- :meth:`Resume.run` writes the staged checkpoints when the save window ends, on the clock;
+- :func:`away` turns a restored watch's missed events into its ``while you were away`` notice,
+  through its ``on_event`` filter as a live read's events go.
 
 Writes run on the event loop, in order: a checkpoint written by a window can never land after,
 and undo, one written with a later notice.
@@ -23,12 +25,14 @@ import attrs
 
 from asyncai_watch import log
 from asyncai_watch.clock import Clock, move_on_at
+from asyncai_watch.core.extract import Pending
 from asyncai_watch.core.notice import SOURCE_WATCH, Notice
-from asyncai_watch.core.resume import Checkpoint
-from asyncai_watch.errors import StateFileError
+from asyncai_watch.core.resume import CatchUp, Checkpoint, Outcome, away_filtered, away_notice
+from asyncai_watch.errors import StateFileError, describe
 from asyncai_watch.resume_store import ResumeStore
+from asyncai_watch.runtime.watcher import Watcher
 
-__all__ = ["NOTICE_ID_META_KEY", "Resume"]
+__all__ = ["NOTICE_ID_META_KEY", "Resume", "away"]
 
 NOTICE_ID_META_KEY: Final = "asyncai-watch/delivery"
 """Notice ``meta`` key: the outbox id ``WatchManager.notice_taken`` acknowledges. Not an identifier,
@@ -141,3 +145,23 @@ class Resume:
             store = self.store
             if store is not None and store.staged.due(self._clock.now()):
                 self._write(store)
+
+
+async def away(watcher: Watcher, got: CatchUp) -> tuple[Outcome, Notice | None]:
+    """A restored watch's outcome and its ``while you were away`` notice (``None``: nothing to
+    show). A watch with an ``on_event`` filter runs it on the missed events in its own scope, as
+    on a live read's: what it drops is not shown, an error is a line, its lines are the notice's."""
+    if not got.events:
+        return got.outcome, None
+    session = watcher.session
+    if session is None:
+        return got.outcome, away_notice(watcher.name, watcher.uri, got.events)
+    pending = Pending(got.events)
+    dicts = [ev.to_filter_dict(watch=watcher.name, uri=watcher.uri) for ev in got.events]
+    try:
+        lines, records = watcher.delivery.lines(pending, await session.run(dicts))
+    except Exception as exc:  # the session itself failed: one error line, as live
+        lines, records = watcher.delivery.filter_failed(pending, describe(exc))
+    if records:
+        log.events(records, watch=watcher.name, uri=watcher.uri, verbose=watcher.verbose)
+    return away_filtered(watcher.name, watcher.uri, got, lines, records)

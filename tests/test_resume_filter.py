@@ -170,8 +170,8 @@ async def test_the_cli_killed_and_started_again_prints_what_it_missed_through_it
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state.json"
-    args = ("watch", NOTES, "--debounce", "0", "--json", "--name", "notes", "--on-event", KEEP_SIGNAL)
-    args += ("--watch-state", str(state))
+    args = ["watch", NOTES, "--debounce", "0", "--json", "--name", "notes", "--on-event", KEEP_SIGNAL]
+    args += ["--watch-state", str(state)]
     async with memo_http_server() as (url, _), McpResourceSource.http(url) as writer:
         async with cli(*args, "--server", f"memo={url}") as (proc, out):
             await wait_until_watching(proc)

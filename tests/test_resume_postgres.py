@@ -83,8 +83,8 @@ async def test_rows_past_the_change_logs_retention_while_the_cli_was_killed_are_
     install_triggers(db.dsn, [TableName("public", "items")], Retention(max_bytes=16 << 10))
     server = shlex.join(server_argv(write_config(tmp_path), db.as_role(WATCHER)))
     state = tmp_path / "state.json"
-    args = ("watch", EVENTS, "--server", f"pg={server}", "--debounce", "0", "--json")
-    args += ("--watch-state", str(state))
+    args = ["watch", EVENTS, "--server", f"pg={server}", "--debounce", "0", "--json"]
+    args += ["--watch-state", str(state)]
     async with cli(*args) as (proc, out):
         await wait_until_watching(proc)
         db.run("INSERT INTO items (id, note) VALUES (10, 'ten')")

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_ENV_VALUE",
     "NOTICE_SCHEMA",
     "converter",
+    "event_dict",
     "event_env",
     "initial_record",
     "notice_record",
@@ -35,11 +36,12 @@ NOTICE_SCHEMA: Final = "asyncai-watch/notice/1"
 """The ``schema`` of every object: its name and version (fields may be added within one)."""
 
 converter: Final = cattrs.Converter()
-converter.register_unstructure_hook(NoticeEvent, lambda ev: _event_dict(ev))
+converter.register_unstructure_hook(NoticeEvent, lambda ev: event_dict(ev))
 converter.register_structure_hook(NoticeEvent, lambda d, _: _event_of(d))
 
 
-def _event_dict(ev: NoticeEvent) -> dict[str, Any]:
+def event_dict(ev: NoticeEvent) -> dict[str, Any]:
+    """``ev`` in the ``--json`` shape (the converter's hook; called directly where it is hot)."""
     return {
         "type": ev.type,
         "watch": ev.watch,

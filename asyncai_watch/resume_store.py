@@ -35,17 +35,19 @@ from pathlib import Path
 from typing import Final
 
 import cattrs
+import msgspec
 
 from asyncai_watch.core.notice import Notice, NoticeEvent
 from asyncai_watch.core.resume import SAVE_WINDOW, Checkpoint, Checkpoints
 from asyncai_watch.errors import StateFileError
-from asyncai_watch.notice_json import converter
+from asyncai_watch.notice_json import converter, event_dict
 
 __all__ = ["MAX_PENDING_NOTICES", "OUTBOX_RECORD_VERSION", "STORE_SUFFIX", "ResumeStore"]
 
 STORE_SUFFIX: Final = ".resume.sqlite"
 OUTBOX_RECORD_VERSION: Final = 1
 """The version of an outbox row's ``record`` (its notice's typed events)."""
+_encode: Final = msgspec.json.Encoder(enc_hook=str).encode
 MAX_PENDING_NOTICES: Final = 256
 """Notices kept for redelivery while their turns have not completed; beyond it the oldest go
 (counted in :attr:`ResumeStore.dropped`), so an agent that never finishes a turn cannot grow the
@@ -232,9 +234,13 @@ class ResumeStore:
 
 def _record(notice: Notice) -> str:
     """The outbox ``record`` of ``notice``: its typed events, versioned (values that are not JSON
-    are kept as their ``str``, as ``--json`` would fail on them)."""
-    events = converter.unstructure(list(notice.events), list[NoticeEvent])
-    return json.dumps({"v": OUTBOX_RECORD_VERSION, "events": events}, ensure_ascii=False, default=str)
+    are kept as their ``str``). Encoded with msgspec: this runs for every notice handed, on the
+    event loop, and is a few times faster than ``json.dumps``."""
+    record = {"v": OUTBOX_RECORD_VERSION, "events": [event_dict(ev) for ev in notice.events]}
+    try:
+        return _encode(record).decode()
+    except (TypeError, ValueError, msgspec.EncodeError):  # the slow, lenient way (default=str)
+        return json.dumps(record, ensure_ascii=False, default=str)
 
 
 def _events(record: object) -> tuple[NoticeEvent, ...]:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import anyio
 import jsonschema
 import pytest
+from test_cli import WAIT, cli, wait_until_watching
+from test_memo_server import memo_http_server
 
+from asyncai_watch import McpResourceSource
 from asyncai_watch.core.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice, NoticeEvent
 from asyncai_watch.core.resume import REDELIVERED_META_KEY
 from asyncai_watch.notice_json import notice_record, notice_schema
@@ -118,3 +123,43 @@ async def test_a_redelivered_notice_has_its_events_and_its_json_record_validates
     assert record["redelivered"] is True
     assert record["events"][0]["key"] == "k"
     assert record["events"][0]["new"] == {"n": 1}
+
+
+@pytest.mark.anyio
+async def test_the_cli_prints_a_redelivered_notice_with_its_events_and_the_record_validates(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state.json"
+    args = ["watch", NOTES, "--debounce", "0", "--json", "--name", "notes", "--watch-state", str(state)]
+    async with memo_http_server() as (url, _), McpResourceSource.http(url) as writer:
+        async with cli(*args, "--server", f"memo={url}") as (proc, out):
+            await wait_until_watching(proc)
+            await writer.call_tool("memo_set", {"key": "todo", "value": "milk"})
+            printed: dict[str, Any] = json.loads(await out.next())
+            proc.send_signal(signal.SIGTERM)
+            with anyio.fail_after(WAIT):
+                assert await proc.wait() == 0
+        # As if the process had died between handing that notice out and printing it: its row,
+        # events and all, is still in the outbox (the CLI marks a notice taken once printed).
+        events = tuple(
+            NoticeEvent(
+                type=e["type"], watch=e["watch"], uri=e["uri"], key=e["key"], new=e["new"], line=e["line"]
+            )
+            for e in printed["events"]
+        )
+        with ResumeStore.beside(state) as store:
+            store.hand(
+                Notice(SOURCE_WATCH, "ADDED todo", meta={"name": "notes", "uri": NOTES}, events=events)
+            )
+        async with cli(*args, "--server", f"memo={url}") as (proc, out):
+            restore = json.loads(await out.next())
+            again = json.loads(await out.next())
+            proc.send_signal(signal.SIGTERM)
+            with anyio.fail_after(WAIT):
+                assert await proc.wait() == 0
+    assert restore["kind"] == "watch.restore"
+    VALIDATOR.validate(again)
+    assert again["redelivered"] is True
+    assert again["lines"][-1] == "ADDED todo"
+    assert again["events"] == printed["events"]
+    assert [(e["type"], e["key"], e["new"]) for e in again["events"]] == [("ADDED", "todo", "milk")]

@@ -138,6 +138,7 @@ async def test_missed_changes_all_dropped_by_the_filter_make_no_notice(tmp_path:
         ) in restore.text
         fake.update(NOTES, {"a": 1, "noise": 1, "x": 1})
         assert (await receive(m)).text == "ADDED X"  # the next notice is live: no catch-up
+        assert m.watch_list()[0].events == 2  # the one it caught up on, and the live one
     async with WatchManager([fake], limits=IMMEDIATE, clock=FakeClock(), watch_state=path) as m:
         # The dropped change moved the checkpoint: it is not read again.
         assert "restored, resumed (nothing changed" in (await receive(m)).text

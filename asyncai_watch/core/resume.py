@@ -231,9 +231,10 @@ def away_notice(
 def away_filtered(
     name: str, uri: str, got: CatchUp, lines: Sequence[Line], records: Sequence[EventRecord]
 ) -> tuple[Outcome, Notice | None]:
-    """``got`` after the watch's ``on_event`` filter ran on its events, as on a live read's
-    (``lines`` and ``records``: :meth:`Delivery.lines`'s for them): an event it dropped is not
-    shown, a filter error is a line, and the outcome counts the drops. ``None``: nothing to show."""
+    """``got`` as the watch's lines for its events show it (``lines`` and ``records``:
+    :meth:`Delivery.lines`'s for them, as for a live read: a default line per event, or its
+    ``on_event`` filter's outcomes): an event the filter dropped is not shown, a filter error is a
+    line, and the outcome counts the drops. ``None``: nothing to show."""
     dropped = sum(1 for r in records if r.outcome == "dropped" and r.event.type != GAP)
     outcome = attrs.evolve(got.outcome, changes=got.outcome.changes - dropped, dropped=dropped)
     if not lines:

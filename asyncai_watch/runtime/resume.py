@@ -27,7 +27,7 @@ from asyncai_watch import log
 from asyncai_watch.clock import Clock, move_on_at
 from asyncai_watch.core.extract import Pending
 from asyncai_watch.core.notice import SOURCE_WATCH, Notice
-from asyncai_watch.core.resume import CatchUp, Checkpoint, Outcome, away_filtered, away_notice
+from asyncai_watch.core.resume import CatchUp, Checkpoint, Outcome, away_filtered
 from asyncai_watch.errors import StateFileError, describe
 from asyncai_watch.resume_store import ResumeStore
 from asyncai_watch.runtime.watcher import Watcher
@@ -153,15 +153,16 @@ async def away(watcher: Watcher, got: CatchUp) -> tuple[Outcome, Notice | None]:
     on a live read's: what it drops is not shown, an error is a line, its lines are the notice's."""
     if not got.events:
         return got.outcome, None
-    session = watcher.session
+    # The watch's own delivery makes the lines, as for a live read (and counts the events).
+    pending, session = Pending(got.events), watcher.session
     if session is None:
-        return got.outcome, away_notice(watcher.name, watcher.uri, got.events)
-    pending = Pending(got.events)
-    dicts = [ev.to_filter_dict(watch=watcher.name, uri=watcher.uri) for ev in got.events]
-    try:
-        lines, records = watcher.delivery.lines(pending, await session.run(dicts))
-    except Exception as exc:  # the session itself failed: one error line, as live
-        lines, records = watcher.delivery.filter_failed(pending, describe(exc))
+        lines, records = watcher.delivery.lines(pending)
+    else:
+        dicts = [ev.to_filter_dict(watch=watcher.name, uri=watcher.uri) for ev in got.events]
+        try:
+            lines, records = watcher.delivery.lines(pending, await session.run(dicts))
+        except Exception as exc:  # the session itself failed: one error line, as live
+            lines, records = watcher.delivery.filter_failed(pending, describe(exc))
     if records:
         log.events(records, watch=watcher.name, uri=watcher.uri, verbose=watcher.verbose)
     return away_filtered(watcher.name, watcher.uri, got, lines, records)

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_ENV_VALUE",
     "NOTICE_SCHEMA",
     "converter",
+    "event_dict",
     "event_env",
     "initial_record",
     "notice_record",
@@ -35,10 +36,12 @@ NOTICE_SCHEMA: Final = "asyncai-watch/notice/1"
 """The ``schema`` of every object: its name and version (fields may be added within one)."""
 
 converter: Final = cattrs.Converter()
-converter.register_unstructure_hook(NoticeEvent, lambda ev: _event_dict(ev))
+converter.register_unstructure_hook(NoticeEvent, lambda ev: event_dict(ev))
+converter.register_structure_hook(NoticeEvent, lambda d, _: _event_of(d))
 
 
-def _event_dict(ev: NoticeEvent) -> dict[str, Any]:
+def event_dict(ev: NoticeEvent) -> dict[str, Any]:
+    """``ev`` in the ``--json`` shape (the converter's hook; called directly where it is hot)."""
     return {
         "type": ev.type,
         "watch": ev.watch,
@@ -53,6 +56,33 @@ def _event_dict(ev: NoticeEvent) -> dict[str, Any]:
         "fields": dict(ev.fields),
         "line": ev.line,
     }
+
+
+def _event_of(d: Mapping[str, Any]) -> NoticeEvent:
+    """An event dict back (as kept for a redelivery); a value of the wrong type raises ``TypeError``."""
+    if not isinstance(d, Mapping):
+        raise TypeError(f"a notice event must be an object, got {type(d).__name__}")
+    kind, watch, uri = d.get("type"), d.get("watch"), d.get("uri")
+    if not (isinstance(kind, str) and isinstance(watch, str) and isinstance(uri, str)):
+        raise TypeError("a notice event needs string type, watch and uri")
+    paths, fields = d.get("paths") or [], d.get("fields") or {}
+    if not isinstance(paths, list) or not isinstance(fields, dict):
+        raise TypeError("a notice event's paths must be a list and its fields an object")
+    key, seq, time, message, line = (d.get(k) for k in ("key", "seq", "time", "message", "line"))
+    return NoticeEvent(
+        type=kind,
+        watch=watch,
+        uri=uri,
+        key=key if isinstance(key, str) else None,
+        paths=tuple(str(p) for p in paths),
+        old=d.get("old"),
+        new=d.get("new"),
+        seq=seq if type(seq) is int else None,
+        time=time if isinstance(time, str | int | float) and not isinstance(time, bool) else None,
+        message=message if isinstance(message, str) else None,
+        fields=fields,
+        line=line if isinstance(line, str) else None,
+    )
 
 
 def notice_record(notice: Notice, *, server: str | None = None) -> dict[str, Any]:

@@ -7,7 +7,11 @@ an SQLite database in WAL mode (stdlib :mod:`sqlite3`; docs/watch-manager.md, "R
   (:class:`~asyncai_watch.core.resume.Checkpoint`, at most
   :data:`~asyncai_watch.core.resume.MAX_SAVED_BODY` bytes);
 - ``outbox``: the notices handed to the agent whose turn has not completed yet, at most
-  :data:`MAX_PENDING_NOTICES` (the oldest beyond it are dropped, and counted).
+  :data:`MAX_PENDING_NOTICES` (the oldest beyond it are dropped, and counted): each one's text,
+  ``meta`` and, in ``record``, its typed events as a versioned JSON object
+  (``{"v": 1, "events": [...]}``, each event in the ``--json`` shape of
+  :mod:`asyncai_watch.notice_json`). A row without one (a store written before it was kept) or
+  of another version comes back with no events: its text and ``meta`` still do.
 
 Why SQLite and not atomically replaced files: checkpoints change many times a second on a busy
 watch, and a transaction rewrites only the rows that moved, where a replaced file rewrites every
@@ -30,13 +34,20 @@ import threading
 from pathlib import Path
 from typing import Final
 
-from asyncai_watch.core.notice import Notice
+import cattrs
+import msgspec
+
+from asyncai_watch.core.notice import Notice, NoticeEvent
 from asyncai_watch.core.resume import SAVE_WINDOW, Checkpoint, Checkpoints
 from asyncai_watch.errors import StateFileError
+from asyncai_watch.notice_json import converter, event_dict
 
-__all__ = ["MAX_PENDING_NOTICES", "STORE_SUFFIX", "ResumeStore"]
+__all__ = ["MAX_PENDING_NOTICES", "OUTBOX_RECORD_VERSION", "STORE_SUFFIX", "ResumeStore"]
 
 STORE_SUFFIX: Final = ".resume.sqlite"
+OUTBOX_RECORD_VERSION: Final = 1
+"""The version of an outbox row's ``record`` (its notice's typed events)."""
+_encode: Final = msgspec.json.Encoder(enc_hook=str).encode
 MAX_PENDING_NOTICES: Final = 256
 """Notices kept for redelivery while their turns have not completed; beyond it the oldest go
 (counted in :attr:`ResumeStore.dropped`), so an agent that never finishes a turn cannot grow the
@@ -47,7 +58,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     name TEXT PRIMARY KEY, uri TEXT NOT NULL, log_id TEXT, seq INTEGER,
     body TEXT, mime_type TEXT, skipped TEXT);
 CREATE TABLE IF NOT EXISTS outbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, source TEXT NOT NULL, text TEXT NOT NULL, meta TEXT NOT NULL);
+    id INTEGER PRIMARY KEY AUTOINCREMENT, source TEXT NOT NULL, text TEXT NOT NULL, meta TEXT NOT NULL,
+    record TEXT);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
@@ -75,6 +87,9 @@ class ResumeStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(outbox)")}
+            if "record" not in columns:  # a store from before the events were kept
+                conn.execute("ALTER TABLE outbox ADD COLUMN record TEXT")
         except sqlite3.Error as exc:
             conn.close()
             raise StateFileError(
@@ -155,8 +170,8 @@ class ResumeStore:
             row_id = None
             if notice is not None:
                 cur = db.execute(
-                    "INSERT INTO outbox (source, text, meta) VALUES (?, ?, ?)",
-                    (notice.source, notice.text, json.dumps(dict(notice.meta))),
+                    "INSERT INTO outbox (source, text, meta, record) VALUES (?, ?, ?, ?)",
+                    (notice.source, notice.text, json.dumps(dict(notice.meta)), _record(notice)),
                 )
                 row_id = cur.lastrowid
                 over = db.execute("SELECT count(*) FROM outbox").fetchone()[0] - MAX_PENDING_NOTICES
@@ -195,15 +210,18 @@ class ResumeStore:
     def pending(self) -> list[tuple[int, Notice]]:
         """The notices handed but not taken, oldest first (to hand over again, flagged)."""
         with self._lock:
-            rows = self._db().execute("SELECT id, source, text, meta FROM outbox ORDER BY id").fetchall()
+            rows = (
+                self._db().execute("SELECT id, source, text, meta, record FROM outbox ORDER BY id").fetchall()
+            )
         out = []
-        for row_id, source, text, meta in rows:
+        for row_id, source, text, meta, record in rows:
             try:
                 parsed = json.loads(meta)
             except (TypeError, ValueError):
                 parsed = {}
             clean = {str(k): str(v) for k, v in parsed.items()} if isinstance(parsed, dict) else {}
-            out.append((int(row_id), Notice(str(source), str(text), meta=clean)))
+            notice = Notice(str(source), str(text), meta=clean, events=_events(record))
+            out.append((int(row_id), notice))
         return out
 
     @property
@@ -212,3 +230,28 @@ class ResumeStore:
         with self._lock:
             row = self._db().execute("SELECT value FROM counters WHERE name = 'dropped'").fetchone()
         return int(row[0]) if row else 0
+
+
+def _record(notice: Notice) -> str:
+    """The outbox ``record`` of ``notice``: its typed events, versioned (values that are not JSON
+    are kept as their ``str``). Encoded with msgspec: this runs for every notice handed, on the
+    event loop, and is a few times faster than ``json.dumps``."""
+    record = {"v": OUTBOX_RECORD_VERSION, "events": [event_dict(ev) for ev in notice.events]}
+    try:
+        return _encode(record).decode()
+    except (TypeError, ValueError, msgspec.EncodeError):  # the slow, lenient way (default=str)
+        return json.dumps(record, ensure_ascii=False, default=str)
+
+
+def _events(record: object) -> tuple[NoticeEvent, ...]:
+    """The typed events of an outbox ``record``; none for a row without one (an older store), of
+    another version, or not readable: the notice comes back with its text and ``meta`` only."""
+    if not isinstance(record, str):
+        return ()
+    try:
+        parsed = json.loads(record)
+        if not isinstance(parsed, dict) or parsed.get("v") != OUTBOX_RECORD_VERSION:
+            return ()
+        return tuple(converter.structure(parsed.get("events"), list[NoticeEvent]))
+    except (ValueError, TypeError, cattrs.BaseValidationError):
+        return ()

@@ -7,7 +7,9 @@ catch-up rules. A kill drops everything in memory (staged checkpoints, the debou
 progress); a restart loads the store, hands over again what was not taken (flagged), and reads
 from the saved position. For any interleaving, every event appended while the watch existed
 reaches the agent in a completed turn, or is covered by a GAP that did (its log restarted, or it
-fell out of retention); an event the agent finished a turn on twice was flagged the second time.
+fell out of retention; a restart's GAP also covers the new log's seqs before the first one it
+shows, gone from the ring before the reader saw that log); an event the agent finished a turn
+on twice was flagged the second time.
 """
 
 from __future__ import annotations
@@ -63,13 +65,17 @@ class Server:
         }
 
 
-def encode(log_id: str, events: list[Event]) -> str:
-    """A notice's text in the model: one token per event, ``L1:4`` or a GAP's range."""
+def encode(events: list[tuple[str, Event]]) -> str:
+    """A notice's text in the model: one token per event, ``L1:4`` or a GAP's range (a reset's:
+    the new log's first seq it shows), each with the log it was read from."""
     out = []
-    for ev in events:
+    for log_id, ev in events:
         if ev.type == GAP:
             f = ev.fields
-            out.append(f"GAP:{log_id}:{f['reason']}:{f.get('from_seq')}:{f.get('to_seq')}")
+            if f["reason"] == "reset":
+                out.append(f"GAP:{log_id}:reset:None:{f.get('first_seq')}")
+            else:
+                out.append(f"GAP:{log_id}:{f['reason']}:{f.get('from_seq')}:{f.get('to_seq')}")
         else:
             out.append(f"{log_id}:{ev.seq}")
     return " ".join(out)
@@ -81,8 +87,7 @@ class Agent:
 
     store: ResumeStore
     sequencer: Sequencer
-    pending: list[Event] = attrs.field(factory=list)
-    pending_log: str = ""
+    pending: list[tuple[str, Event]] = attrs.field(factory=list)  # (the log read from, event)
     inbox: list[tuple[int, Notice]] = attrs.field(factory=list)  # handed, turn not completed
 
 
@@ -123,8 +128,7 @@ def run(ops: list[str], directory: Path) -> list[Notice]:
                 # No GAP within retention: every seq it names is gone from the ring.
                 assert not set(range(ev.fields["from_seq"], ev.fields["to_seq"] + 1)) & set(server.ring)
         if events:
-            a.pending += events
-            a.pending_log = server.log_id
+            a.pending += [(server.log_id, ev) for ev in events]
             a.store.staged.hold(NAME)
         else:  # nothing new: the checkpoint may move, unless lines wait in the debounce (hold)
             a.store.staged.quiet(NAME, position(a), now)
@@ -132,7 +136,7 @@ def run(ops: list[str], directory: Path) -> list[Notice]:
     def emit(a: Agent) -> None:
         if not a.pending:
             return
-        notice = Notice(SOURCE_WATCH, encode(a.pending_log, a.pending), meta={"name": NAME})
+        notice = Notice(SOURCE_WATCH, encode(a.pending), meta={"name": NAME})
         a.pending = []
         a.store.staged.handed(NAME, position(a), now)
         a.inbox.append((a.store.hand(notice), notice))
@@ -156,7 +160,7 @@ def run(ops: list[str], directory: Path) -> list[Notice]:
             got, agent.sequencer = catch_up_log(saved.position, server.body())
             assert got.outcome.kind != "fresh"
             if got.events:
-                agent.pending, agent.pending_log = list(got.events), server.log_id
+                agent.pending = [(server.log_id, ev) for ev in got.events]
                 store.staged.hold(NAME)
                 emit(agent)  # the one "while you were away" notice
         elif agent is None:
@@ -200,9 +204,13 @@ def check(server: Server, watched_from: int, completed: list[Notice]) -> None:
         if (log_id, seq) in seen:
             continue
         truncated = any(g[0] == log_id and g[1] == "truncated" and g[2] <= seq <= g[3] for g in gaps)  # type: ignore[operator]
+        # A reset GAP read from this log: its seqs before the first one shown went before the reader saw it.
+        before_first = any(
+            g[0] == log_id and g[1] == "reset" and g[3] is not None and seq < g[3] for g in gaps
+        )
         # A reset GAP, delivered in a later log, covers what an earlier log held unread.
         later_reset = any(int(r[1:]) > int(log_id[1:]) for r in reset_logs)
-        assert truncated or later_reset, f"{log_id}:{seq} was missed: {completed}"
+        assert truncated or later_reset or before_first, f"{log_id}:{seq} was missed: {completed}"
     for event, flags in seen.items():
         assert flags.count(False) <= 1, f"{event} reached the agent twice unflagged: {completed}"
 

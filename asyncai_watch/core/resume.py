@@ -23,13 +23,13 @@ busy watch commits at most once per ``window`` seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
 
 from asyncai_watch.core.changes import annotate
-from asyncai_watch.core.deliver import notice_event
+from asyncai_watch.core.deliver import EventRecord, Line, notice_event
 from asyncai_watch.core.echo import clip
 from asyncai_watch.core.eventlog import GAP_RESET, GAP_TRUNCATED, Position, Sequencer
 from asyncai_watch.core.events import GAP, Event, shape_for_mime_type
@@ -47,6 +47,7 @@ __all__ = [
     "Checkpoint",
     "Checkpoints",
     "Outcome",
+    "away_filtered",
     "away_notice",
     "catch_up",
     "catch_up_log",
@@ -106,15 +107,29 @@ class Outcome:
     changes: int = 0
     reason: str = ""
     gaps: int = 0
+    dropped: int = 0
+    """Missed changes the watch's ``on_event`` filter dropped (not shown, as live ones are not)."""
 
     def line(self, name: str, uri: str) -> str:
         """The watch's line in the restore notice."""
+        plural = "change" if self.changes == 1 else "changes"
+        dropped = f" ({self.dropped} more dropped by its filter)" if self.dropped and self.changes else ""
         if self.kind == "resumed":
+            if self.dropped:
+                made = "change" if self.dropped == 1 else "changes"
+                return (
+                    f"- {name} {uri}: restored, resumed ({self.dropped} {made} made while the agent "
+                    "was down, each dropped by its filter)"
+                )
             return f"- {name} {uri}: restored, resumed (nothing changed while the agent was down)"
         if self.kind == "caught_up":
-            plural = "change" if self.changes == 1 else "changes"
             gap = f"; {self.reason}" if self.reason else ""
-            return f"- {name} {uri}: restored, caught up {self.changes} {plural} made while the agent was down{gap}"
+            if self.dropped and not self.changes:
+                gap = f"; {self.dropped} dropped by its filter{gap}"
+            return (
+                f"- {name} {uri}: restored, caught up {self.changes} {plural} made while the agent "
+                f"was down{dropped}{gap}"
+            )
         return f"- {name} {uri}: restored, fresh baseline ({self.reason})"
 
 
@@ -188,27 +203,45 @@ def catch_up(saved: Checkpoint | None, current: Body) -> CatchUp:
 
 
 def away_notice(
-    name: str, uri: str, events: Sequence[Event], *, lines: Iterable[str] | None = None
+    name: str, uri: str, events: Sequence[Event], *, lines: Sequence[Line] | None = None
 ) -> Notice:
-    """The one notice of what a watch missed while the agent was down (``lines``: the watch's own
-    lines for ``events``, when its filter made them; the default lines otherwise)."""
-    shown = list(lines) if lines is not None else [default_line(ev) for ev in events]
+    """The one notice of what a watch missed while the agent was down (``lines``: the watch's
+    own lines for ``events``, when its filter made them, :meth:`Delivery.lines`'s; a default line
+    per event otherwise)."""
+    if lines is None:
+        lines = [Line(default_line(ev), ev.key, ev, True) for ev in events]
+    shown = [line.text for line in lines]
     extra = len(shown) - MAX_CATCH_UP_LINES
     if extra > 0:
         shown = [*shown[:MAX_CATCH_UP_LINES], f"+{extra} more changes not shown (MAX_CATCH_UP_LINES)"]
-    plural = "change" if len(events) == 1 else "changes"
-    head = f"While you were away ({len(events)} {plural} to {clip(uri)} while the agent was down):"
-    # Typed like a live notice's (each with its default line: a filter's lines need not be one per event).
-    typed = [notice_event(name, uri, default_line(ev), ev) for ev in events[:MAX_CATCH_UP_LINES]]
-    if len(events) > MAX_CATCH_UP_LINES:
-        note = f"+{len(events) - MAX_CATCH_UP_LINES} more events not carried (MAX_CATCH_UP_LINES)"
-        typed.append(notice_event(name, uri, note, None))
+    plural = "change" if len(lines) == 1 else "changes"
+    head = f"While you were away ({len(lines)} {plural} to {clip(uri)} while the agent was down):"
+    # Typed like a live notice's: each line's event (none for a filter's error line).
+    typed = [notice_event(name, uri, line.text, line.event) for line in lines[:MAX_CATCH_UP_LINES]]
+    if extra > 0:
+        typed.append(notice_event(name, uri, f"+{extra} more events not carried (MAX_CATCH_UP_LINES)", None))
     return Notice(
         SOURCE_WATCH,
         "\n".join([head, *shown]),
         meta={"name": name, "uri": uri, "away": "1"},
         events=tuple(typed),
     )
+
+
+def away_filtered(
+    name: str, uri: str, got: CatchUp, lines: Sequence[Line], records: Sequence[EventRecord]
+) -> tuple[Outcome, Notice | None]:
+    """``got`` as the watch's lines for its events show it (``lines`` and ``records``:
+    :meth:`Delivery.lines`'s for them, as for a live read: a default line per event, or its
+    ``on_event`` filter's outcomes): an event the filter dropped is not shown, a filter error is a
+    line, and the outcome counts the drops. ``None``: nothing to show."""
+    dropped = sum(1 for r in records if r.outcome == "dropped" and r.event.type != GAP)
+    outcome = attrs.evolve(got.outcome, changes=got.outcome.changes - dropped, dropped=dropped)
+    if not lines:
+        if not outcome.gaps:
+            outcome = Outcome("resumed", dropped=dropped)
+        return outcome, None
+    return outcome, away_notice(name, uri, got.events, lines=lines)
 
 
 def redelivered(notice: Notice) -> Notice:

@@ -10,6 +10,8 @@ The shell of :mod:`asyncai_watch.core.resume` over :class:`~asyncai_watch.resume
 - :meth:`Resume.run` writes the staged checkpoints when the save window ends, on the clock;
 - :meth:`Resume.catch_up` says how a restored watch resumes and makes its one ``while you were
   away`` notice.
+- :func:`away` turns a restored watch's missed events into its ``while you were away`` notice,
+  through its ``on_event`` filter as a live read's events go.
 
 Writes run on the event loop, in order: a checkpoint written by a window can never land after,
 and undo, one written with a later notice.
@@ -25,13 +27,13 @@ import attrs
 
 from asyncai_watch import log
 from asyncai_watch.clock import Clock, move_on_at
-from asyncai_watch.core.extract import Body
+from asyncai_watch.core.extract import Body, Pending
 from asyncai_watch.core.notice import SOURCE_WATCH, Notice
 from asyncai_watch.core.resume import (
     CatchUp,
     Checkpoint,
     Outcome,
-    away_notice,
+    away_filtered,
     catch_up_log,
     catch_up_state,
 )
@@ -41,7 +43,7 @@ from asyncai_watch.resume_store import ResumeStore
 from asyncai_watch.runtime.topic import Topic, parse
 from asyncai_watch.runtime.watcher import Watcher
 
-__all__ = ["NOTICE_ID_META_KEY", "Resume"]
+__all__ = ["NOTICE_ID_META_KEY", "Resume", "away"]
 
 NOTICE_ID_META_KEY: Final = "asyncai-watch/delivery"
 """Notice ``meta`` key: the outbox id ``WatchManager.notice_taken`` acknowledges. Not an identifier,
@@ -131,10 +133,8 @@ class Resume:
         """The notices handed before a restart whose turns did not complete, each with its id."""
         if self.store is None:
             return []
-        return [
-            Notice(n.source, n.text, meta={**n.meta, NOTICE_ID_META_KEY: str(i)})
-            for i, n in self.store.pending()
-        ]
+        # evolve, not a new Notice: the typed events kept with it go with it.
+        return [attrs.evolve(n, meta={**n.meta, NOTICE_ID_META_KEY: str(i)}) for i, n in self.store.pending()]
 
     async def catch_up(
         self, watcher: Watcher, saved: Checkpoint | None, topic: Topic | None, source: ResourceSource | None
@@ -169,11 +169,12 @@ class Resume:
             got = CatchUp(Outcome("fresh", reason=baseline.skipped or "its body is not kept"))
         else:
             got = catch_up_state(saved, Body.of(baseline.body, baseline.mime_type))
-        if not got.events:
+        outcome, notice = await away(watcher, got)  # through its filter, as live
+        if notice is None:
             self.started(watcher.name, baseline)
-            return got.outcome, None
+            return outcome, None
         self.mark(watcher.name, None, True)  # held until the notice is handed
-        return got.outcome, away_notice(watcher.name, watcher.uri, got.events)
+        return outcome, notice
 
     def _staged(self, deadline: float | None) -> None:
         if deadline is not None and deadline != self._sleeping_until:
@@ -209,3 +210,24 @@ def _upto(got: CatchUp, baseline: Checkpoint) -> CatchUp:
     if not events:
         return CatchUp(Outcome("resumed"))
     return CatchUp(attrs.evolve(got.outcome, changes=changes), events)
+
+
+async def away(watcher: Watcher, got: CatchUp) -> tuple[Outcome, Notice | None]:
+    """A restored watch's outcome and its ``while you were away`` notice (``None``: nothing to
+    show). A watch with an ``on_event`` filter runs it on the missed events in its own scope, as
+    on a live read's: what it drops is not shown, an error is a line, its lines are the notice's."""
+    if not got.events:
+        return got.outcome, None
+    # The watch's own delivery makes the lines, as for a live read (and counts the events).
+    pending, session = Pending(got.events), watcher.session
+    if session is None:
+        lines, records = watcher.delivery.lines(pending)
+    else:
+        dicts = [ev.to_filter_dict(watch=watcher.name, uri=watcher.uri) for ev in got.events]
+        try:
+            lines, records = watcher.delivery.lines(pending, await session.run(dicts))
+        except Exception as exc:  # the session itself failed: one error line, as live
+            lines, records = watcher.delivery.filter_failed(pending, describe(exc))
+    if records:
+        log.events(records, watch=watcher.name, uri=watcher.uri, verbose=watcher.verbose)
+    return away_filtered(watcher.name, watcher.uri, got, lines, records)

@@ -304,12 +304,18 @@ class WebhooksServer:
         uri = params.uri
         target = self._parse(uri)
         if isinstance(target, LogTarget):
-            page = await self._disk_call(self.store.read_log, target, read_after(params.meta))
+            after = read_after(params.meta)
+            page = self.store.read_log_now(target, after)
+            if page is None:
+                page = await self._disk_call(self.store.read_log, target, after)
             if page.more:  # the reader is catching up: tell it at once that there is more to read
                 self.subscriptions.publish_nowait(uri)
             text, mime = page.text, EVENTS_MIME_TYPE
         elif isinstance(target, StateTarget):
-            text, mime = await self._disk_call(self.store.read_state, target), JSON
+            state = self.store.read_state_now(target)
+            if state is None:
+                state = await self._disk_call(self.store.read_state, target)
+            text, mime = state, JSON
         else:
             text, mime = await self._disk_call(self._sources_body), JSON
         return types.ReadResourceResult(

@@ -222,12 +222,15 @@ class WebhooksServer:
                     job.error = exc
                     job.done.set()
                 continue
+            changed: dict[Target | None, None] = {}
             for job, inserted in zip(batch, results, strict=True):
                 if inserted is not None:
                     job.stored = True
-                    # After the commit: a reader woken by this finds the delivery.
-                    self._publish((*inserted.logs, inserted.state, None))
+                    changed.update(dict.fromkeys((*inserted.logs, inserted.state, None)))
                 job.done.set()
+            # After the commit: a reader woken by this finds the deliveries. Each log once per
+            # batch: its listeners' one notification covers every delivery the batch appended.
+            self._publish(changed)
 
     async def _trim_timer(self) -> None:
         """Apply the retention every :data:`TRIM_INTERVAL` (or ``max_age``, when shorter), so

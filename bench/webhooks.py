@@ -230,7 +230,7 @@ async def poll_baseline(phases: int) -> list[float]:
     return latencies
 
 
-async def sustained(m: WatchManager, hooks: str, seconds: float) -> dict[str, Any]:
+async def sustained(m: WatchManager, hooks: str, seconds: float, senders: int) -> dict[str, Any]:
     total = int(RATE * seconds)
     first = 2_000_000
     # Signed before the clock starts: what the senders spend is theirs, not the server's.
@@ -258,7 +258,7 @@ async def sustained(m: WatchManager, hooks: str, seconds: float) -> dict[str, An
     async with contextlib.AsyncExitStack() as connections:
         streams = [
             await connections.enter_async_context(await anyio.connect_tcp(host, int(port)))
-            for _ in range(SENDERS)
+            for _ in range(senders)
         ]
         load0, cpu0, own0 = os.getloadavg()[0], children_cpu(), time.process_time()
         start = time.monotonic()
@@ -332,17 +332,17 @@ def database(dsn: str | None) -> Any:
         shutil.rmtree(base, ignore_errors=True)
 
 
-async def main(quick: bool, sync: str, dsn: str | None) -> int:
+async def main(quick: bool, sync: str, dsn: str | None, senders: int) -> int:
     with database(dsn) as db:
-        return await run(quick, sync, db)
+        return await run(quick, sync, db, senders)
 
 
-async def run(quick: bool, sync: str, dsn: str | None) -> int:
+async def run(quick: bool, sync: str, dsn: str | None, senders: int) -> int:
     n, phases, seconds = (50, 4, 2.0) if quick else (200, 10, 5.0)
     where = "PostgreSQL" if dsn is not None else f"SQLite, --sync {sync}"
     print(
         f"webhooks server ({where}): {n} deliveries one at a time; {phases} poll phases; "
-        f"{seconds:g} s at {RATE:,.0f}/s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        f"{seconds:g} s at {RATE:,.0f}/s by {senders} senders; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
@@ -373,7 +373,7 @@ async def run(quick: bool, sync: str, dsn: str | None) -> int:
                     other = json.loads((await b.read("webhooks://sources")).text)
                     hooks_b = other["sources"]["github"]["endpoint"]
                     across = await latency(m, http, hooks_b, n, [], first=1_500_000)
-            load = await sustained(m, hooks, seconds)
+            load = await sustained(m, hooks, seconds, senders)
     polled = await poll_baseline(phases)
     ms = 1000.0
     row(
@@ -421,5 +421,12 @@ if __name__ == "__main__":
         default=os.environ.get("ASYNCAI_WEBHOOKS_DATABASE"),
         help="PostgreSQL instead of SQLite ('throwaway': a cluster of the run's own)",
     )
+    p.add_argument(
+        "--senders",
+        type=int,
+        default=SENDERS,
+        help=f"concurrent senders in the sustained phase (default {SENDERS}): each waits for its answer, so "
+        "the rate is at most senders / the time a POST takes",
+    )
     args = p.parse_args()
-    sys.exit(anyio.run(main, args.quick, args.sync, args.database))
+    sys.exit(anyio.run(main, args.quick, args.sync, args.database, args.senders))

@@ -7,8 +7,9 @@ Who does what:
 - :class:`~.store.Store` (the SQLite file) or :class:`~.store_pg.PgStore` (PostgreSQL, shared by
   several replicas): one call at a time on a worker thread, so the event loop never waits on a
   commit's fsync; SQLite's log and state reads run on the event loop, from a query-only connection
-  that WAL lets read beside a commit (cheaper than the hop to the thread). With PostgreSQL, :func:`~.store_pg.listen` hears the other replicas' commits and wakes
-  this replica's listeners of the logs they appended to.
+  that WAL lets read beside a commit (cheaper than the hop to the thread). With PostgreSQL,
+  :func:`~.store_pg.listen` hears the other replicas' commits and wakes this replica's listeners
+  of the logs they appended to.
 - A timer on the injected clock applies the retention every :data:`TRIM_INTERVAL` (at most),
   so an idle server trims too (the store trims at start and every 256 deliveries as well).
 - :class:`~asyncai_watch.server.SubscriptionRegistry`: subscriptions of both MCP eras. It says when

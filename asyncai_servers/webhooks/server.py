@@ -5,9 +5,11 @@ Who does what:
 - :class:`~.receiver.Receiver`: ``POST /hooks/SOURCE``, verified (:mod:`.verify`) and stored
   (:meth:`WebhooksServer.deliver`) before the 2xx.
 - :class:`~.store.Store` (the SQLite file) or :class:`~.store_pg.PgStore` (PostgreSQL, shared by
-  several replicas): one call at a time on a worker thread, so the event loop never waits on the
-  disk. With PostgreSQL, :func:`~.store_pg.listen` hears the other replicas' commits and wakes
-  this replica's listeners of the logs they appended to.
+  several replicas): one call at a time on a worker thread, so the event loop never waits on a
+  commit's fsync; SQLite's log and state reads run on the event loop, from a query-only connection
+  that WAL lets read beside a commit (cheaper than the hop to the thread). With PostgreSQL,
+  :func:`~.store_pg.listen` hears the other replicas' commits and wakes this replica's listeners
+  of the logs they appended to.
 - A timer on the injected clock applies the retention every :data:`TRIM_INTERVAL` (at most),
   so an idle server trims too (the store trims at start and every 256 deliveries as well).
 - :class:`~asyncai_watch.server.SubscriptionRegistry`: subscriptions of both MCP eras. It says when
@@ -222,12 +224,15 @@ class WebhooksServer:
                     job.error = exc
                     job.done.set()
                 continue
+            changed: dict[Target | None, None] = {}
             for job, inserted in zip(batch, results, strict=True):
                 if inserted is not None:
                     job.stored = True
-                    # After the commit: a reader woken by this finds the delivery.
-                    self._publish((*inserted.logs, inserted.state, None))
+                    changed.update(dict.fromkeys((*inserted.logs, inserted.state, None)))
                 job.done.set()
+            # After the commit: a reader woken by this finds the deliveries. Each log once per
+            # batch: its listeners' one notification covers every delivery the batch appended.
+            self._publish(changed)
 
     async def _trim_timer(self) -> None:
         """Apply the retention every :data:`TRIM_INTERVAL` (or ``max_age``, when shorter), so
@@ -304,12 +309,18 @@ class WebhooksServer:
         uri = params.uri
         target = self._parse(uri)
         if isinstance(target, LogTarget):
-            page = await self._disk_call(self.store.read_log, target, read_after(params.meta))
+            after = read_after(params.meta)
+            page = self.store.read_log_now(target, after)
+            if page is None:
+                page = await self._disk_call(self.store.read_log, target, after)
             if page.more:  # the reader is catching up: tell it at once that there is more to read
                 self.subscriptions.publish_nowait(uri)
             text, mime = page.text, EVENTS_MIME_TYPE
         elif isinstance(target, StateTarget):
-            text, mime = await self._disk_call(self.store.read_state, target), JSON
+            state = self.store.read_state_now(target)
+            if state is None:
+                state = await self._disk_call(self.store.read_state, target)
+            text, mime = state, JSON
         else:
             text, mime = await self._disk_call(self._sources_body), JSON
         return types.ReadResourceResult(

@@ -20,7 +20,12 @@ after its delivery was trimmed is stored again (GitHub and Stripe retry for up t
 Filtered views are capped (``max_views``); past the cap the least recently used one is dropped
 (a reader of it then sees a new ``log_id``: a GAP ``reset``).
 
-The methods are synchronous; the server calls them one at a time on a worker thread.
+The methods are synchronous; the server calls them one at a time on a worker thread, except
+:meth:`Store.read_log_now` and :meth:`Store.read_state_now`: reads on the event loop from a
+connection of their own (query only). In WAL mode a reader never waits for the writer, so a read
+does not queue behind a commit's fsync, and it costs less than the hop to a thread and back
+(about 0.1 ms of CPU against 0.1-0.3 ms). Each read is one snapshot: the page's ``last_seq`` is
+read with its events, never from memory the writer updates after its commit.
 """
 
 from __future__ import annotations
@@ -158,6 +163,15 @@ class DeliveryStore(Protocol):
         self, target: LogTarget, after: tuple[str, int] | None, limit: int = LOG_PAGE
     ) -> LogPage: ...
     def read_state(self, target: StateTarget) -> str: ...
+    def read_log_now(self, target: LogTarget, after: tuple[str, int] | None) -> LogPage | None:
+        """:meth:`read_log` done by the calling thread (the event loop's) without waiting for the
+        store's thread, or None when it must go there (the log is to be made, or reads always do)."""
+        ...
+
+    def read_state_now(self, target: StateTarget) -> str | None:
+        """:meth:`read_state` done by the calling thread, or None when it must go to the store's."""
+        ...
+
     def counts(self) -> dict[str, dict[str, Any]]: ...
     def close(self) -> None: ...
 
@@ -191,6 +205,12 @@ class Store:
         # crash of this process, not of the machine (the WAL is synced at checkpoints only).
         self.db.execute(f"PRAGMA synchronous={sync.upper()}")
         self.db.executescript(_SCHEMA)
+        # The event loop's reads (read_log_now, read_state_now): WAL lets them run beside a commit.
+        # timeout=0: a reader that would wait (WAL recovery) gives the read to the store's thread.
+        self.reader: sqlite3.Connection | None = None
+        if str(path) not in ("", ":memory:"):
+            self.reader = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=0)
+            self.reader.execute("PRAGMA query_only=ON")
         self._views: dict[tuple[str, str, str], _View] = {}
         for vid, source, event, filt, log_id, last, used in self.db.execute(
             "SELECT id, source, event, filter, log_id, last_seq, used FROM views"
@@ -201,6 +221,8 @@ class Store:
         self.trim()
 
     def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
         self.db.close()
 
     # -- writing ---------------------------------------------------------------------------------
@@ -384,27 +406,41 @@ class Store:
         if view is None:  # an unfiltered log before its first delivery
             return empty_page(self.retention)
         view.used = self.now()
-        first = self.db.execute("SELECT min(seq) FROM entries WHERE view = ?", (view.id,)).fetchone()[0]
-        if after is not None and after[0] == view.log_id:
-            rows = self.db.execute(
-                "SELECT e.seq, d.delivery_id, d.event, d.received, d.fields, d.object_id, d.payload"
-                " FROM entries e JOIN deliveries d ON d.id = e.delivery WHERE e.view = ? AND e.seq > ?"
-                " ORDER BY e.seq LIMIT ?",
-                (view.id, after[1], limit),
-            ).fetchall()
-        else:
-            rows = self.db.execute(
-                "SELECT * FROM (SELECT e.seq, d.delivery_id, d.event, d.received, d.fields, d.object_id, d.payload"
-                " FROM entries e JOIN deliveries d ON d.id = e.delivery WHERE e.view = ?"
-                " ORDER BY e.seq DESC LIMIT ?) ORDER BY seq",
-                (view.id, limit),
-            ).fetchall()
-        return log_page(view.log_id, view.last_seq, first, self.retention, rows)
+        return _read_page(self.db, view, after, limit, self.retention)
+
+    def read_log_now(
+        self, target: LogTarget, after: tuple[str, int] | None, limit: int = LOG_PAGE
+    ) -> LogPage | None:
+        """:meth:`read_log` from the reader connection, on the calling thread; None when the log
+        must be made first (a filtered log's first read: :meth:`read_log` on the store's thread)
+        or the reader would have to wait."""
+        view = self._views.get((target.source, target.event, target.filter_key))
+        if self.reader is None or (view is None and target.filter):
+            return None
+        if view is None:  # an unfiltered log before its first delivery
+            return empty_page(self.retention)
+        view.used = self.now()
+        try:
+            return _read_page(self.reader, view, after, limit, self.retention)
+        except sqlite3.OperationalError:  # busy (a recovery): the store's thread may wait, not the loop
+            return None
 
     def read_state(self, target: StateTarget) -> str:
         """The latest delivery about one object: ``{"source", "event", "id", "delivery_id",
         "received", "type", "fields", "object"}`` (``delivery_id`` null before the first)."""
-        row = self.db.execute(
+        return self._state(self.db, target)
+
+    def read_state_now(self, target: StateTarget) -> str | None:
+        """:meth:`read_state` from the reader connection, on the calling thread (None: it would wait)."""
+        if self.reader is None:
+            return None
+        try:
+            return self._state(self.reader, target)
+        except sqlite3.OperationalError:
+            return None
+
+    def _state(self, db: sqlite3.Connection, target: StateTarget) -> str:
+        row = db.execute(
             "SELECT d.delivery_id, d.received, d.fields, d.payload FROM objects o"
             " JOIN deliveries d ON d.id = o.delivery WHERE o.source = ? AND o.event = ? AND o.object_id = ?",
             (target.source, target.event, target.object_id),
@@ -432,6 +468,37 @@ def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
         if entry["newest"] is None or stamp > entry["newest"]:
             entry["newest"] = stamp
     return out
+
+
+def _read_page(
+    db: sqlite3.Connection, view: _View, after: tuple[str, int] | None, limit: int, retention: Retention
+) -> LogPage:
+    """One view's page, read in one snapshot: its ``last_seq`` with its entries (another thread may
+    be committing to it, and updates the view in memory only after its commit)."""
+    db.execute("BEGIN")
+    try:
+        head = db.execute("SELECT last_seq FROM views WHERE id = ?", (view.id,)).fetchone()
+        if head is None:  # made by a transaction not committed yet
+            return empty_page(retention)
+        last_seq: int = head[0]
+        first = db.execute("SELECT min(seq) FROM entries WHERE view = ?", (view.id,)).fetchone()[0]
+        if after is not None and after[0] == view.log_id:
+            rows = db.execute(
+                "SELECT e.seq, d.delivery_id, d.event, d.received, d.fields, d.object_id, d.payload"
+                " FROM entries e JOIN deliveries d ON d.id = e.delivery WHERE e.view = ? AND e.seq > ?"
+                " ORDER BY e.seq LIMIT ?",
+                (view.id, after[1], limit),
+            ).fetchall()
+        else:
+            rows = db.execute(
+                "SELECT * FROM (SELECT e.seq, d.delivery_id, d.event, d.received, d.fields, d.object_id, d.payload"
+                " FROM entries e JOIN deliveries d ON d.id = e.delivery WHERE e.view = ?"
+                " ORDER BY e.seq DESC LIMIT ?) ORDER BY seq",
+                (view.id, limit),
+            ).fetchall()
+    finally:
+        db.execute("COMMIT")
+    return log_page(view.log_id, last_seq, first, retention, rows)
 
 
 def event_json(

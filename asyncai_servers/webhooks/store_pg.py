@@ -435,6 +435,13 @@ class PgStore:
         )
         return object_body(target, row, self.kinds.get(target.source, "standard"))
 
+    def read_log_now(self, target: LogTarget, after: tuple[str, int] | None) -> LogPage | None:
+        """None: every read is a round trip to the database, made on the store's thread."""
+        return None
+
+    def read_state_now(self, target: StateTarget) -> str | None:
+        return None
+
     def counts(self) -> dict[str, dict[str, Any]]:
         return counts_of(
             self._connection().execute(

@@ -169,3 +169,24 @@ def test_the_agent_demo_log_level_debug_log_file_gets_every_event(tmp_path: Path
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert any(r["level"] == "DEBUG" for r in records)
     assert "watch.notice" in {r["event"] for r in records}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [*CLI, "watch", "memo://notes", "--server", "http://127.0.0.1:9/mcp"],
+        [*CLI, "serve", "--server", "http://127.0.0.1:9/mcp"],
+        [*AGENT, "--demo"],
+    ],
+    ids=["watch", "serve", "agent"],
+)
+async def test_a_log_file_that_cannot_be_opened_is_one_line_and_exit_2(
+    command: list[str], tmp_path: Path
+) -> None:
+    where = tmp_path / "missing-dir" / "x.ndjson"
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process([*command, "--log-file", str(where)], check=False)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert err.count("\n") == 1, err
+    assert f"--log-file: cannot open {str(where)!r} for appending: No such file or directory" in err, err

@@ -8,6 +8,7 @@ from typing import Final, Literal
 from asyncai_watch.echo import clip, redact
 
 __all__ = [
+    "MAX_SERVED",
     "BaselineError",
     "ConnectionKind",
     "FilterEngineError",
@@ -92,18 +93,31 @@ class SubscriptionLostError(WatchError):
     """A ``subscriptions/listen`` stream ended abruptly; the caller should re-listen and re-read."""
 
 
+MAX_SERVED: Final = 100
+"""The most URIs and templates a :class:`ServerError` keeps in ``served``."""
+
+
 class ServerError(WatchError):
     """The server answered a request with an error. Its parts, for a program (never parse the
     message): ``server`` (its name), ``what`` (the request as the message names it, e.g.
     ``subscriptions/listen 'memo://x'``), ``method`` (``subscriptions/listen``), ``uris`` (the
     URIs the request named, in order; :attr:`uri` when it named one), ``code`` (the JSON-RPC
-    error code, None when the error is not a JSON-RPC answer) and ``server_message`` (its own
-    text, whole)."""
+    error code, None when the error is not a JSON-RPC answer), ``server_message`` (its own
+    text, whole) and, when it refused a subscription, ``served``: the URIs and URI templates the
+    server lists (at most :data:`MAX_SERVED`; empty when it lists none or the listing failed)."""
 
     def __init__(
-        self, server: str, what: str, code: int | None, server_message: str, *, uris: Sequence[str] = ()
+        self,
+        server: str,
+        what: str,
+        code: int | None,
+        server_message: str,
+        *,
+        uris: Sequence[str] = (),
+        served: Sequence[str] = (),
     ) -> None:
         self.server = server
+        self.served = tuple(served[:MAX_SERVED])
         self.what = what
         self.method = what.split(" ", 1)[0]  # ``what`` is always "METHOD[ TARGET]", made here
         self.uris = tuple(uris)

@@ -35,6 +35,8 @@ async def test_a_refused_subscription_is_a_server_error_with_its_parts_as_fields
     assert error.code == -32602
     assert error.server_message.startswith("memo: cannot subscribe to ['memo://nope']")
     assert "this server serves 'memo://notes'" in error.server_message
+    # What the server lists, for a program to offer instead (not parsed from its message).
+    assert error.served == ("memo://notes", "memo://notes/{key}")
     # The text is as before: the fields are what it is made of.
     assert str(error) == (
         f"server 'memo': subscriptions/listen 'memo://nope' failed (-32602): {error.server_message}"

@@ -71,6 +71,7 @@ from asyncai_watch.core.echo import clip, quoted, redact_url
 from asyncai_watch.core.eventlog import AFTER_META_KEY
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import (
+    MAX_SERVED,
     NotWatchableError,
     ServerConnectionError,
     ServerError,
@@ -555,6 +556,16 @@ class McpResourceSource:
         URIs), else ``"subscribe"`` (one ``resources/subscribe`` per URI)."""
         return subscription_mode_for(self._current().protocol_version)
 
+    async def _served(self) -> tuple[str, ...]:
+        """What the server lists (URIs, then templates), for the error of a subscription it
+        refused; best effort: the error stands without it."""
+        try:
+            listed = [r.uri for r in await self.list_resources()]
+            listed += [t.uri_template for t in await self.list_templates()]
+        except WatchError:
+            return ()
+        return tuple(listed[:MAX_SERVED])
+
     # -- requests -------------------------------------------------------------------------------
 
     async def _request(
@@ -716,7 +727,14 @@ class McpResourceSource:
                     raise self._refused(conn, "resources/subscribe", clip(exc.server_message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
                     raise advertised_but_missing(self.name, "resources/subscribe") from exc
-                raise
+                raise ServerError(
+                    exc.server,
+                    exc.what,
+                    exc.code,
+                    exc.server_message,
+                    uris=exc.uris,
+                    served=await self._served(),
+                ) from exc.__cause__
             if not advertised:
                 self._trial = "accepted"
             yield updates
@@ -783,8 +801,9 @@ class McpResourceSource:
                     raise self._refused(conn, "subscriptions/listen", clip(exc.message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
                     raise advertised_but_missing(self.name, "subscriptions/listen", exc.message) from exc
+                served = await self._served() if uris is not None else ()
                 raise ServerError(
-                    self.name, what, exc.code, exc.message, uris=tuple(sorted(uris or ()))
+                    self.name, what, exc.code, exc.message, uris=tuple(sorted(uris or ())), served=served
                 ) from exc
             honored: frozenset[str] | None = None
             if uris is not None:

@@ -9,13 +9,15 @@ import shlex
 
 import pytest
 from test_cli import MEMO, run_cli
+from test_manager import NOTES, manager, memo_fake, next_notice
 from test_memo_server import memo_http_server
 
 from asyncai_watch import McpResourceSource
 from asyncai_watch.cli_commands import _leading_with_advice, _shell_advice, _Unserved
 from asyncai_watch.core.deliver import Delivery, failure_head
 from asyncai_watch.core.notice import FAILED
-from asyncai_watch.errors import ServerConnectionError, ServerError, WatchError
+from asyncai_watch.errors import ServerConnectionError, ServerError, SubscriptionLostError, WatchError
+from asyncai_watch.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -174,3 +176,21 @@ async def test_end_to_end_the_refusal_line_is_made_from_the_fields_of_the_cause(
         "'memo://notes' and 'memo://notes/{key}' (server 'memo' refused the subscription to "
         "'memo://zzz', error -32602)\n"
     )
+
+
+async def test_a_watch_that_gives_up_names_the_type_of_its_last_failure_as_a_field() -> None:
+    clock = FakeClock()
+    fake = memo_fake()
+    async with manager(fake, clock=clock) as m:
+        await m.watch_start("notes", NOTES)
+        fake.listen_failures = [SubscriptionLostError(f"lost before the ack {i}") for i in range(5)]
+        fake.lose(NOTES)
+        for _ in range(5):
+            await clock.wait_for_sleepers(1)
+            (deadline,) = clock.deadlines()
+            clock.advance(deadline - clock.now())
+        notice = await next_notice(m)
+    (event,) = notice.events
+    assert event.type == FAILED
+    assert event.fields == {"attempts": 5, "error": "SubscriptionLostError"}
+    assert event.message == "lost before the ack 4"

@@ -216,8 +216,10 @@ class Delivery:
         text = self._debouncer.flush()
         return None if text is None else self._window_notice(text)
 
-    def failed(self, reason: str, attempts: int) -> list[Notice]:
-        """The watch gives up: what was pending, then the failure notice."""
+    def failed(self, reason: str, attempts: int, *, error: str | None = None) -> list[Notice]:
+        """The watch gives up: what was pending, then the failure notice, whose ``FAILED`` event
+        carries ``reason`` as its message and ``attempts`` and ``error`` (the type name of the
+        last failure's exception, when known) as fields."""
         uri = clip(self.uri)
         head = failure_head(self.name, self.uri, reason, attempts)
         text = (
@@ -233,7 +235,7 @@ class Delivery:
             watch=self.name,
             uri=self.uri,
             message=reason,
-            fields={"attempts": attempts},
+            fields={"attempts": attempts, **({"error": error} if error is not None else {})},
             line=text,
         )
         return [*([pending] if pending is not None else []), self._notice(text, (event,), failed="true")]

@@ -26,7 +26,8 @@ from asyncai_agent.session import PendingSources, SessionConfig, make_sources, o
 from asyncai_watch import StateFileError
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
-from asyncai_watch.log import logger, ndjson_logging
+from asyncai_watch.log import logger
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, logging_configured
 from asyncai_watch.mcp.server_spec import parse_server
 from asyncai_watch.signals import sigterm_cancels
 
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=examples(
             "asyncai-agent --demo   # offline: memo server + scripted model",
             "asyncai-agent --model openai:gpt-4.1 --server asyncai-mcp-simple",
-            "asyncai-agent --model anthropic:claude-sonnet-4-5 --mcp-http http://127.0.0.1:8765/mcp --verbose",
+            "asyncai-agent --model anthropic:claude-sonnet-4-5 --server http://127.0.0.1:8765/mcp --verbose",
         ),
         formatter_class=HelpFormatter,
     )
@@ -64,15 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="CMD",
-        help="start an MCP server with this command and speak to it over stdio (repeatable), "
-        "e.g. --mcp-stdio asyncai-mcp-simple",
+        help="an alias of --server COMMAND, kept for old scripts: start an MCP server with this "
+        "command and speak to it over stdio (repeatable)",
     )
     p.add_argument(
         "--mcp-http",
         action="append",
         default=[],
         metavar="URL",
-        help="connect to a Streamable HTTP MCP server (repeatable), e.g. http://127.0.0.1:8765/mcp",
+        help="an alias of --server URL, kept for old scripts: a Streamable HTTP MCP server (repeatable)",
     )
     p.add_argument(
         "--model",
@@ -89,17 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--watch-state", type=Path, metavar="PATH", help="save watches here and restore them at start"
     )
     p.add_argument("--session", type=Path, metavar="PATH", help="append a JSONL transcript to PATH")
-    p.add_argument(
-        "-v", "--verbose", action="store_true", help="log every NDJSON event, not only watch.notice"
-    )
-    p.add_argument(
-        "--log-file",
-        "--log",
-        dest="log",
-        type=Path,
-        metavar="PATH",
-        help="append the NDJSON log to PATH instead of stderr (with --demo the log is off unless "
-        "given); --log is the old spelling, kept as an alias",
+    add_log_flags(
+        p,
+        default_level="INFO",  # each watch.notice on stderr, as NDJSON
+        verbose_help="log every NDJSON event, not only watch.notice (same as --log-level debug)",
+        quiet_help="nothing on stderr below ERROR (--log-file still gets the log)",
+        log_file_help="append the NDJSON log to PATH instead of stderr, which keeps warnings and errors "
+        "(with --demo the log is off unless given); --log is the old spelling, kept as an alias",
+        log_file_aliases=("--log",),
+        log_file_dest="log",
     )
     p.add_argument(
         "--max-rounds", type=int, default=25, metavar="N", help="model rounds per turn (default 25)"
@@ -182,25 +181,16 @@ def _show_authorization_url(url: str) -> None:
     )
 
 
-def _log_stream(args: argparse.Namespace) -> TextIO:
-    """Where NDJSON log records go: ``--log PATH``, else stderr; the demo keeps them off the terminal."""
-    log: Path | None = args.log
-    if log is not None:
-        # Line-buffered and never closed before exit: each record is on disk once written.
-        return log.open("a", encoding="utf-8", buffering=1)
-    if args.demo:  # interleaved with the transcript lines, each notice would read twice
-        return open(os.devnull, "w", encoding="utf-8")  # lives as long as the process
-    return sys.stderr
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.demo and args.log is None:
+        # Interleaved with the transcript lines, each notice would read twice: the log is off.
+        args.quiet = True
     try:
-        log_stream = _log_stream(args)
-    except OSError as exc:
-        return fail(f"--log: cannot open {str(args.log)!r} for appending: {exc.strerror or exc}", 2)
-    with ndjson_logging(log_stream, verbose=args.verbose):
-        return _main(args)
+        with logging_configured(args, client=True, stderr_format="ndjson"):
+            return _main(args)
+    except LogFlagError as exc:
+        return fail(str(exc), 2)
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ and SIGTERM end a watch with exit 0 and no traceback, and so does a closed stdou
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -39,13 +38,15 @@ from asyncai_watch import log
 from asyncai_watch._tasks import enter_task_group
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.cli_status import StatusLine, StatusLogHandler
+from asyncai_watch.core.deliver import failure_head
 from asyncai_watch.core.limits import Limits
-from asyncai_watch.core.notice import Notice
-from asyncai_watch.echo import quoted, redact
-from asyncai_watch.errors import WatchError
+from asyncai_watch.core.notice import FAILED, Notice
+from asyncai_watch.echo import clip, quoted, redact
+from asyncai_watch.errors import ServerConnectionError, ServerError, WatchError
 from asyncai_watch.exception_groups import leaves
 from asyncai_watch.http_auth import HttpAuth, add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.info import ResourceInfo, WatchInfo
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, logging_configured
 from asyncai_watch.mcp.body_cap import add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource, tool_result
 from asyncai_watch.mcp.server_spec import ServerSpec, parse_server
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     server_option(resources)
+    client_log_flags(resources)
     add_cap_argument(resources)
     add_http_auth_arguments(resources, servers="http(s) --server")
     resources.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -184,22 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="watch",
         help="the watch's name in notices (default: watch; with several URIs watch-2, watch-3, ...)",
     )
-    talk = watch.add_mutually_exclusive_group()
-    talk.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="also write the watch's NDJSON log on stderr: every event and what became of it "
-        "(docs/watch-manager.md)",
-    )
-    talk.add_argument(
-        "-q", "--quiet", action="store_true", help="no status on stderr (errors and warnings still)"
-    )
-    watch.add_argument(
-        "--log-file",
-        type=Path,
-        metavar="PATH",
-        help="append the watch's NDJSON log (every event, as --verbose writes it) to PATH",
+    client_log_flags(
+        watch,
+        verbose_help="also write the watch's NDJSON log on stderr: every event and what became of it "
+        "(docs/watch-manager.md); same as --log-level debug",
+        quiet_help="nothing on stderr below ERROR: no status, no warnings (--log-file still gets all)",
     )
     add_http_auth_arguments(watch, servers="http(s) --server")
 
@@ -235,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the raw MCP result as one JSON object (content, structuredContent, isError)",
     )
     add_cap_argument(call)
+    client_log_flags(call)
     add_http_auth_arguments(call, servers="http(s) --server")
 
     completion = sub.add_parser(
@@ -268,6 +260,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def client_log_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    verbose_help: str = "log at DEBUG on stderr, as NDJSON (same as --log-level debug)",
+    quiet_help: str = "nothing on stderr below ERROR (--log-file still gets all)",
+) -> None:
+    """``-v``/``-q``/``--log-level``/``--log-file`` as every console script takes them
+    (:mod:`asyncai_watch.log_flags`); a client's log file gets every event unless told otherwise."""
+    add_log_flags(
+        parser,
+        file_level="DEBUG",
+        verbose_help=verbose_help,
+        quiet_help=quiet_help,
+        log_file_help="append the NDJSON log (DEBUG unless --log-level says otherwise: every event "
+        "and what became of it) to PATH instead of stderr",
+    )
+
+
+_warnings: list[bool] = [True]
+"""Whether :func:`warn` writes (not with ``-q``); set by :func:`main`."""
+
+
 def fail(message: str, code: int = 2) -> int:
     """One line on stderr, then the exit code (2: bad input); no URL in it keeps its secrets."""
     print(f"{PROG}: error: {redact(message)}", file=sys.stderr, flush=True)
@@ -275,7 +289,9 @@ def fail(message: str, code: int = 2) -> int:
 
 
 def warn(message: str) -> None:
-    """One warning line on stderr; the command goes on."""
+    """One warning line on stderr (none with ``-q``); the command goes on."""
+    if not _warnings[-1]:
+        return
     print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
 
 
@@ -385,14 +401,18 @@ def _record(notice: Notice, info: WatchInfo | None) -> dict[str, Any]:
 
 
 def _shell_advice(notice: Notice, info: WatchInfo | None) -> Notice:
-    """A failure notice advises the library's ``watch_start(...)``; a shell user reruns the command."""
+    """A failure notice advises the library's ``watch_start(...)``; a shell user reruns the command.
+    Rebuilt from the notice's ``FAILED`` event (its cause and attempts), not from its text."""
     if notice.meta.get("failed") != "true":
         return notice
-    text = notice.text.split(" It no longer delivers changes;", 1)[0].split(". Start it again", 1)[0]
-    uri = notice.meta.get("uri", info.uri if info else "URI")
-    text = (
-        f"{text.rstrip('.')}. It no longer delivers changes; run asyncai-watch watch {quoted(uri)} ... again."
+    failure = next((event for event in notice.events if event.type == FAILED), None)
+    if failure is None:
+        return notice
+    attempts = failure.fields.get("attempts", 0)
+    head = failure_head(
+        failure.watch, failure.uri, failure.message or "", attempts if isinstance(attempts, int) else 0
     )
+    text = f"{head.rstrip('.')}. It no longer delivers changes; run asyncai-watch watch {quoted(failure.uri)} ... again."
     return attrs.evolve(notice, text=text)
 
 
@@ -530,7 +550,10 @@ async def _watch_with(
                         status, f"subscribing to {uri}", manager.watch_start(name, uri, args.on_event), tg
                     )
                 except WatchError as exc:
-                    raise await _routed_error(exc, manager, len(connected)) from None
+                    routed = await _routed_error(exc, manager, len(connected))
+                    if routed is exc:
+                        raise  # its cause (the server's answer) is what the error line is made from
+                    raise routed from None
                 infos[name] = info
             for info in infos.values():
                 status.say(f"watching {info.uri} on {info.server} ({info.shape}); Ctrl-C stops")
@@ -588,6 +611,17 @@ async def _until_stdout_closed(running: list[anyio.CancelScope], stopped: list[i
     running[-1].cancel()
 
 
+class _Unserved(WatchError):
+    """With several servers: a URI none of them serves was tried on one and refused (``error``);
+    ``served`` is what each server lists, by server name."""
+
+    def __init__(self, error: WatchError, served: dict[str, list[str]]) -> None:
+        self.error = error
+        self.served = served
+        self.listing = "; ".join(f"{server}: {', '.join(uris)}" for server, uris in served.items())
+        super().__init__(f"{error}; the servers serve: {self.listing}")
+
+
 async def _routed_error(exc: WatchError, manager: WatchManager, servers: int) -> BaseException:
     """With several servers, a URI none of them serves was tried on one; name what every one serves."""
     if servers < 2:
@@ -599,8 +633,7 @@ async def _routed_error(exc: WatchError, manager: WatchManager, servers: int) ->
     served: dict[str, list[str]] = {}
     for info in infos:
         served.setdefault(info.server, []).append(info.uri)
-    listing = "; ".join(f"{server}: {', '.join(uris)}" for server, uris in served.items())
-    return WatchError(f"{exc}; the servers serve: {listing}")
+    return _Unserved(exc, served)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -621,6 +654,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(shtab.complete(parser, shell=args.shell), flush=True)
         return 0
+    _warnings.append(not args.quiet)
+    try:
+        with logging_configured(args, client=True, stderr_format="ndjson"):
+            return _run(args)
+    except LogFlagError as exc:
+        return fail(str(exc))
+    finally:
+        _warnings.pop()
+
+
+def _run(args: argparse.Namespace) -> int:
+    """A command of :func:`main` with logging set up as its flags say."""
     try:
         if args.command == "call":
             arguments = _arguments(args.arguments)
@@ -645,19 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sources += _config_sources(args, auth)
         if not sources:
             return fail("name the servers: --server [NAME=]COMMAND|URL (repeatable) or --config .mcp.json")
-        try:
-            # Line-buffered, closed at exit: each record is on disk once written.
-            log_file = args.log_file.open("a", encoding="utf-8", buffering=1) if args.log_file else None
-        except OSError as exc:
-            return fail(
-                f"--log-file: cannot open {str(args.log_file)!r} for appending: {exc.strerror or exc}"
-            )
-        with contextlib.ExitStack() as logs:
-            if log_file is not None:
-                logs.enter_context(log_file)
-            if args.verbose or log_file is not None:
-                logs.enter_context(log.ndjson_logging(log_file or sys.stderr, verbose=True))
-            return anyio.run(_watch, args, sources, args.watch_state)
+        return anyio.run(_watch, args, sources, args.watch_state)
     except KeyboardInterrupt:
         return 0
     except BaseException as exc:
@@ -668,7 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = _known(exc)
         if known is None:
             raise
-        return fail(_leading_with_advice(str(known) or type(known).__name__))
+        return fail(_leading_with_advice(known))
 
 
 def _check_watch_args(args: argparse.Namespace) -> str | None:
@@ -732,25 +765,49 @@ def _found(exc: BaseException, kind: type[BaseException]) -> BaseException | Non
     return None
 
 
-_HTTP_404 = re.compile(r"cannot connect to MCP server (\S+).*HTTP 404")
-
-
-def _leading_with_advice(message: str) -> str:
-    """The error with what to do first: the library's chain names each layer, outermost first,
-    which puts the server's own answer (the useful part) last."""
-    m = _HTTP_404.search(message)
-    if m is not None and not urllib.parse.urlsplit(m.group(1).strip("'\"")).path.rstrip("/").endswith("/mcp"):
+def _leading_with_advice(error: BaseException) -> str:
+    """The error's text with what to do first, read from its fields: the library's chain names
+    each layer, outermost first, which puts the server's own answer (the useful part) last."""
+    message = str(error) or type(error).__name__
+    connection = _cause(error, ServerConnectionError)
+    if (
+        connection is not None
+        and connection.kind == "url"
+        and connection.http_status == 404
+        and not urllib.parse.urlsplit(connection.target or "").path.rstrip("/").endswith("/mcp")
+    ):
         return f"is the path right? MCP servers usually serve at /mcp (e.g. http://127.0.0.1:8765/mcp): {message}"
-    subscribing = re.match(r"watch_start: subscribing on server '([^']*)' failed: \w+: (.*)", message, re.S)
-    if subscribing is not None:
-        # "server 'memo': subscriptions/listen 'memo://x' failed (-32602): memo: cannot subscribe ..."
-        server, rest = subscribing.groups()
-        answer = re.match(r"server '[^']*': \S+ (.*?) failed \((-?\d+)\): (.*)", rest, re.S)
-        if answer is not None:
-            uri, code, said = answer.groups()
-            return f"{said} (server {server!r} refused the subscription to {uri}, error {code})"
-        return f"{rest} (server {server!r}, subscribing)"
-    return message
+    listing = ""
+    if isinstance(error, _Unserved):
+        listing = f"; the servers serve: {error.listing}"
+        error = error.error
+    cause = error.__cause__
+    if not isinstance(error, WatchError) or not isinstance(cause, ServerError | ServerConnectionError):
+        return message
+    if cause.method not in SUBSCRIPTION_METHODS.values():
+        return message
+    if isinstance(cause, ServerError):
+        # The server refused the subscription: its answer first, then who refused what.
+        what = cause.what.split(" ", 1)[1] if " " in cause.what else cause.what
+        shown_code = f", error {cause.code}" if cause.code is not None else ""
+        said = clip(cause.server_message, 1000)
+        return f"{said}{listing} (server {cause.server!r} refused the subscription to {what}{shown_code})"
+    return f"{cause}{listing} (server {cause.server!r}, subscribing)"
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _cause(error: BaseException, kind: type[_E]) -> _E | None:
+    """``error`` or the first of its causes that is a ``kind``."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None
 
 
 def _known(exc: BaseException) -> BaseException | None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from typing import Final, Literal
 
 from asyncai_watch.echo import clip, redact
 
 __all__ = [
+    "MAX_SERVED",
     "BaselineError",
+    "ConnectionKind",
     "FilterEngineError",
     "FilterError",
     "FilterTimeoutError",
@@ -90,20 +93,75 @@ class SubscriptionLostError(WatchError):
     """A ``subscriptions/listen`` stream ended abruptly; the caller should re-listen and re-read."""
 
 
-class ServerError(WatchError):
-    """The server answered a request with an error; ``server_message`` is its own text."""
+MAX_SERVED: Final = 100
+"""The most URIs and templates a :class:`ServerError` keeps in ``served``."""
 
-    def __init__(self, server: str, what: str, code: int | None, server_message: str) -> None:
+
+class ServerError(WatchError):
+    """The server answered a request with an error. Its parts, for a program (never parse the
+    message): ``server`` (its name), ``what`` (the request as the message names it, e.g.
+    ``subscriptions/listen 'memo://x'``), ``method`` (``subscriptions/listen``), ``uris`` (the
+    URIs the request named, in order; :attr:`uri` when it named one), ``code`` (the JSON-RPC
+    error code, None when the error is not a JSON-RPC answer), ``server_message`` (its own
+    text, whole) and, when it refused a subscription, ``served``: the URIs and URI templates the
+    server lists (at most :data:`MAX_SERVED`; empty when it lists none or the listing failed)."""
+
+    def __init__(
+        self,
+        server: str,
+        what: str,
+        code: int | None,
+        server_message: str,
+        *,
+        uris: Sequence[str] = (),
+        served: Sequence[str] = (),
+    ) -> None:
         self.server = server
+        self.served = tuple(served[:MAX_SERVED])
+        self.what = what
+        self.method = what.split(" ", 1)[0]  # ``what`` is always "METHOD[ TARGET]", made here
+        self.uris = tuple(uris)
         self.code = code
         self.server_message = server_message
         shown_code = f" ({code})" if code is not None else ""
         # The server's text may quote what it was sent (a 4 MB URI): shown capped, kept whole above.
         super().__init__(f"server {server!r}: {what} failed{shown_code}: {clip(server_message, 1000)}")
 
+    @property
+    def uri(self) -> str | None:
+        """The one URI the request named, if it named exactly one."""
+        return self.uris[0] if len(self.uris) == 1 else None
+
+
+ConnectionKind = Literal["command", "url", "in-memory"]
+"""How a server is reached: a command started as a stdio server, a Streamable HTTP URL, or a
+server object in this process."""
+
 
 class ServerConnectionError(WatchError):
-    """The connection to a server could not be made, or was lost."""
+    """The connection to a server could not be made, or was lost.
+
+    Its parts, for a program (each None where unknown): ``server`` (its name), ``target`` (the
+    URL, or the command as a shell would read it), ``kind`` (:data:`ConnectionKind`),
+    ``http_status`` (the last HTTP error status the server answered with) and ``method`` (the
+    request that failed; None when the connection itself could not be made)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        server: str | None = None,
+        target: str | None = None,
+        kind: ConnectionKind | None = None,
+        http_status: int | None = None,
+        method: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.server = server
+        self.target = target
+        self.kind: ConnectionKind | None = kind
+        self.http_status = http_status
+        self.method = method
 
 
 class ServerTimeoutError(ServerConnectionError):

@@ -30,7 +30,7 @@ from asyncai_watch.core.netchange import WHOLE_VALUE as _WHOLE
 from asyncai_watch.core.netchange import is_reducible, net_change
 from asyncai_watch.core.notice import FAILED, NOTE, SOURCE_WATCH, Notice, NoticeEvent, NoticeEvents
 
-__all__ = ["Delivery", "EventRecord", "FilterResult", "Line", "Outcome", "notice_event"]
+__all__ = ["Delivery", "EventRecord", "FilterResult", "Line", "Outcome", "failure_head", "notice_event"]
 
 Outcome = Literal["noop", "dropped", "error", "kept", "deduped"]
 """What became of one event (the ``watch.event`` log record's ``outcome``)."""
@@ -216,16 +216,18 @@ class Delivery:
         text = self._debouncer.flush()
         return None if text is None else self._window_notice(text)
 
-    def failed(self, reason: str, attempts: int) -> list[Notice]:
-        """The watch gives up: what was pending, then the failure notice."""
+    def failed(self, reason: str, attempts: int, *, error: str | None = None) -> list[Notice]:
+        """The watch gives up: what was pending, then the failure notice, whose ``FAILED`` event
+        carries ``reason`` as its message and ``attempts`` and ``error`` (the type name of the
+        last failure's exception, when known) as fields."""
         uri = clip(self.uri)
+        head = failure_head(self.name, self.uri, reason, attempts)
         text = (
-            f"watch {self.name!r} failed: its subscription to {uri} ended and "
-            f"{attempts} resubscribe attempts failed (last: {reason}). It no longer delivers changes; "
+            f"{head}. It no longer delivers changes; "
             f'start it again with watch_start(name="{self.name}", uri="{uri}", ...) or drop it with '
             f'watch_stop(name="{self.name}").'
             if attempts
-            else f"watch {self.name!r} failed: {reason}. Start it again with watch_start or drop it with watch_stop."
+            else f"{head}. Start it again with watch_start or drop it with watch_stop."
         )
         pending = self.flush()
         event = NoticeEvent(
@@ -233,7 +235,7 @@ class Delivery:
             watch=self.name,
             uri=self.uri,
             message=reason,
-            fields={"attempts": attempts},
+            fields={"attempts": attempts, **({"error": error} if error is not None else {})},
             line=text,
         )
         return [*([pending] if pending is not None else []), self._notice(text, (event,), failed="true")]
@@ -277,6 +279,17 @@ class Delivery:
     def _notice(self, text: str, events: Sequence[NoticeEvent], **extra: str) -> Notice:
         self.notices += 1
         return Notice(SOURCE_WATCH, text, meta={"name": self.name, "uri": self.uri, **extra}, events=events)
+
+
+def failure_head(watch: str, uri: str, reason: str, attempts: int) -> str:
+    """What a failure notice says happened, before the advice on what to do (which a shell and a
+    library program phrase apart): from its ``FAILED`` event's ``message`` and ``attempts``."""
+    if attempts:
+        return (
+            f"watch {watch!r} failed: its subscription to {clip(uri)} ended and "
+            f"{attempts} resubscribe attempts failed (last: {reason})"
+        )
+    return f"watch {watch!r} failed: {reason}"
 
 
 def notice_event(watch: str, uri: str, text: str, ev: Event | None) -> NoticeEvent:

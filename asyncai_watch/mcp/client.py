@@ -71,6 +71,7 @@ from asyncai_watch.core.echo import clip, quoted, redact_url
 from asyncai_watch.core.eventlog import AFTER_META_KEY
 from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import (
+    MAX_SERVED,
     NotWatchableError,
     ServerConnectionError,
     ServerError,
@@ -555,42 +556,65 @@ class McpResourceSource:
         URIs), else ``"subscribe"`` (one ``resources/subscribe`` per URI)."""
         return subscription_mode_for(self._current().protocol_version)
 
+    async def _served(self) -> tuple[str, ...]:
+        """What the server lists (URIs, then templates), for the error of a subscription it
+        refused; best effort: the error stands without it."""
+        try:
+            listed = [r.uri for r in await self.list_resources()]
+            listed += [t.uri_template for t in await self.list_templates()]
+        except WatchError:
+            return ()
+        return tuple(listed[:MAX_SERVED])
+
     # -- requests -------------------------------------------------------------------------------
 
     async def _request(
-        self, what: str, call: Callable[[Client], Awaitable[_T]], *, conn: Connection | None = None
+        self,
+        what: str,
+        call: Callable[[Client], Awaitable[_T]],
+        *,
+        conn: Connection | None = None,
+        uris: tuple[str, ...] = (),
     ) -> _T:
         """``call`` on the live connection (or on ``conn``, whose session a legacy subscription
-        belongs to), with the request timeout and the errors mapped to ours."""
+        belongs to), with the request timeout and the errors mapped to ours (``uris``: the URIs
+        the request names, a field of its errors)."""
         conn = conn if conn is not None else await self._live()
         try:
             async with fail_after(self._clock, self._request_timeout):
                 return await call(conn.client)
         except TimeoutError as exc:
             conn.abort()  # its listens end too, so their watches resubscribe on a new connection
-            raise ServerTimeoutError(
+            raise self._connector.error(
                 f"server {self.name!r} ({self._description}): {what} got no answer within "
                 f"{self._request_timeout:g} s; the connection was dropped and the next call reconnects "
-                "(pass a larger request_timeout if the server is only slow)"
+                "(pass a larger request_timeout if the server is only slow)",
+                server=self.name,
+                method=_method(what),
+                kind=ServerTimeoutError,
             ) from exc
         except (MCPError, pydantic.ValidationError, RuntimeError) as exc:
             if conn.lost_to(exc):
                 raise self._closed(conn, what, exc) from exc
-            error = server_error(self.name, what, exc, conn.protocol_version)
+            error = server_error(self.name, what, exc, conn.protocol_version, uris=uris)
             assert error is not None  # each of these is the server's answer once not a closed connection
             raise error from exc
         except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             conn.dead = True
-            raise ServerConnectionError(
-                f"server {self.name!r} ({self._description}): {what} failed: {describe_error(exc)}"
+            raise self._connector.error(
+                f"server {self.name!r} ({self._description}): {what} failed: {describe_error(exc)}",
+                server=self.name,
+                method=_method(what),
             ) from exc
 
     def _closed(self, conn: Connection, what: str, exc: MCPError | BaseException) -> ServerConnectionError:
         """The error for request ``what`` on a connection found closed (written once)."""
         message = exc.message if isinstance(exc, MCPError) else ""
         why = conn.closed_because() or self._sse_failure(message)
-        return ServerConnectionError(
-            f"server {self.name!r} ({self._description}): {what} failed: the connection is closed{why}"
+        return self._connector.error(
+            f"server {self.name!r} ({self._description}): {what} failed: the connection is closed{why}",
+            server=self.name,
+            method=_method(what),
         )
 
     def _sse_failure(self, message: str) -> str:
@@ -655,11 +679,12 @@ class McpResourceSource:
         result = await self._request(
             what,
             lambda client: client.read_resource(uri, cache_mode="bypass", meta=meta),  # type: ignore[arg-type]
+            uris=(uri,),
         )
         try:
             return read_result(uri, result)
         except UnreadableResult as exc:
-            raise ServerError(self.name, what, None, str(exc)) from exc
+            raise ServerError(self.name, what, None, str(exc), uris=(uri,)) from exc
 
     def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
         """One ``subscriptions/listen`` for ``uris`` (MCP 2026-07-28), or one ``resources/subscribe``
@@ -695,13 +720,21 @@ class McpResourceSource:
                         types.EmptyResult,
                     ),
                     conn=conn,
+                    uris=(uri,),
                 )
             except ServerError as exc:
                 if not advertised:
                     raise self._refused(conn, "resources/subscribe", clip(exc.server_message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
                     raise advertised_but_missing(self.name, "resources/subscribe") from exc
-                raise
+                raise ServerError(
+                    exc.server,
+                    exc.what,
+                    exc.code,
+                    exc.server_message,
+                    uris=exc.uris,
+                    served=await self._served(),
+                ) from exc.__cause__
             if not advertised:
                 self._trial = "accepted"
             yield updates
@@ -768,7 +801,10 @@ class McpResourceSource:
                     raise self._refused(conn, "subscriptions/listen", clip(exc.message, 200)) from exc
                 if exc.code == types.METHOD_NOT_FOUND:
                     raise advertised_but_missing(self.name, "subscriptions/listen", exc.message) from exc
-                raise ServerError(self.name, what, exc.code, exc.message) from exc
+                served = await self._served() if uris is not None else ()
+                raise ServerError(
+                    self.name, what, exc.code, exc.message, uris=tuple(sorted(uris or ())), served=served
+                ) from exc
             honored: frozenset[str] | None = None
             if uris is not None:
                 honored = frozenset(subscription.honored.resource_subscriptions or ()) & uris
@@ -827,3 +863,8 @@ def _resolve(command: str) -> str:
         return command
     beside = Path(sys.executable).parent / command
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else command
+
+
+def _method(what: str) -> str:
+    """The method of a request named ``what`` (``"resources/read 'memo://x'"``: made in this module)."""
+    return what.split(" ", 1)[0]

@@ -15,6 +15,7 @@ is spoken to on the SDK's memory streams.
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, TextIO
@@ -32,7 +33,7 @@ from mcp.server import Server
 from mcp.server.mcpserver import MCPServer
 
 from asyncai_watch.clock import Clock, fail_after
-from asyncai_watch.errors import ServerConnectionError
+from asyncai_watch.errors import ConnectionKind, ServerConnectionError
 from asyncai_watch.http_auth.local import local_headers
 from asyncai_watch.mcp.body_cap import BodyCap
 from asyncai_watch.mcp.convert import describe_error, is_connection_closed
@@ -129,6 +130,43 @@ class Connector:
         self._tg: anyio.abc.TaskGroup | None = None
         self._reconnect_lock = anyio.Lock()
 
+    @property
+    def kind(self) -> ConnectionKind:
+        """How the server is reached: ``command`` (stdio), ``url`` (Streamable HTTP) or ``in-memory``."""
+        if isinstance(self.target, str):
+            return "url"
+        if isinstance(self.target, StdioServerParameters):
+            return "command"
+        return "in-memory"
+
+    @property
+    def target_text(self) -> str | None:
+        """The URL, or the command as a shell would read it (None in process)."""
+        if isinstance(self.target, str):
+            return self.target
+        if isinstance(self.target, StdioServerParameters):
+            return shlex.join([self.target.command, *self.target.args])
+        return None
+
+    def error(
+        self,
+        message: str,
+        *,
+        server: str | None = None,
+        http_status: int | None = None,
+        method: str | None = None,
+        kind: type[ServerConnectionError] = ServerConnectionError,
+    ) -> ServerConnectionError:
+        """A connection error to this server, with its target and kind as fields."""
+        return kind(
+            message,
+            server=server,
+            target=self.target_text,
+            kind=self.kind,
+            http_status=http_status,
+            method=method,
+        )
+
     async def open(self, tg: anyio.abc.TaskGroup) -> Connection:
         """The first connection, owned by a task in ``tg``."""
         self._tg = tg
@@ -169,7 +207,7 @@ class Connector:
             async with fail_after(self.clock, self.connect_timeout):
                 conn.client = await self._tg.start(self._own, conn)
         except TimeoutError as exc:
-            raise ServerConnectionError(
+            raise self.error(
                 f"cannot connect to MCP server {self.description}: no answer to the connect "
                 f"handshake within {self.connect_timeout:g} s"
             ) from exc
@@ -200,9 +238,9 @@ class Connector:
 
     async def http_transport(
         self, url: str, stack: AsyncExitStack, conn: Connection
-    ) -> tuple[Transport, list[str]]:
-        """The Streamable HTTP transport to ``url``, and the list its HTTP error statuses go to."""
-        http_errors: list[str] = []
+    ) -> tuple[Transport, list[httpx2.Response]]:
+        """The Streamable HTTP transport to ``url``, and the list its HTTP error responses go to."""
+        http_errors: list[httpx2.Response] = []
         # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
         # listen stream is idle between events; modern servers ping it every 15 s).
         http_client = httpx2.AsyncClient(
@@ -222,7 +260,7 @@ class Connector:
         async def note_status(response: httpx2.Response) -> None:
             # The SDK maps HTTP errors to a generic JSON-RPC error; keep the status to name it.
             if response.status_code >= 400:
-                http_errors.append(f"HTTP {response.status_code} {response.reason_phrase}".strip())
+                http_errors.append(response)
 
         http_client.event_hooks["response"].append(note_status)
         transport = streamable_http_client(url, http_client=http_client, max_sse_event_size=self.max_message)
@@ -244,7 +282,7 @@ class Connector:
         return transport
 
     async def _open_client(self, stack: AsyncExitStack, conn: Connection) -> Client:
-        http_errors: list[str] = []
+        http_errors: list[httpx2.Response] = []
         server: Transport
         if isinstance(self.target, str):
             server, http_errors = await self.http_transport(self.target, stack, conn)
@@ -270,15 +308,18 @@ class Connector:
         try:
             await stack.enter_async_context(client)
         except OSError as exc:
-            raise ServerConnectionError(
-                f"cannot start MCP server {self.description}: {exc.strerror or exc}"
-            ) from exc
+            raise self.error(f"cannot start MCP server {self.description}: {exc.strerror or exc}") from exc
         except Exception as exc:
+            status: int | None = None
             if http_errors:
-                reason = f"{http_errors[-1]} ({describe_error(exc)})"
+                status = http_errors[-1].status_code
+                shown = f"HTTP {status} {http_errors[-1].reason_phrase}".strip()
+                reason = f"{shown} ({describe_error(exc)})"
             elif is_connection_closed(exc):
                 reason = "the server closed the connection before answering (did it exit? see its stderr)"
             else:
                 reason = describe_error(exc)
-            raise ServerConnectionError(f"cannot connect to MCP server {self.description}: {reason}") from exc
+            raise self.error(
+                f"cannot connect to MCP server {self.description}: {reason}", http_status=status
+            ) from exc
         return client

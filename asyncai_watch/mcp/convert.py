@@ -196,22 +196,28 @@ def invalid_fields(exc: pydantic.ValidationError) -> str:
     return "; ".join(shown[:4]) + (f"; +{len(shown) - 4} more" if len(shown) > 4 else "")
 
 
-def server_error(server: str, what: str, exc: BaseException, protocol_version: str) -> ServerError | None:
-    """``exc``, raised by the SDK for request ``what``, as the server's error; ``None`` when it is
-    not the server's answer (a closed connection, a transport failure, a timeout)."""
+def server_error(
+    server: str, what: str, exc: BaseException, protocol_version: str, *, uris: tuple[str, ...] = ()
+) -> ServerError | None:
+    """``exc``, raised by the SDK for request ``what`` (naming ``uris``), as the server's error;
+    ``None`` when it is not the server's answer (a closed connection, a transport failure, a timeout)."""
     if isinstance(exc, MCPError):
         if exc.code == types.CONNECTION_CLOSED:
             return None
         if exc.code == MESSAGE_TOO_LARGE:  # made by our transport: the server's answer was dropped
-            return ServerError(server, what, None, exc.message)
-        return ServerError(server, what, exc.code, exc.message)
+            return ServerError(server, what, None, exc.message, uris=uris)
+        return ServerError(server, what, exc.code, exc.message, uris=uris)
     if isinstance(exc, pydantic.ValidationError):
         return ServerError(
-            server, what, None, f"its result is not valid MCP {protocol_version}: {invalid_fields(exc)}"
+            server,
+            what,
+            None,
+            f"its result is not valid MCP {protocol_version}: {invalid_fields(exc)}",
+            uris=uris,
         )
     if isinstance(exc, RuntimeError):
         # The SDK refused a result it did get: structured content that misses the tool's
         # output schema, an input_required exchange that never ends.
         first_line = (str(exc) or type(exc).__name__).splitlines()[0]
-        return ServerError(server, what, None, f"its result was refused: {first_line}")
+        return ServerError(server, what, None, f"its result was refused: {first_line}", uris=uris)
     return None

@@ -206,7 +206,8 @@ class Runner:
                         )
                 case GaveUp(watchers=watchers, attempts=attempts, reason=reason):
                     for watcher in watchers:
-                        self._notices.now(watcher, watcher.give_up(attempts, reason))
+                        kind = type(cause).__name__ if cause is not None else None
+                        self._notices.now(watcher, watcher.give_up(attempts, reason, error=kind))
                 case _:
                     assert_never(action)
         if self.feed.deadline != self._sleeping_until:

@@ -250,12 +250,13 @@ class Watcher:
             self._start.error, self._start.cause = error, cause
             self._start.settled.set()
 
-    def give_up(self, attempts: int, reason: str) -> list[Notice]:
-        """Its subscription gave up after ``attempts`` resubscribes: it is failed, its filter
-        ends; returns its notices (what was pending, then the failure)."""
+    def give_up(self, attempts: int, reason: str, *, error: str | None = None) -> list[Notice]:
+        """Its subscription gave up after ``attempts`` resubscribes (the last failing with
+        ``reason``, an ``error`` of that type name): it is failed, its filter ends; returns its
+        notices (what was pending, then the failure)."""
         self._status, self._error = "failed", reason
-        notices = self.delivery.failed(reason, attempts)
-        self.log("watch.failed", attempts=attempts, reason=reason)
+        notices = self.delivery.failed(reason, attempts, error=error)
+        self.log("watch.failed", attempts=attempts, reason=reason, error=error)
         self.stop_filter()
         return notices
 

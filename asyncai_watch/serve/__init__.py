@@ -37,6 +37,7 @@ from asyncai_watch.core.limits import Limits
 from asyncai_watch.echo import redact
 from asyncai_watch.errors import LimitError, WatchError
 from asyncai_watch.exception_groups import leaves
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, logging_configured
 from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES, add_cap_argument
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.server.policy import (
@@ -151,13 +152,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"longest tool result handed to the host, in characters (default {DEFAULT_MAX_RESULT:,}); "
         "a read_resource of a larger resource is a tool error naming this cap",
     )
-    parser.add_argument("--verbose", action="store_true", help="log every NDJSON event on stderr")
-    parser.add_argument(
-        "--log-file",
-        type=Path,
-        metavar="PATH",
-        help="append every NDJSON log event, and the stdio upstream servers' stderr, to PATH "
-        "(for troubleshooting: a host such as Claude Code hides serve's stderr)",
+    # NDJSON on stderr at INFO (each watch.notice) unless told otherwise: docs/cli.md#logging-flags.
+    add_log_flags(
+        parser,
+        default_level="INFO",
+        file_level="DEBUG",
+        verbose_help="log every NDJSON event on stderr (same as --log-level debug)",
+        quiet_help="nothing on stderr below ERROR (--log-file still gets every event)",
+        log_file_help="append every NDJSON log event (DEBUG unless --log-level says otherwise), and the "
+        "stdio upstream servers' stderr, to PATH instead of stderr (for troubleshooting: a host such "
+        "as Claude Code hides serve's stderr)",
     )
     # With --http: one token per bridge. Every holder of the token is the same principal and
     # sees the same watches (docs/http-security.md); a request without it is refused.
@@ -329,7 +333,7 @@ async def _exit(bridge: Bridge, reason: str) -> NoReturn:
         pass  # the write goes on in its thread; the file is replaced whole or not at all
     stopped = _stop_children()
     log.emit("serve.children_stopped", pids=stopped)
-    for handler in log.logger.handlers:
+    for handler in [*logging.getLogger().handlers, *log.logger.handlers]:
         handler.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -378,25 +382,6 @@ def _stop_children() -> list[int]:
     return stopped
 
 
-def _configure_log(args: argparse.Namespace) -> TextIO | None:
-    """NDJSON on stderr (every event with ``--verbose``), and every event in ``--log-file``."""
-    stderr = log.configure_ndjson(sys.stderr, verbose=args.verbose or args.log_file is not None)
-    if args.log_file is None:
-        return None
-    if not args.verbose:
-        stderr.setLevel(logging.INFO)
-    try:
-        stream = open(args.log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115  # lives as long as serve
-    except OSError as exc:
-        raise ConfigError(
-            f"--log-file {str(args.log_file)!r}: cannot open it: {exc.strerror or exc}"
-        ) from None
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(log.NdjsonFormatter())
-    log.logger.addHandler(handler)
-    return stream
-
-
 def main(args: argparse.Namespace) -> int:
     if os.environ.get(SERVE_ENV):
         return _fail(
@@ -404,13 +389,15 @@ def main(args: argparse.Namespace) -> int:
             "list the servers to watch, not serve"
         )
     # Called in process (a test, a program), the handlers it attaches to stderr must not outlive it.
-    with log.restored():
-        return _main(args)
-
-
-def _main(args: argparse.Namespace) -> int:
     try:
-        errlog = _configure_log(args)
+        with logging_configured(args, client=True, stderr_format="ndjson") as errlog:
+            return _main(args, errlog)
+    except LogFlagError as exc:
+        return _fail(str(exc))
+
+
+def _main(args: argparse.Namespace, errlog: TextIO | None) -> int:
+    try:
         if args.ring < 1:
             raise ConfigError(f"--ring must be >= 1, got {args.ring}")
         if args.max_result_chars < 1:

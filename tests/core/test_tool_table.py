@@ -39,7 +39,7 @@ from asyncai_watch.serve.hub import Hub
 from asyncai_watch.serve.ring import NoticeRing
 from asyncai_watch.serve.server import ToolInputError, _check_arguments, build_server
 from asyncai_watch.testing import FakeClock, FakeSource
-from tests.runtime.test_manager import NOTES, memo_fake
+from tests.support.managers import NOTES, memo_fake
 
 pytestmark = pytest.mark.anyio
 

@@ -16,14 +16,13 @@ import anyio
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
 
-from asyncai_watch import Limits, McpResourceSource
+from asyncai_watch import McpResourceSource
 from asyncai_watch.integrations.claude_agent_sdk import ClientTurns, serve_entry, watch_session
 from tests.support.claude_code import FakeMessagesApi, Home, Turn, claude_binary, text, tool_use
 from tests.support.integration_memo import WAIT, Published
+from tests.support.managers import IMMEDIATE
 
 pytestmark = pytest.mark.anyio
-
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from asyncai_watch.mcp.source import ToolInfo
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.runtime.tools import ToolCallError, python_name, tool_functions
 from asyncai_watch.testing import FakeClock, FakeSource
-from tests.runtime.test_manager import IMMEDIATE, NOTES, memo_fake
+from tests.support.managers import IMMEDIATE, NOTES, memo_fake
 
 
 @pytest.mark.anyio

@@ -18,7 +18,7 @@ from asyncai_watch.cli import main as cli_main
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock
-from tests.runtime.test_manager import IMMEDIATE, NOTES, memo_fake
+from tests.support.managers import IMMEDIATE, NOTES, memo_fake
 
 
 @pytest.fixture

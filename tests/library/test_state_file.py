@@ -17,7 +17,7 @@ from asyncai_watch.filters import RestrictedPythonEngine
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.state_file import SavedWatch, StateFile
 from asyncai_watch.testing import FakeClock
-from tests.runtime.test_manager import IMMEDIATE, NOTES, memo_fake
+from tests.support.managers import IMMEDIATE, NOTES, memo_fake
 
 
 def write_specs(path: Path, specs: list[dict[str, Any]]) -> None:

@@ -19,7 +19,7 @@ from asyncai_watch.errors import StateFileError
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.state_file import StateFile
 from asyncai_watch.testing import FakeClock
-from tests.runtime.test_manager import IMMEDIATE, NOTES, memo_fake
+from tests.support.managers import IMMEDIATE, NOTES, memo_fake
 
 HOLDER = """
 import sys

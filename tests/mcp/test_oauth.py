@@ -29,7 +29,6 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp.client.auth import TokenStorage
 
-from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.http_auth import (
     FileTokenStorage,
@@ -42,11 +41,11 @@ from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.server.http import running_http_server
 from asyncai_watch.testing import FakeClock
 from tests.support import SUPPORT
+from tests.support.managers import IMMEDIATE
 
 OAUTH_SERVER = [sys.executable, str(SUPPORT / "oauth_server.py")]
 NOTES = "memo://notes"
 WAIT = 30
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 
 
 def free_port() -> int:

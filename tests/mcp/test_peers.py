@@ -10,12 +10,12 @@ import sys
 import anyio
 import pytest
 
-from asyncai_watch import Limits, McpResourceSource, NotWatchableError, WatchManager
+from asyncai_watch import McpResourceSource, NotWatchableError, WatchManager
 from tests.support import SUPPORT
+from tests.support.managers import IMMEDIATE
 
 PEER = [sys.executable, str(SUPPORT / "peer_server.py")]
 LEGACY = [sys.executable, str(SUPPORT / "legacy_server.py")]
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 
 
 @pytest.mark.anyio

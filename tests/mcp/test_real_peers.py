@@ -43,11 +43,12 @@ import anyio
 import anyio.abc
 import pytest
 
-from asyncai_watch import Limits, McpResourceSource, Notice, WatchManager
+from asyncai_watch import McpResourceSource, Notice, WatchManager
 from asyncai_watch.server.http import running_http_server
 from tests.cli.test_cli import Lines, cli, run_cli, stderr_of
 from tests.servers.memo.test_memo_server import MEMO, memo_http_server
 from tests.support import SUPPORT
+from tests.support.managers import IMMEDIATE
 from tests.support.script_module import load_script
 
 PEERS_DIR = SUPPORT / "peers"
@@ -56,7 +57,6 @@ TS_CLIENT = PEERS_DIR / "ts_v1_client.cjs"
 ANNOUNCE_PORT = PEERS_DIR / "announce_port.cjs"
 COUNTER = "peer://counter"
 EVERYTHING_TEXT = "demo://resource/dynamic/text/1"
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 WAIT = 60  # seconds: generous for a busy machine; nothing here sleeps
 EVERYTHING_WAIT = 90  # its timer fires every 5 s; a read in the same second as the last is unchanged
 

@@ -8,14 +8,14 @@ import signal
 import anyio
 import pytest
 
-from asyncai_watch import EVENTS_MIME_TYPE, Limits, WatchManager
+from asyncai_watch import EVENTS_MIME_TYPE, WatchManager
 from asyncai_watch.core.extract import Body
 from asyncai_watch.errors import BaselineError
 from asyncai_watch.mcp.source import ListedResource
 from asyncai_watch.runtime.topic import LARGE_BODY
 from asyncai_watch.testing import FakeClock, FakeSource
+from tests.support.managers import IMMEDIATE
 
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 BIG = "memo://big"
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
 
 from asyncai_watch.core.limits import Limits
-from asyncai_watch.core.notice import SOURCE_WATCH, Notice
+from asyncai_watch.core.notice import SOURCE_WATCH
 from asyncai_watch.errors import (
     FilterError,
     InvalidWatchNameError,
@@ -21,59 +20,10 @@ from asyncai_watch.errors import (
     WatchError,
 )
 from asyncai_watch.info import ResourceInfo, WatchInfo, resource_example
-from asyncai_watch.mcp.source import ListedResource, ListedTemplate, ToolInfo
+from asyncai_watch.mcp.source import ListedResource, ToolInfo
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock, FakeSource
-
-NOTES = "memo://notes"
-EXAMPLE = 'await watch_start(name="notes", uri="memo://notes")'
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
-
-
-def memo_fake(name: str = "memo", **kw: Any) -> FakeSource:
-    fake = FakeSource(
-        name,
-        resources=[
-            ListedResource(
-                uri=NOTES,
-                name="notes",
-                description=f"The memo as a JSON object.\nExample: {EXAMPLE}",
-                mime_type="application/json",
-            ),
-            ListedResource(
-                uri="memo://readme", name="readme", description="plain text", mime_type="text/plain"
-            ),
-        ],
-        templates=[
-            ListedTemplate(
-                uri_template="memo://notes/{key}",
-                name="note",
-                description='One note.\nExample: await watch_start(name="n", uri="memo://notes/todo")',
-                mime_type="application/json",
-            )
-        ],
-        tools=[
-            (ToolInfo(name="memo_get", read_only=True), lambda a: {"value": a.get("key")}),
-            (ToolInfo(name="memo_set", read_only=False), lambda a: "ok"),
-        ],
-        **kw,
-    )
-    fake.set(NOTES, {})
-    fake.set("memo://readme", "hello", mime_type="text/plain")
-    return fake
-
-
-async def next_notice(m: WatchManager) -> Notice:
-    with anyio.fail_after(5):
-        return await m.notices.receive()
-
-
-@asynccontextmanager
-async def manager(
-    *sources: FakeSource, limits: Limits = IMMEDIATE, clock: FakeClock | None = None, **kw: Any
-) -> AsyncIterator[WatchManager]:
-    async with WatchManager(list(sources), limits=limits, clock=clock or FakeClock(), **kw) as m:
-        yield m
+from tests.support.managers import EXAMPLE, NOTES, manager, memo_fake, next_notice
 
 
 @pytest.mark.anyio

@@ -7,7 +7,7 @@ import pytest
 
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.testing import FakeClock
-from tests.runtime.test_manager import NOTES, manager, memo_fake, next_notice
+from tests.support.managers import NOTES, manager, memo_fake, next_notice
 
 pytestmark = pytest.mark.anyio
 

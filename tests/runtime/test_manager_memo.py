@@ -19,7 +19,6 @@ import pytest
 
 from asyncai_watch.clock import SystemClock
 from asyncai_watch.codemode import builtins
-from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.errors import NotWatchableError, WatchError
 from asyncai_watch.mcp.client import McpResourceSource
@@ -37,11 +36,11 @@ from asyncai_watch.runtime.tools import tool_functions
 from asyncai_watch.testing import FakeClock
 from tests.servers.memo.test_memo_server import memo_http_server
 from tests.support import SUPPORT
+from tests.support.managers import IMMEDIATE
 
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
 LEGACY = [sys.executable, str(SUPPORT / "legacy_server.py")]
 NOTES = "memo://notes"
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 
 
 @asynccontextmanager

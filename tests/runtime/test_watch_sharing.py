@@ -14,12 +14,10 @@ from typing import Any
 import anyio
 import pytest
 
-from asyncai_watch import Limits, Notice, NotWatchableError, RoutingError, StateFileError, WatchManager
+from asyncai_watch import Notice, NotWatchableError, RoutingError, StateFileError, WatchManager
 from asyncai_watch.mcp.source import ListedResource, ListedTemplate
 from asyncai_watch.testing import FakeClock, FakeSource
-
-NOTES = "memo://notes"
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
+from tests.support.managers import NOTES, manager
 
 
 def memo() -> FakeSource:
@@ -32,14 +30,6 @@ def memo() -> FakeSource:
     )
     fake.set(NOTES, {})
     return fake
-
-
-@asynccontextmanager
-async def manager(*sources: FakeSource, **kw: Any) -> AsyncIterator[WatchManager]:
-    kw.setdefault("limits", IMMEDIATE)
-    kw.setdefault("clock", FakeClock())
-    async with WatchManager(list(sources), **kw) as m:
-        yield m
 
 
 async def notices(m: WatchManager, n: int) -> list[Notice]:

@@ -25,7 +25,6 @@ from mcp.server import Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
 from asyncai_watch import (
-    Limits,
     McpResourceSource,
     Notice,
     NotWatchableError,
@@ -34,6 +33,7 @@ from asyncai_watch import (
 )
 from asyncai_watch.server.http import serve_http
 from tests.support import ROOT, SUPPORT
+from tests.support.managers import IMMEDIATE
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,6 @@ EXAMPLE = ROOT / "examples" / "watchable_server.py"
 BOARD = [sys.executable, str(EXAMPLE)]
 LEGACY = [sys.executable, str(SUPPORT / "legacy_server.py")]
 PEER = [sys.executable, str(SUPPORT / "peer_server.py")]
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 WAIT = 30
 
 

@@ -23,8 +23,8 @@ import attrs
 
 from asyncai_watch import Limits, McpResourceSource, WatchManager
 from asyncai_watch.integrations import TurnRunner
+from tests.support.managers import IMMEDIATE
 
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 """Each change its own notice (no debounce window to merge two into one)."""
 WAIT = 60  # generous: the machine running the suite may be busy; nothing here sleeps
 

@@ -10,30 +10,23 @@ import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 
-from asyncai_watch.clock import Clock
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
-from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock
+from tests.support.managers import stdio_manager
 
 pytestmark = pytest.mark.anyio
 
 WAIT = 30.0
 
 
-@asynccontextmanager
-async def manager(root: Path, limits: Limits, clock: Clock | None = None) -> AsyncIterator[WatchManager]:
-    source = McpResourceSource.stdio([sys.executable, "-m", "asyncai_servers.files", str(root)], name="files")
-    async with source, WatchManager([source], limits=limits, clock=clock) as m:
-        yield m
+FILES = [sys.executable, "-m", "asyncai_servers.files"]
 
 
 async def notice_containing(m: WatchManager, text: str, seen: list[Notice]) -> Notice:
@@ -75,7 +68,7 @@ async def test_burst_of_1000_writes_gives_few_notices_and_the_final_state_is_rig
         seen.append(notice)
         return notice
 
-    async with manager(tmp_path, limits, clock=clock) as m:
+    async with stdio_manager("files", [*FILES, str(tmp_path)], limits, clock=clock) as m:
         assert (await m.watch_start(name="burst", uri=uri)).shape == "state"
         await anyio.to_thread.run_sync(burst)
         await anyio.to_thread.run_sync(replace_atomically, target, '{"n": 999, "end": true}')
@@ -116,7 +109,9 @@ async def test_burst_of_1000_writes_gives_few_notices_and_the_final_state_is_rig
 async def test_directory_changes_reach_the_agent_as_lines(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("a")
     uri = f"dir-events://{tmp_path}?recursive=true"
-    async with manager(tmp_path, Limits(debounce_quiet=0.2, debounce_max_wait=5.0)) as m:
+    async with stdio_manager(
+        "files", [*FILES, str(tmp_path)], Limits(debounce_quiet=0.2, debounce_max_wait=5.0)
+    ) as m:
         assert (await m.watch_start(name="tree", uri=uri)).shape == "event-log"
         (tmp_path / "a.txt").rename(tmp_path / "b.txt")
         (tmp_path / "sub").mkdir()
@@ -134,7 +129,9 @@ async def test_torn_json_surfaces_as_an_error_and_recovers(tmp_path: Path) -> No
     config = tmp_path / "config.json"
     config.write_text('{"mode": "on"}')
     uri = f"file://{config}"
-    async with manager(tmp_path, Limits(debounce_quiet=0.2, debounce_max_wait=5.0)) as m:
+    async with stdio_manager(
+        "files", [*FILES, str(tmp_path)], Limits(debounce_quiet=0.2, debounce_max_wait=5.0)
+    ) as m:
         await m.watch_start(name="cfg", uri=uri)
         # Written whole (by rename) so each read sees exactly this torn text, nothing in between.
         await anyio.to_thread.run_sync(replace_atomically, config, '{"mode": "o')

@@ -35,12 +35,13 @@ from asyncai_servers.postgres.capture import Retention
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.listener import LISTEN_APP_NAME
 from asyncai_servers.postgres.triggers import install_triggers
-from asyncai_watch import McpResourceSource, WatchManager
+from asyncai_watch import WatchManager
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import WatchError
 from asyncai_watch.server.eventlog import AFTER_META_KEY
 from asyncai_watch.server.http import running_http_server
+from tests.support.managers import stdio_manager
 from tests.support.pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -51,7 +52,6 @@ NOBODY = "asyncai_nobody"  # a login role granted nothing
 STATE = "pg://public/items"
 EVENTS = "pg-events://public/items"
 QUERY = "pg-query://failed"
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 ITEMS = TableName("public", "items")
 
 CONFIG = """
@@ -139,12 +139,6 @@ def server_argv(config: Path, dsn: str, *extra: str) -> list[str]:
 async def pg_client(argv: list[str]) -> AsyncIterator[Client]:
     async with Client(StdioServerParameters(command=argv[0], args=argv[1:])) as client:
         yield client
-
-
-@asynccontextmanager
-async def manager(argv: list[str], limits: Limits = IMMEDIATE) -> AsyncIterator[WatchManager]:
-    async with McpResourceSource.stdio(argv, name="pg") as source, WatchManager([source], limits=limits) as m:
-        yield m
 
 
 async def read(client: Client, uri: str, after: tuple[str, int] | None = None) -> Any:
@@ -289,7 +283,7 @@ async def test_a_filtered_uri_sees_rows_move_in_and_out_under_each_spelling(db: 
 
 
 async def test_notices_through_the_manager_and_a_rollback_says_nothing(db: Db, tmp_path: Path) -> None:
-    async with manager(server_argv(write_config(tmp_path), db.dsn)) as m:
+    async with stdio_manager("pg", server_argv(write_config(tmp_path), db.dsn)) as m:
         await m.watch_start("items", STATE)
         await m.watch_start("changes", EVENTS)
         await m.watch_start("failed", QUERY)
@@ -494,7 +488,7 @@ async def test_a_server_killed_while_a_writer_commits_loses_no_change(db: Db, tm
     argv = killable(server_argv(write_config(tmp_path), db.dsn), pid_file)
     # Every line shown (a notice shows 20 by default): the test counts them.
     limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
-    async with manager(argv, limits) as m:
+    async with stdio_manager("pg", argv, limits) as m:
         await m.watch_start("items", STATE)
         await m.watch_start("changes", EVENTS)
         db.run("UPDATE items SET n = 1 WHERE id = 1")
@@ -596,7 +590,7 @@ async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path
     pid_file = tmp_path / "server.pid"
     argv = killable(server_argv(config, db.dsn), pid_file)
     limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
-    async with manager(argv, limits) as m:
+    async with stdio_manager("pg", argv, limits) as m:
         await m.watch_start("changes", EVENTS)
         db.run("UPDATE items SET n = 1 WHERE id = 1")
         await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 0→1)"))
@@ -617,7 +611,7 @@ async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path
 
 
 async def test_ddl_under_a_watch_is_one_error_line_and_the_watch_resumes(db: Db, tmp_path: Path) -> None:
-    async with manager(server_argv(write_config(tmp_path), db.dsn)) as m:
+    async with stdio_manager("pg", server_argv(write_config(tmp_path), db.dsn)) as m:
         await m.watch_start("items", STATE)
         await m.watch_start("changes", EVENTS)
         db.run("DROP TABLE items")
@@ -645,7 +639,7 @@ async def test_ordinary_ddl_is_heard_through_the_real_event_trigger(db: Db, tmp_
     the event trigger's NOTIFY (whose oids are JSON strings), and the DDL that fixes it brings the
     watch back with the net change, including writes made while it was broken."""
     config = write_config(tmp_path, '[[table]]\nname = "items"\ncolumns = ["id", "status", "n", "note"]\n')
-    async with manager(server_argv(config, db.dsn)) as m:
+    async with stdio_manager("pg", server_argv(config, db.dsn)) as m:
         await m.watch_start("items", STATE)
         db.run("ALTER TABLE items RENAME COLUMN note TO remark")
         await lines_until(m, lambda ls: has(ls, "items", "public.items has no column 'note'"))
@@ -783,7 +777,7 @@ async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None
     config = write_config(
         tmp_path, '[[table]]\nname = "items"\nmax_rows = 3\n\n[[table]]\nname = "big"\nmax_rows = 4\n'
     )
-    async with manager(server_argv(config, db.dsn)) as m:
+    async with stdio_manager("pg", server_argv(config, db.dsn)) as m:
         with pytest.raises(WatchError) as caught:
             await m.watch_start("big", "pg://public/big")
         assert (
@@ -808,7 +802,7 @@ async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None
 
 async def test_a_role_without_rights_gets_one_line(db: Db, tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    async with manager(server_argv(config, db.as_role(NOBODY))) as m:
+    async with stdio_manager("pg", server_argv(config, db.as_role(NOBODY))) as m:
         with pytest.raises(WatchError) as caught:
             await m.watch_start("items", STATE)
     message = str(caught.value)
@@ -818,7 +812,7 @@ async def test_a_role_without_rights_gets_one_line(db: Db, tmp_path: Path) -> No
     ) in message
     assert "\n" not in message
     # Rights taken away under a watch: the event log says so in one line.
-    async with manager(server_argv(config, db.as_role(WATCHER))) as m:
+    async with stdio_manager("pg", server_argv(config, db.as_role(WATCHER))) as m:
         await m.watch_start("changes", EVENTS)
         db.run(
             psycopg.sql.SQL("REVOKE SELECT ON items FROM {}")
@@ -1105,7 +1099,7 @@ async def test_a_pydantic_ai_agent_hears_a_table_change(db: Db, tmp_path: Path) 
     from tests.support.integration_memo import Brain, Published, ask_call
 
     brain, published = Brain(), Published()
-    async with manager(server_argv(write_config(tmp_path), db.dsn)) as m:
+    async with stdio_manager("pg", server_argv(write_config(tmp_path), db.dsn)) as m:
         agent = Agent(FunctionModel(Model(brain).respond), toolsets=[watch_toolset(m)])
         async with watch_runner(agent, m, publish=published) as runner:
             with anyio.fail_after(WAIT):

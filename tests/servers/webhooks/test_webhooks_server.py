@@ -21,8 +21,8 @@ from mcp.client.subscriptions import Subscription
 
 from asyncai_watch import McpResourceSource, WatchManager
 from asyncai_watch.core.eventlog import Sequencer
-from asyncai_watch.core.limits import Limits
 from asyncai_watch.server.eventlog import AFTER_META_KEY
+from tests.support.managers import IMMEDIATE
 from tests.support.webhooks_helpers import (
     WAIT,
     github,
@@ -41,7 +41,6 @@ from tests.support.webhooks_helpers import (
 
 pytestmark = pytest.mark.anyio
 
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
 RUNS = "webhook-events://github/workflow_run"
 
 

@@ -25,6 +25,8 @@ from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock, FakeSource
 from tests.support.managers import EXAMPLE, NOTES, manager, memo_fake, next_notice
 
+pytestmark = pytest.mark.trio  # backend-neutral: the anyio tests also run under trio
+
 
 @pytest.mark.anyio
 async def test_start_push_notice() -> None:

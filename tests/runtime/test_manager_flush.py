@@ -9,7 +9,7 @@ from asyncai_watch.core.limits import Limits
 from asyncai_watch.testing import FakeClock
 from tests.support.managers import NOTES, manager, memo_fake, next_notice
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio]  # backend-neutral: also under trio
 
 
 async def test_flush_sends_the_pending_lines_without_waiting() -> None:

@@ -19,6 +19,8 @@ from asyncai_watch.mcp.source import ListedResource, ListedTemplate
 from asyncai_watch.testing import FakeClock, FakeSource
 from tests.support.managers import NOTES, manager
 
+pytestmark = pytest.mark.trio  # backend-neutral: the anyio tests also run under trio
+
 
 def memo() -> FakeSource:
     fake = FakeSource(

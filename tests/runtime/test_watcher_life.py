@@ -12,6 +12,8 @@ from asyncai_watch.errors import BaselineError, ServerError
 from asyncai_watch.runtime.watcher import Watcher
 from asyncai_watch.runtime.watches import Watches
 
+pytestmark = pytest.mark.trio  # backend-neutral: the anyio tests also run under trio
+
 NOTES = "memo://notes"
 
 

@@ -27,7 +27,7 @@ from asyncai_watch.server.http import running_http_server, serve_http
 from asyncai_watch.server.kit import watchable
 from tests.cli.test_cli import Lines, run_cli
 from tests.mcp.test_real_peers import IMMEDIATE, WAIT, next_notice, peers
-from tests.support import ROOT
+from tests.support import ROOT, SUPPORT
 
 __all__ = ["peers"]
 
@@ -102,7 +102,7 @@ async def test_a_ts_sdk_v1_client_hears_a_kit_made_server(peers: Any, framework:
 async def ts_client_on(peers: Any, url: str, uri: str) -> AsyncIterator[Lines]:
     argv = [
         str(peers.node),
-        str(ROOT / "tests" / "peers" / "ts_v1_client.cjs"),
+        str(SUPPORT / "peers" / "ts_v1_client.cjs"),
         "--modules",
         str(peers.modules),
     ]

@@ -1,4 +1,4 @@
-"""nox sessions: tests, stress, lint, typecheck, bench, floors."""
+"""nox sessions: tests, stress, lint, typecheck, bench, floors, docs."""
 
 from __future__ import annotations
 
@@ -72,3 +72,10 @@ def floors(session: nox.Session) -> None:
     """Where the missed targets' CPU goes: benches profiled by py-spy, split by layer."""
     session.install("-e", ".[test]", "py-spy>=0.4")
     session.run("python", "bench/floors.py", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the API reference into build/api (docs/api.md)."""
+    session.install("-e", ".[test]")
+    session.run("python", "scripts/api_docs.py", "build/api")

@@ -27,6 +27,7 @@ from asyncai_watch import StateFileError
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.http_auth import add_http_auth_arguments, http_auth_from_args
 from asyncai_watch.log import logger, ndjson_logging
+from asyncai_watch.mcp.server_spec import parse_server
 from asyncai_watch.signals import sigterm_cancels
 
 __all__ = ["TerminalChannel", "build_parser", "main", "stdin_lines"]
@@ -44,10 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=examples(
             "asyncai-agent --demo   # offline: memo server + scripted model",
-            "asyncai-agent --model openai:gpt-4.1 --mcp-stdio asyncai-mcp-simple",
+            "asyncai-agent --model openai:gpt-4.1 --server asyncai-mcp-simple",
             "asyncai-agent --model anthropic:claude-sonnet-4-5 --mcp-http http://127.0.0.1:8765/mcp --verbose",
         ),
         formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="an MCP server, as asyncai-watch takes it: COMMAND (stdio, e.g. asyncai-mcp-simple) or "
+        "URL (Streamable HTTP, e.g. http://127.0.0.1:8765/mcp); repeatable. --mcp-stdio and "
+        "--mcp-http are the same, by kind",
     )
     p.add_argument(
         "--mcp-stdio",
@@ -79,12 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--watch-state", type=Path, metavar="PATH", help="save watches here and restore them at start"
     )
     p.add_argument("--session", type=Path, metavar="PATH", help="append a JSONL transcript to PATH")
-    p.add_argument("--verbose", action="store_true", help="log every NDJSON event, not only watch.notice")
     p.add_argument(
+        "-v", "--verbose", action="store_true", help="log every NDJSON event, not only watch.notice"
+    )
+    p.add_argument(
+        "--log-file",
         "--log",
+        dest="log",
         type=Path,
         metavar="PATH",
-        help="append the NDJSON log to PATH instead of stderr (with --demo the log is off unless given)",
+        help="append the NDJSON log to PATH instead of stderr (with --demo the log is off unless "
+        "given); --log is the old spelling, kept as an alias",
     )
     p.add_argument(
         "--max-rounds", type=int, default=25, metavar="N", help="model rounds per turn (default 25)"
@@ -201,10 +216,20 @@ def _main(args: argparse.Namespace) -> int:
         http_auth = http_auth_from_args(args, show_url=_show_authorization_url, warn=warn)
     except ValueError as exc:
         return fail(str(exc), 2)
+    try:
+        for text in args.server:
+            spec = parse_server(text)
+            if spec.name is not None:
+                return fail(
+                    f"--server {text!r}: the agent names each server by its serverInfo; give "
+                    f"--server {spec.target!r} without {spec.name}=",
+                    2,
+                )
+            (args.mcp_http if spec.is_http else args.mcp_stdio).append(spec.target)
+    except ValueError as exc:
+        return fail(str(exc), 2)
     if (args.token_file is not None or args.auth is not None) and not args.mcp_http:
-        return fail(
-            "--token-file and --auth apply to --mcp-http servers; give at least one --mcp-http URL", 2
-        )
+        return fail("--token-file and --auth apply to http(s) servers; give at least one --server URL", 2)
     config = SessionConfig(
         mcp_stdio=tuple(args.mcp_stdio),
         mcp_http=tuple(args.mcp_http),

@@ -157,8 +157,13 @@ class Orchestrator:
         default_channel: ReplyChannel,
         observers: tuple[Callable[[AgentEvent], None], ...] = (),
         verbose: bool = False,
+        notice_taken: Callable[[Notice], None] | None = None,
     ) -> None:
         self._executor = executor
+        # Told of each notice once the run that read it completed (WatchManager.notice_taken:
+        # with --watch-state, a notice whose run did not complete is handed over again).
+        self._notice_taken = notice_taken
+        self._reading: dict[int, Notice] = {}  # id() of the message a notice became -> the notice
         self.default_channel = default_channel
         self.verbose = verbose
         self.runtime = AgentRuntime(self._execute)
@@ -230,7 +235,10 @@ class Orchestrator:
         rendered = render_notice(notice)
         self._emit(NoticeReceived(notice=notice, rendered=rendered))
         emit("agent.notice", verbose=self.verbose, source=notice.source, task_id=rendered.task_id)
-        self.runtime.add_message(Message(role="user", text=rendered.text))
+        message = Message(role="user", text=rendered.text)
+        if self._notice_taken is not None:
+            self._reading[id(message)] = notice
+        self.runtime.add_message(message)
 
     async def _pump_input(self, source: AsyncIterable[Input]) -> None:
         async for item in source:
@@ -312,6 +320,10 @@ class Orchestrator:
 
     async def run_completed(self, run: Run) -> None:
         channel: ReplyChannel = run.channel if run.channel is not None else self.default_channel
+        read = [n for m in run.picked_up if (n := self._reading.pop(id(m), None)) is not None]
+        if run.error is None and self._notice_taken is not None:
+            for notice in read:
+                self._notice_taken(notice)
         if run.error is not None:
             # Reported to whoever is waiting for the answer, and logged: never swallowed.
             logger.error("agent.error", extra={"run": run.id, "channel": channel.name, "error": run.error})

@@ -157,7 +157,11 @@ async def open_session(
         all_observers = ([transcript.record] if transcript is not None else []) + list(observers)
         orch = await stack.enter_async_context(
             Orchestrator(
-                agent, default_channel=default_channel, observers=tuple(all_observers), verbose=config.verbose
+                agent,
+                default_channel=default_channel,
+                observers=tuple(all_observers),
+                verbose=config.verbose,
+                notice_taken=manager.notice_taken,
             )
         )
         orch.forward_notices(manager.notices)

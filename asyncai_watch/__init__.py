@@ -8,6 +8,7 @@ The public API is the names here plus these public submodules (docs/architecture
 - :mod:`asyncai_watch.http_auth`: bearer tokens and OAuth for Streamable HTTP servers, with the
   command-line options that configure them;
 - :mod:`asyncai_watch.log`: the NDJSON log (``configure_ndjson``, ``emit``, ``logger``);
+- :mod:`asyncai_watch.log_flags`: ``-v``/``-q``/``--log-level``/``--log-file``, one set for every console script;
 - :mod:`asyncai_watch.signals`: SIGTERM as an orderly shutdown for a process embedding watches;
 - :mod:`asyncai_watch.clock`: the injectable clocks (``SystemClock``, ``WallClock``) and the
   deadlines on them (``fail_after``, ``move_on_at``);
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from asyncai_watch.core.backoff import Backoff
     from asyncai_watch.core.events import EVENTS_MIME_TYPE, Event
     from asyncai_watch.core.limits import Limits
-    from asyncai_watch.core.notice import Notice
+    from asyncai_watch.core.notice import Notice, NoticeEvent
     from asyncai_watch.core.turns import (
         NO_REPLY,
         RenderedNotice,
@@ -92,6 +93,7 @@ __all__ = [
     "McpResourceSource",
     "NotWatchableError",
     "Notice",
+    "NoticeEvent",
     "ProtocolVersionError",
     "RenderedNotice",
     "ResourceInfo",
@@ -124,6 +126,7 @@ _HOME: Final[dict[str, str]] = {
     "Event": "asyncai_watch.core.events",
     "Limits": "asyncai_watch.core.limits",
     "Notice": "asyncai_watch.core.notice",
+    "NoticeEvent": "asyncai_watch.core.notice",
     "NO_REPLY": _TURNS,
     "RenderedNotice": _TURNS,
     "Turns": _TURNS,

@@ -22,7 +22,9 @@ __all__ = ["Clock", "SystemClock", "WallClock", "fail_after", "move_on_at"]
 class Clock(Protocol):
     """A monotonic clock in seconds, and a way to sleep until a point on it."""
 
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """The current time in seconds on this clock."""
+        ...
 
     async def sleep_until(self, deadline: float) -> None:
         """Return once ``now() >= deadline`` (at once, after a checkpoint, if it already is)."""
@@ -33,9 +35,11 @@ class SystemClock:
     """anyio's event-loop clock (monotonic)."""
 
     def now(self) -> float:
+        """anyio's monotonic event-loop time."""
         return anyio.current_time()
 
     async def sleep_until(self, deadline: float) -> None:
+        """Return once :meth:`now` reaches ``deadline``."""
         await anyio.sleep_until(deadline)
 
     def __repr__(self) -> str:
@@ -48,9 +52,11 @@ class WallClock:
     jumps when the system time is set, so anything local uses :class:`SystemClock`."""
 
     def now(self) -> float:
+        """Unix time, in seconds."""
         return time.time()
 
     async def sleep_until(self, deadline: float) -> None:
+        """Return once the Unix time reaches ``deadline``."""
         await anyio.sleep(max(0.0, deadline - time.time()))
 
     def __repr__(self) -> str:

@@ -50,15 +50,25 @@ __all__ = [
 class WatchApi(Protocol):
     """What the built-ins call: a :class:`~asyncai_watch.WatchManager` (or anything alike)."""
 
-    async def list_resources(self) -> list[ResourceInfo]: ...
+    async def list_resources(self) -> list[ResourceInfo]:
+        """Every watchable resource and template of every server."""
+        ...
 
-    async def read_resource(self, uri: str) -> Any: ...
+    async def read_resource(self, uri: str) -> Any:
+        """The current content of ``uri``."""
+        ...
 
-    async def watch_start(self, name: str, uri: str, on_event: str | None = None) -> WatchInfo: ...
+    async def watch_start(self, name: str, uri: str, on_event: str | None = None) -> WatchInfo:
+        """Start watching ``uri`` as ``name``, with an optional filter."""
+        ...
 
-    async def watch_stop(self, name: str) -> bool: ...
+    async def watch_stop(self, name: str) -> bool:
+        """Stop the watch ``name``; ``False`` when there is none."""
+        ...
 
-    def watch_list(self) -> list[WatchInfo]: ...
+    def watch_list(self) -> list[WatchInfo]:
+        """Every watch now."""
+        ...
 
 
 BUILTIN_NAMES: Final = tuple(spec.name for spec in WATCH_TOOLS)
@@ -183,6 +193,7 @@ class CodeMode:
         self.scope = new_scope(self.functions, label="run_code", max_loop_steps=max_loop_steps)
 
     async def run(self, code: str) -> str:
+        """Run the model's ``code`` and return what it printed and its last value, or its error."""
         try:
             compiled = compile_repl(code, filename=_FILENAME, allow_await=True)
         except SyntaxError as exc:
@@ -224,6 +235,7 @@ class CodeMode:
         return {name: _size(self.scope[name]) for name in scope_variables(self.scope)}
 
     def scope_note(self) -> str:
+        """One line naming the variables the model's code has defined so far."""
         found = self.variables()
         if not found:
             return "run_code scope: no variables yet (assign results to reuse them in later turns)."

@@ -70,6 +70,7 @@ class NdjsonFormatter(JsonFormatter):
     """
 
     def __init__(self) -> None:
+        """The one NDJSON shape: no options (the base class's own are set here)."""
         super().__init__(
             "%(levelname)s %(name)s %(message)s",
             rename_fields={"levelname": "level", "name": "logger", "message": "event"},

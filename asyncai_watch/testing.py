@@ -46,6 +46,7 @@ from asyncai_watch.core.resources import ListedResource, ListedTemplate
 from asyncai_watch.errors import SubscriptionLostError, not_advertised, protocol_too_old
 from asyncai_watch.mcp.source import (
     MODERN_PROTOCOL_VERSION,
+    SUBSCRIPTION_METHODS,
     ReadResult,
     SubscriptionMode,
     ToolInfo,
@@ -120,9 +121,11 @@ class ReadGate:
         await self._waiting.wait()
 
     def open(self) -> None:
+        """Let every held and later read through."""
         self._open.set()
 
     async def pass_through(self) -> None:
+        """Called by a read: wait here until the gate is open."""
         self._waiting.set()
         await self._open.wait()
 
@@ -160,7 +163,7 @@ class FakeSource:
         self.read_gates: dict[str, ReadGate] = {}
         self.listen_failures: list[BaseException] = []
         """Exceptions the next subscribe attempts raise, one per attempt, in order."""
-        self.refused: set[str] = set()
+        self.refused: builtins.set[str] = set()
         """URIs the server does not honor (left out of a subscription's ack)."""
         self.connected = True
         self.list_changed_supported = True
@@ -190,11 +193,13 @@ class FakeSource:
         return self._mode
 
     async def list_resources(self) -> list[ListedResource]:
+        """The fake's fixed resources."""
         self._count("resources/list", "")
         self._check_connected()
         return list(self.resources)
 
     async def list_templates(self) -> list[ListedTemplate]:
+        """The fake's resource templates."""
         self._count("resources/templates/list", "")
         self._check_connected()
         return list(self.templates)
@@ -216,7 +221,7 @@ class FakeSource:
 
     @asynccontextmanager
     async def _subscribe(self, uris: frozenset[str]) -> AsyncIterator[_Listener]:
-        method = "subscriptions/listen" if self._mode == "listen" else "resources/subscribe"
+        method = SUBSCRIPTION_METHODS[self._mode]
         self._count(method, " ".join(sorted(uris)))
         if not self.watchable:
             if self._mode == "listen" and subscription_mode_for(self._protocol_version) != "listen":
@@ -238,6 +243,7 @@ class FakeSource:
             self._notify_listeners()
 
     def subscribe(self, uris: Collection[str]) -> AbstractAsyncContextManager[Updates]:
+        """A listen on ``uris``: its updates arrive on each :meth:`set` of one of them."""
         return self._subscribe(frozenset(uris))
 
     @asynccontextmanager
@@ -253,14 +259,17 @@ class FakeSource:
             self._catalog_listeners.remove(listener)
 
     def listen_list_changed(self) -> AbstractAsyncContextManager[AsyncIterator[None]]:
+        """A listen for ``resources/list_changed``."""
         return self._listen_list_changed()
 
     async def list_tools(self) -> list[ToolInfo]:
+        """The fake's tools."""
         self._count("tools/list", "")
         self._check_connected()
         return [info for info, _ in self.tools.values()]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """Call one of the fake's tools; an unknown name is an error result."""
         self._count("tools/call", name)
         self._check_connected()
         if name not in self.tools:
@@ -331,6 +340,7 @@ class FakeSource:
             )
 
     def reconnect(self) -> None:
+        """Mark the fake connected again."""
         self.connected = True
 
     def gate_reads(self, uri: str) -> ReadGate:
@@ -392,6 +402,7 @@ class FakeClock:
         self._changed: anyio.Event | None = None
 
     def now(self) -> float:
+        """The fake time: moves only on :meth:`advance`."""
         return self._now
 
     @property
@@ -409,6 +420,7 @@ class FakeClock:
         return sorted(d for d, _, _ in self._sleepers)
 
     async def sleep_until(self, deadline: float) -> None:
+        """Park until :meth:`advance` reaches ``deadline``."""
         if deadline <= self._now:
             await anyio.lowlevel.checkpoint()
             return

@@ -38,6 +38,7 @@ import h11
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from asyncai_watch.http_auth.local import find_token
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.server.http import running_http_server
 
@@ -134,6 +135,7 @@ def host_port(url: str) -> tuple[str, int]:
 
 async def kept_alive(url: str, token: str | None, n: int) -> list[float]:
     host, port = host_port(url)
+    token = token or find_token(url)  # a loopback server with no token of its own published one
     headers, body = tools_list_request(token)
     samples: list[float] = []
     async with await anyio.connect_tcp(host, port) as stream:
@@ -151,6 +153,7 @@ async def kept_alive(url: str, token: str | None, n: int) -> list[float]:
 
 async def fresh(url: str, token: str | None, n: int) -> list[float]:
     host, port = host_port(url)
+    token = token or find_token(url)  # a loopback server with no token of its own published one
     headers, body = tools_list_request(token)
     samples: list[float] = []
     for _ in range(n):

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from http_keepalive import fresh, host_port, ms
 
+from asyncai_watch.http_auth.local import local_headers
 from asyncai_watch.server.http import running_http_server
 
 HEADER_TIMEOUT = 5.0
@@ -101,13 +102,14 @@ async def slowloris(url: str, baseline: float) -> None:
 
 async def session_flood(url: str, attempts: int, baseline: float) -> None:
     codes: dict[int, int] = {}
+    authed = {**HEADERS, **(local_headers(url, None, has_auth=False) or {})}  # a client holding the token
     limiter = anyio.CapacityLimiter(16)
     transport = httpx2.AsyncHTTPTransport(local_address="127.0.0.2", limits=httpx2.Limits(max_connections=16))
     async with httpx2.AsyncClient(transport=transport, timeout=60) as attacker:
 
         async def attempt() -> None:
             async with limiter:
-                response = await attacker.post(url, content=INITIALIZE, headers=HEADERS)
+                response = await attacker.post(url, content=INITIALIZE, headers=authed)
                 codes[response.status_code] = codes.get(response.status_code, 0) + 1
 
         async with anyio.create_task_group() as tg:
@@ -117,7 +119,7 @@ async def session_flood(url: str, attempts: int, baseline: float) -> None:
         f"session flood from 127.0.0.2: {attempts:,} attempts -> HTTP status counts {dict(sorted(codes.items()))}"
     )
     async with httpx2.AsyncClient(timeout=60) as client:
-        opened = await client.post(url, content=INITIALIZE, headers=HEADERS)
+        opened = await client.post(url, content=INITIALIZE, headers=authed)
     print(f"another client's initialize after the flood: HTTP {opened.status_code}")
     under = p50(await fresh(url, None, SAMPLES))
     line(f"tools/list p50 after {attempts:,} session attempts", under, baseline)

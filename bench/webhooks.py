@@ -21,6 +21,11 @@ on disk before its 2xx, so the figures include the fsync). Deliveries are GitHub
    machine runs (on a busy shared machine the rate reached says more about the machine).
 
 ``--sync normal`` runs the server without the fsync per commit (``--sync`` of the server).
+``--database DSN`` (or ``$ASYNCAI_WEBHOOKS_DATABASE``) stores in PostgreSQL instead of SQLite
+(an empty database: the figures are the server's, PostgreSQL's own CPU is not counted);
+``--database throwaway`` starts a throwaway cluster for the run (``tests/pg.py``, fsync on).
+With PostgreSQL, a second replica on the same database is started for a third figure: delivery
+POSTed to replica B -> notice from replica A (heard by ``LISTEN``/``NOTIFY``), p50.
 """
 
 from __future__ import annotations
@@ -96,17 +101,17 @@ def run_ids(text: str) -> list[int]:
 
 
 async def latency(
-    m: WatchManager, http: httpx2.AsyncClient, hooks: str, n: int, posts: list[float]
+    m: WatchManager, http: httpx2.AsyncClient, hooks: str, n: int, posts: list[float], first: int = 1_000_000
 ) -> list[float]:
     out = []
     for i in range(n):
-        body, headers = delivery(1_000_000 + i)
+        body, headers = delivery(first + i)
         t0 = time.monotonic()
         answer = await http.post(hooks, content=body, headers=headers)
         posts.append(time.monotonic() - t0)
         assert answer.status_code == 200, answer.text
         with anyio.fail_after(30):
-            while 1_000_000 + i not in run_ids((await m.notices.receive()).text):
+            while first + i not in run_ids((await m.notices.receive()).text):
                 pass
         out.append(time.monotonic() - t0)
     return out
@@ -243,10 +248,38 @@ def children_cpu() -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-async def main(quick: bool, sync: str) -> int:
+@contextlib.contextmanager
+def database(dsn: str | None) -> Any:
+    """The DSN to store in: ``dsn`` itself, or a throwaway cluster's new database, or None (SQLite)."""
+    if dsn != "throwaway":
+        yield dsn
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import shutil
+
+    from pg import start_postgres
+
+    base = Path(tempfile.mkdtemp(prefix="asyncai-bench-pg-"))
+    try:
+        server = start_postgres(base, fsync=True)
+        try:
+            yield server.create_database()
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def main(quick: bool, sync: str, dsn: str | None) -> int:
+    with database(dsn) as db:
+        return await run(quick, sync, db)
+
+
+async def run(quick: bool, sync: str, dsn: str | None) -> int:
     n, phases, seconds = (50, 4, 2.0) if quick else (200, 10, 5.0)
+    where = "PostgreSQL" if dsn is not None else f"SQLite, --sync {sync}"
     print(
-        f"webhooks server (--sync {sync}): {n} deliveries one at a time; {phases} poll phases; "
+        f"webhooks server ({where}): {n} deliveries one at a time; {phases} poll phases; "
         f"{seconds:g} s at {RATE:,.0f}/s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -254,10 +287,16 @@ async def main(quick: bool, sync: str) -> int:
         (base / "github.secret").write_text(SECRET.decode())
         (base / "hooks.toml").write_text(CONFIG)
         argv = [sys.executable, "-m", "asyncai_servers.webhooks", "--config", str(base / "hooks.toml")]
-        argv += ["--db", str(base / "hooks.sqlite3"), "--receive", "127.0.0.1:0", "--sync", sync]
+        argv += ["--receive", "127.0.0.1:0"]
+        env = dict(os.environ)
+        if dsn is not None:  # by the environment: the DSN may carry a password
+            env["ASYNCAI_WEBHOOKS_DATABASE"] = dsn
+        else:
+            env.pop("ASYNCAI_WEBHOOKS_DATABASE", None)
+            argv += ["--db", str(base / "hooks.sqlite3"), "--sync", sync]
         limits = httpx2.Limits(max_connections=SENDERS, max_keepalive_connections=SENDERS)
         async with (
-            McpResourceSource.stdio(argv, name="hooks") as source,
+            McpResourceSource.stdio(argv, name="hooks", env=env) as source,
             WatchManager([source], limits=UNCAPPED) as m,
             httpx2.AsyncClient(trust_env=False, timeout=30, limits=limits) as http,
         ):
@@ -266,6 +305,12 @@ async def main(quick: bool, sync: str) -> int:
             await m.watch_start("runs", "webhook-events://github/workflow_run")
             posts: list[float] = []
             lat = await latency(m, http, hooks, n, posts)
+            across: list[float] = []
+            if dsn is not None:  # a second replica on the database receives; the watch is on the first
+                async with McpResourceSource.stdio(argv, name="replica-b", env=env) as b:
+                    other = json.loads((await b.read("webhooks://sources")).text)
+                    hooks_b = other["sources"]["github"]["endpoint"]
+                    across = await latency(m, http, hooks_b, n, [], first=1_500_000)
             cpu0 = children_cpu()
             load = await sustained(m, http, hooks, seconds)
             load["cpu"] = (children_cpu() - cpu0) / load["posted"]
@@ -279,6 +324,14 @@ async def main(quick: bool, sync: str) -> int:
         "target p50 <= 10 ms",
     )
     row("  of which the POST (verified, committed)", pct(posts, 50) * ms, None, "ms")
+    if across:
+        row(
+            "delivery to replica B -> notice at A p50",
+            pct(across, 50) * ms,
+            statistics.median(polled) * ms,
+            "ms",
+            "via NOTIFY",
+        )
     row("delivery -> notice p99", pct(lat, 99) * ms, pct(polled, 99) * ms, "ms")
     row("sustained rate reached", load["rate"], RATE, "/s", "target 1,000/s", lower_is_better=False)
     print(
@@ -297,5 +350,11 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--sync", choices=("full", "normal"), default="full")
+    p.add_argument(
+        "--database",
+        metavar="DSN",
+        default=os.environ.get("ASYNCAI_WEBHOOKS_DATABASE"),
+        help="PostgreSQL instead of SQLite ('throwaway': a cluster of the run's own)",
+    )
     args = p.parse_args()
-    sys.exit(anyio.run(main, args.quick, args.sync))
+    sys.exit(anyio.run(main, args.quick, args.sync, args.database))

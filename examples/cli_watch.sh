@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# asyncai-watch from the shell: list what a server offers, watch a file, print each notice as JSON.
+# asyncai-watch from the shell: list what a server offers, watch a file, print one notice as JSON.
 #
 #   bash examples/cli_watch.sh
 #
-# Needs asyncai-watch and asyncai-mcp-files on PATH (pip install asyncai-watch). The watch runs as a
-# coprocess; the script reads its output as it comes (no sleeps), changes the file, and stops it.
+# Needs asyncai-watch and asyncai-mcp-files on PATH (pip install asyncai-watch). The watch runs in
+# the background with --once: it prints one notice and exits 0, so no coprocess and no kill.
 set -euo pipefail
 
 dir=$(mktemp -d)
@@ -13,21 +13,20 @@ echo '{"mode": "off"}' > "$dir/config.json"
 
 asyncai-watch resources --server "files=asyncai-mcp-files $dir"
 
-coproc WATCH {
-    exec asyncai-watch watch "file://$dir/config.json" --server "files=asyncai-mcp-files $dir" \
-        --debounce 0 --json 2>&1
-}
-watch_pid=$WATCH_PID              # bash forgets WATCH_PID once the coprocess ends
-exec {out}<&"${WATCH[0]}"
-read -r started <&"$out"          # "asyncai-watch: watching file://... (state); Ctrl-C stops"
-echo "$started"
+# The watch says "asyncai-watch: watching file://... (state); Ctrl-C stops" on stderr once it is
+# subscribed; the change is made only then (read from a FIFO: awaited, no sleeps).
+mkfifo "$dir/status"
+asyncai-watch watch "file://$dir/config.json" --server "files=asyncai-mcp-files $dir" \
+    --debounce 0 --json --once 2>"$dir/status" >"$dir/notice" &
+watch_pid=$!
+exec {status}<"$dir/status"       # held open to the end: the watch's stderr never hits a closed pipe
+until read -r line <&"$status" && [[ $line == *watching* ]]; do :; done
+echo "$line"
 
 # Write the new content whole (rename), as editors do.
 echo '{"mode": "on"}' > "$dir/config.json.new"
 mv "$dir/config.json.new" "$dir/config.json"
 
-read -r notice <&"$out"           # one JSON object per notice, e.g. for jq
-echo "$notice"
-
-kill -TERM "$watch_pid"
-wait "$watch_pid"                 # exits 0 on SIGTERM or Ctrl-C
+wait "$watch_pid"                 # --once: exits 0 after the first notice
+cat "$dir/notice"                 # one JSON object per notice, e.g. for jq
+exec {status}<&-

@@ -12,6 +12,7 @@ from asyncai_servers.files.change_source import InotifyUnavailable, NotifyTiming
 from asyncai_servers.files.content import DEFAULT_MAX_BYTES
 from asyncai_servers.files.paths import RootError, Roots
 from asyncai_watch.cli_help import HelpFormatter, examples
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, configure_logging
 from asyncai_watch.server.policy import (
     HttpPolicy,
     PolicyError,
@@ -62,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         "(port 0 picks a free port; the URL is printed as 'READY <url>' on stderr)",
     )
     add_http_arguments(p)
+    add_log_flags(p)
     return p
 
 
@@ -88,6 +90,10 @@ async def serve_http(server: FilesServer, host: str, port: int, policy: HttpPoli
 def main(argv: Sequence[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
+    try:
+        configure_logging(args)
+    except LogFlagError as exc:
+        parser.error(str(exc))
     if args.debounce_ms < 0 or args.max_bytes < 1:
         parser.error(
             f"--debounce-ms must be >= 0 and --max-bytes >= 1 (got {args.debounce_ms}, {args.max_bytes})"

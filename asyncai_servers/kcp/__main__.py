@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import math
 import os
 import shlex
@@ -22,6 +21,7 @@ from asyncai_servers.kcp.server import KcpServer
 from asyncai_servers.kcp.watcher import RING_CHARS, RING_EVENTS, RING_WINDOW, WatcherPool
 from asyncai_watch import Backoff
 from asyncai_watch.cli_help import HelpFormatter, examples
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, configure_logging
 from asyncai_watch.server.http import serve_http
 from asyncai_watch.server.policy import (
     PolicyError,
@@ -115,7 +115,7 @@ def _parser(prog: str, read_only: bool) -> argparse.ArgumentParser:
         "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
     )
     p.add_argument("--read-only", action="store_true", help="serve no mutating tools; needs --token-command")
-    p.add_argument("--log-level", default=os.environ.get("ASYNCAI_KCP_LOG", "WARNING"))
+    add_log_flags(p, default_level=os.environ.get("ASYNCAI_KCP_LOG", "WARNING"))
     add_http_arguments(p)
     return p
 
@@ -135,9 +135,10 @@ def _run(argv: list[str] | None, *, read_only: bool, prog: str) -> int:
     p = _parser(prog, read_only)
     args = p.parse_args(argv)
     read_only = read_only or args.read_only
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
-    )
+    try:
+        configure_logging(args)
+    except LogFlagError as exc:
+        p.error(str(exc))
     token_command = shlex.split(args.token_command) if args.token_command else None
     if read_only and not token_command:
         p.error("the read-only server re-mints its token on every reconnect: pass --token-command CMD")

@@ -6,14 +6,14 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Awaitable, Callable
 from typing import TextIO
 
 import anyio
 
 from asyncai_servers.memo.server import MemoState, build_server
 from asyncai_watch.cli_help import HelpFormatter, examples
-from asyncai_watch.server.http import bind_error, parse_host_port, serve_http
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, configure_logging
+from asyncai_watch.server.http import parse_host_port, run_server, serve_http
 from asyncai_watch.server.policy import (
     TOKEN_ENV,
     HttpPolicy,
@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --also-http: write 'READY <url>' to PATH once HTTP is up (before stdio answers)",
     )
     add_http_arguments(parser)
+    add_log_flags(parser)
     return parser
 
 
@@ -119,6 +120,10 @@ PROG = "asyncai-mcp-simple"
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        configure_logging(args)
+    except LogFlagError as exc:
+        _parser().error(str(exc))
     if args.max_uris < 1:
         _parser().error(f"--max-uris must be >= 1, got {args.max_uris}")
     if args.bearer_token is not None:
@@ -144,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             _parser().error(str(exc).replace("--http", "--also-http"))
         check_bind(policy, host, args.also_http, PROG)
-        return _run_http(args.also_http, _serve_stdio_and_http, memo, host, port, args.ready_file, policy)
+        return run_server(
+            PROG, args.also_http, _serve_stdio_and_http, memo, host, port, args.ready_file, policy
+        )
     if args.http is None:
         with contextlib.suppress(KeyboardInterrupt):
             anyio.run(_serve_stdio, memo)
@@ -154,22 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         _parser().error(str(exc))
     check_bind(policy, host, args.http, PROG)
-    return _run_http(args.http, _serve_http, memo, host, port, policy)
-
-
-def _run_http(address: str, serve: Callable[..., Awaitable[None]], *args: object) -> int:
-    """Run ``serve``; Ctrl-C is a clean exit, and a bind failure (the port is taken) one line, exit 2."""
-    try:
-        anyio.run(serve, *args)
-    except KeyboardInterrupt:
-        return 0
-    except (OSError, BaseExceptionGroup) as exc:
-        error = bind_error(exc)
-        if error is None:
-            raise
-        print(f"{PROG}: cannot serve HTTP on {address}: {error.strerror or error}", file=sys.stderr)
-        return 2
-    return 0
+    return run_server(PROG, args.http, _serve_http, memo, host, port, policy)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import math
 import os
 import sys
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, configure_logging
 from asyncai_watch.server.policy import (
     HttpPolicy,
     PolicyError,
@@ -110,13 +110,6 @@ def _parser() -> argparse.ArgumentParser:
         help="how long a table stays watched after its last listener leaves (default 60)",
     )
     p.add_argument(
-        "--ring-events",
-        type=int,
-        default=None,
-        metavar="N",
-        help="events each event log keeps for readers that send their position (default 8192)",
-    )
-    p.add_argument(
         "--max-uris",
         type=int,
         default=None,
@@ -131,7 +124,15 @@ def _parser() -> argparse.ArgumentParser:
         help="distinct targets (tables, filtered views, queries) watched at once, all clients together "
         "(default 20,000): a listen or read past it is refused naming this flag",
     )
-    p.add_argument("--log-level", default=os.environ.get("ASYNCAI_PG_LOG", "WARNING"))
+    p.add_argument(
+        "--max-sources-per-client",
+        type=int,
+        default=None,
+        metavar="N",
+        help="distinct targets one client's listens hold at once (default 10,000), so one client cannot "
+        "take all of --max-sources: a listen past it is refused naming this flag",
+    )
+    add_log_flags(p, default_level=os.environ.get("ASYNCAI_PG_LOG", "WARNING"))
     add_http_arguments(p)
     return p
 
@@ -157,8 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 0 < args.statement_timeout < math.inf or args.pool < 1 or not 0 <= args.idle_grace < math.inf:
         p.error("--statement-timeout must be > 0, --pool >= 1 and --idle-grace >= 0")
-    if args.ring_events is not None and args.ring_events < 1:
-        p.error(f"--ring-events must be >= 1, got {args.ring_events}")
+    if args.max_sources_per_client is not None and args.max_sources_per_client < 1:
+        p.error(f"--max-sources-per-client must be >= 1, got {args.max_sources_per_client}")
     if args.max_uris is not None and args.max_uris < 1:
         p.error(f"--max-uris must be >= 1, got {args.max_uris}")
     if args.max_sources is not None and args.max_sources < 1:
@@ -178,9 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         retention = Retention(max_age=parse_age(args.retain_age), max_bytes=parse_size(args.retain_size))
     except ValueError as exc:
         p.error(str(exc))
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
-    )
+    try:
+        configure_logging(args)
+    except LogFlagError as exc:
+        p.error(str(exc))
     from asyncai_servers.postgres.config import ConfigError, load_config
 
     try:
@@ -190,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.install_triggers or args.remove_triggers:
         return _triggers(config, args.dsn, install=args.install_triggers, retention=retention)
 
-    from asyncai_servers.postgres.server import MAX_SOURCES, RING_EVENTS, PostgresServer
+    from asyncai_servers.postgres.server import MAX_SOURCES, MAX_SOURCES_PER_CLIENT, PostgresServer
     from asyncai_watch import Backoff
     from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS
 
@@ -201,9 +203,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         pool_size=args.pool,
         reconnect=Backoff(initial=reconnect[0], cap=reconnect[1], attempts=None),
         idle_grace=args.idle_grace,
-        ring_events=args.ring_events or RING_EVENTS,
         max_uris=DEFAULT_MAX_URIS if args.max_uris is None else args.max_uris,
         max_sources=MAX_SOURCES if args.max_sources is None else args.max_sources,
+        max_sources_per_client=(
+            MAX_SOURCES_PER_CLIENT if args.max_sources_per_client is None else args.max_sources_per_client
+        ),
     )
     return _serve(server, http, args.http, policy)
 

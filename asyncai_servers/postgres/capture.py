@@ -43,6 +43,7 @@ import attrs
 import msgspec
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.rowset import key_text
@@ -53,11 +54,14 @@ __all__ = [
     "DEFAULT_RETENTION",
     "LogPage",
     "Retention",
+    "expire",
     "install_capture",
     "log_body",
+    "log_body_where",
     "parse_age",
     "parse_size",
     "read_log",
+    "read_log_where",
     "remove_capture",
 ]
 
@@ -159,29 +163,45 @@ _CAPTURE_FUNCTION = r"""
 CREATE OR REPLACE FUNCTION asyncai_watch.capture() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  -- A partition's changes go to its root's log (row triggers are cloned onto partitions).
-  rel oid := coalesce(pg_partition_root(TG_RELID), TG_RELID);
-  mark text := 'asyncai_watch.x' || rel::text;
-  first boolean := current_setting(mark, true) IS DISTINCT FROM '1';
+  -- A partition's changes go to its root's log (row triggers are cloned onto partitions), and to
+  -- its own too when it is captured itself (a config may name a partition).
+  root oid := coalesce(pg_partition_root(TG_RELID), TG_RELID);
+  rels oid[] := ARRAY[root];
+  rel oid;
+  mark text;
+  first boolean;
+  part json;
 BEGIN
-  -- The first change of this transaction to this table queues the commit-time seal (a
-  -- transaction-local setting: it reverts with a rolled-back subtransaction, as the row does).
-  IF first THEN
-    PERFORM set_config(mark, '1', true);
+  IF root <> TG_RELID THEN
+    part := json_build_object('partition', format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
+    IF EXISTS (SELECT 1 FROM asyncai_watch.logs l WHERE l.relid = TG_RELID) THEN
+      rels := CASE WHEN EXISTS (SELECT 1 FROM asyncai_watch.logs l WHERE l.relid = root)
+                   THEN ARRAY[root, TG_RELID] ELSE ARRAY[TG_RELID] END;
+    END IF;
   END IF;
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO asyncai_watch.changes (relid, xid, op, new, first)
-      VALUES (rel, pg_current_xact_id(), 'I', row_to_json(NEW), first);
-  ELSIF TG_OP = 'UPDATE' THEN
-    INSERT INTO asyncai_watch.changes (relid, xid, op, old, new, first)
-      VALUES (rel, pg_current_xact_id(), 'U', row_to_json(OLD), row_to_json(NEW), first);
-  ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO asyncai_watch.changes (relid, xid, op, old, first)
-      VALUES (rel, pg_current_xact_id(), 'D', row_to_json(OLD), first);
-  ELSE
-    INSERT INTO asyncai_watch.changes (relid, xid, op, first)
-      VALUES (rel, pg_current_xact_id(), 'T', first);
-  END IF;
+  FOREACH rel IN ARRAY rels LOOP
+    -- The first change of this transaction to this table queues the commit-time seal (a
+    -- transaction-local setting: it reverts with a rolled-back subtransaction, as the row does).
+    mark := 'asyncai_watch.x' || rel::text;
+    first := current_setting(mark, true) IS DISTINCT FROM '1';
+    IF first THEN
+      PERFORM set_config(mark, '1', true);
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+      INSERT INTO asyncai_watch.changes (relid, xid, op, new, first)
+        VALUES (rel, pg_current_xact_id(), 'I', row_to_json(NEW), first);
+    ELSIF TG_OP = 'UPDATE' THEN
+      INSERT INTO asyncai_watch.changes (relid, xid, op, old, new, first)
+        VALUES (rel, pg_current_xact_id(), 'U', row_to_json(OLD), row_to_json(NEW), first);
+    ELSIF TG_OP = 'DELETE' THEN
+      INSERT INTO asyncai_watch.changes (relid, xid, op, old, first)
+        VALUES (rel, pg_current_xact_id(), 'D', row_to_json(OLD), first);
+    ELSE
+      -- (on each leaf partition: a TRUNCATE fires the statement triggers of the tables it empties)
+      INSERT INTO asyncai_watch.changes (relid, xid, op, new, first)
+        VALUES (rel, pg_current_xact_id(), 'T', CASE WHEN rel <> TG_RELID THEN part END, first);
+    END IF;
+  END LOOP;
   RETURN NULL;
 END
 $fn$
@@ -242,6 +262,42 @@ END
 $fn$
 """
 
+_EXPIRE_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION asyncai_watch.expire(rel oid) RETURNS float8 LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  lg asyncai_watch.logs;
+  newest bigint;
+  keep bigint;
+  xids xid8[];
+  oldest timestamptz;
+BEGIN
+  -- The age retention, applied on the server's timer (the writers' trims run every 256 seqs): the
+  -- oldest transactions older than max_age go, the newest always stays. Answers the seconds until
+  -- the next one ages out (max_age when none is kept but the newest), or NULL (no such log).
+  SELECT * INTO lg FROM asyncai_watch.logs l WHERE l.relid = rel;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  SELECT x.last_seq INTO newest FROM asyncai_watch.xacts x WHERE x.relid = rel ORDER BY x.last_seq DESC LIMIT 1;
+  SELECT min(x.last_seq) INTO keep FROM asyncai_watch.xacts x
+   WHERE x.relid = rel AND x.at >= clock_timestamp() - lg.max_age;
+  keep := least(coalesce(keep, newest), newest);
+  IF keep IS NOT NULL THEN
+    WITH gone AS (
+      DELETE FROM asyncai_watch.xacts x WHERE x.relid = rel AND x.last_seq < keep RETURNING x.xid
+    )
+    SELECT array_agg(gone.xid) INTO xids FROM gone;
+    IF xids IS NOT NULL THEN
+      DELETE FROM asyncai_watch.changes c WHERE c.relid = rel AND c.xid = ANY (xids);
+    END IF;
+  END IF;
+  SELECT min(x.at) INTO oldest FROM asyncai_watch.xacts x WHERE x.relid = rel AND x.last_seq < newest;
+  RETURN extract(epoch FROM coalesce(oldest, clock_timestamp()) + lg.max_age - clock_timestamp());
+END
+$fn$
+"""
+
 _READ_FUNCTION = r"""
 CREATE OR REPLACE FUNCTION asyncai_watch.read_log(rel oid, reader_log text, after bigint, lim integer)
 RETURNS TABLE (log_id text, first_seq bigint, last_seq bigint, max_age interval, max_bytes bigint,
@@ -292,6 +348,7 @@ _FUNCTIONS: Final = (
     ("seal", _SEAL_FUNCTION % {"every": TRIM_EVERY}),
     ("trim", _TRIM_FUNCTION),
     ("read_log", _READ_FUNCTION % {}),
+    ("expire", _EXPIRE_FUNCTION),
 )
 
 
@@ -359,19 +416,53 @@ def install_capture(
             " ON CONFLICT (relid) DO UPDATE SET max_age = EXCLUDED.max_age, max_bytes = EXCLUDED.max_bytes",
             (relid, relid, retention.max_age, retention.max_bytes),
         )
-        for name in CAPTURE_TRIGGERS:
-            conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+        _drop_triggers(conn, relid)
+        if not _cloned(conn, relid):  # (a partition of a captured table has its root's, cloned)
+            conn.execute(
+                sql.SQL(
+                    "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW"
+                    " EXECUTE FUNCTION asyncai_watch.capture()"
+                ).format(sql.Identifier(CAPTURE_TRIGGERS[0]), table)
+            )
+        # TRUNCATE fires the statement triggers of each table it empties, and those are not
+        # cloned onto partitions: every leaf gets one (a partitioned table holds no rows itself),
+        # and the DDL event trigger gives one to a partition made later (triggers.add_triggers).
+        for (leaf,) in conn.execute(
+            "SELECT relid::regclass::text FROM pg_partition_tree(%s::oid::regclass) WHERE isleaf"
+            " UNION SELECT c.oid::regclass::text FROM pg_class c WHERE c.oid = %s AND c.relkind = 'r'",
+            (relid, relid),
+        ).fetchall():
+            conn.execute(sql.SQL(_TRUNCATE_TRIGGER % {"rel": leaf}))
+
+
+def _cloned(conn: Conn, relid: int) -> bool:
+    """Whether the table carries the row capture trigger cloned from a partitioned table above it."""
+    return (
         conn.execute(
-            sql.SQL(
-                "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW"
-                " EXECUTE FUNCTION asyncai_watch.capture()"
-            ).format(sql.Identifier(CAPTURE_TRIGGERS[0]), table)
-        )
-        conn.execute(
-            sql.SQL(
-                "CREATE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.capture()"
-            ).format(sql.Identifier(CAPTURE_TRIGGERS[1]), table)
-        )
+            "SELECT 1 FROM pg_trigger WHERE tgrelid = %s AND tgname = %s AND tgparentid <> 0",
+            (relid, CAPTURE_TRIGGERS[0]),
+        ).fetchone()
+        is not None
+    )
+
+
+def _drop_triggers(conn: Conn, relid: int) -> None:
+    """Drop the capture triggers of a table and its partitions, except the clones (which go with
+    the partitioned table's, and may not be dropped alone)."""
+    for rel, name in conn.execute(
+        "SELECT g.tgrelid::regclass::text, g.tgname::text FROM pg_trigger g"
+        " WHERE (g.tgrelid = %s OR g.tgrelid IN (SELECT relid FROM pg_partition_tree(%s::oid::regclass)))"
+        " AND g.tgname = ANY (%s) AND g.tgparentid = 0",
+        (relid, relid, list(CAPTURE_TRIGGERS)),
+    ).fetchall():
+        conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), sql.SQL(rel)))
+
+
+_TRUNCATE_TRIGGER = (
+    "DROP TRIGGER IF EXISTS asyncai_watch_capture_truncate ON %(rel)s;"
+    " CREATE TRIGGER asyncai_watch_capture_truncate AFTER TRUNCATE ON %(rel)s"
+    " FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.capture()"
+)
 
 
 def _drop_log(conn: Conn, relid: int) -> None:
@@ -389,11 +480,10 @@ def remove_capture(conn: Conn, tables: Sequence[TableName]) -> None:
     once no table is captured. In the caller's transaction."""
     there = conn.execute("SELECT to_regclass('asyncai_watch.logs') IS NOT NULL").fetchone()
     for t in tables:
-        table = sql.Identifier(t.schema, t.name)
-        for name in CAPTURE_TRIGGERS:
-            conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+        relid = _relid(conn, t)
+        _drop_triggers(conn, relid)
         if there and there[0]:
-            _drop_log(conn, _relid(conn, t))
+            _drop_log(conn, relid)
     left = conn.execute(
         "SELECT count(*) FROM pg_trigger WHERE tgname = %s", (CAPTURE_TRIGGERS[0],)
     ).fetchone()
@@ -412,12 +502,60 @@ _TYPES: Final = {"I": "ADDED", "U": "MODIFIED", "D": "DELETED", "T": "TRUNCATED"
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 
 
+EXPIRE: Final = sql.SQL("SELECT asyncai_watch.expire(to_regclass(%s)::oid)")
+"""Apply one table's age retention now (:func:`expire`'s answer: seconds to the next expiry)."""
+
+
+def expire(table: TableName) -> tuple[sql.SQL, Sequence[Any]]:
+    """The statement applying ``table``'s age retention; it answers the seconds until the next
+    change ages out, or NULL when the table has no log (run it in a read-write transaction)."""
+    return EXPIRE, (sql.Identifier(table.schema, table.name).as_string(None),)
+
+
 def read_log(relid: int, after: tuple[str, int] | None, limit: int) -> tuple[sql.SQL, Sequence[Any]]:
     """The statement reading a table's log: a header row (``log_id``, first and last seq kept,
     retention), then up to ``limit`` events after the reader's position ``(log_id, seq)`` (none,
     or one in another log: the newest ``limit``)."""
     log_id, seq = after if after is not None else (None, None)
     return _LOG_READ, (relid, log_id, seq, limit)
+
+
+def read_log_where(
+    relid: int,
+    table: TableName,
+    where: Sequence[tuple[str, str]],
+    after: tuple[str, int] | None,
+    scan: int,
+) -> tuple[sql.Composed, Sequence[Any]]:
+    """:func:`read_log` of a filtered view: the header row, then the events among the next
+    ``scan`` of the table's log whose row before or after matches ``where`` (compared as the
+    column's type compares them: the row image read back into the table's row type), each with
+    two more columns, whether the row before and the row after match; the header's last column
+    is the newest seq looked at."""
+    t = sql.Identifier(table.schema, table.name)
+
+    def matches(image: str) -> sql.Composable:
+        return sql.SQL("({} IS NOT NULL AND {})").format(
+            sql.Identifier("r", image),
+            sql.SQL(" AND ").join(
+                sql.SQL("(jsonb_populate_record(NULL::{t}, r.{i}::jsonb)).{c} = f.{c}").format(
+                    t=t, i=sql.Identifier(image), c=sql.Identifier(c)
+                )
+                for c, _ in where
+            ),
+        )
+
+    query = sql.SQL(
+        "WITH r AS (SELECT * FROM asyncai_watch.read_log(%s, %s, %s, %s)),"
+        " m AS (SELECT r.*, {old} AS om, {new} AS nm FROM r CROSS JOIN jsonb_populate_record(NULL::{t}, %s) AS f"
+        " WHERE r.seq IS NOT NULL)"
+        " SELECT log_id, first_seq, last_seq, extract(epoch FROM max_age)::float8, max_bytes,"
+        " (SELECT max(seq) FROM r), NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM r WHERE r.seq IS NULL"
+        " UNION ALL (SELECT NULL, NULL, NULL, NULL, NULL, seq, txid::text, op::text, old::text, new::text,"
+        " to_json(at)::text, om, nm FROM m WHERE om OR nm OR op = 'T' ORDER BY seq)"
+    ).format(old=matches("old"), new=matches("new"), t=t)
+    log_id, seq = after if after is not None else (None, None)
+    return query, (relid, log_id, seq, scan, Jsonb(dict(where)))
 
 
 @attrs.frozen
@@ -436,31 +574,87 @@ def log_body(
     text PostgreSQL made (``row_to_json``), projected to ``columns`` when the config names them."""
     head, events = rows[0], rows[1:]
     log_id, first, last, age, size = head[:5]
-    retention = Retention(max_age=timedelta(seconds=float(age)), max_bytes=int(size))
+    out = [_event(row, _TYPES[row[7]], table, primary_key, columns) for row in events]
+    more = bool(events) and int(events[-1][5]) < int(last)
+    return LogPage(_body(log_id, int(last), int(first), age, size, out), more)
+
+
+def log_body_where(
+    rows: Sequence[Sequence[Any]],
+    after: tuple[str, int] | None,
+    page: int,
+    scan: int,
+    table: TableName,
+    primary_key: Sequence[str],
+    columns: Sequence[str] | None,
+) -> LogPage:
+    """The body of a :func:`read_log_where` answer (pure): :func:`log_body`'s, with at most
+    ``page`` events, ``from_seq`` (the body holds every event of the view after it: seqs it
+    skips were other rows') and ``last_seq`` the newest seq looked at (of at most ``scan``) (the reader goes on from
+    there). A reader with a position gets the oldest ``page`` after it; one without (a baseline)
+    the newest, as :func:`read_log` answers. A row updated into the filter is ``ADDED``, out of it
+    ``DELETED``."""
+    head = next(r for r in rows if r[0] is not None)
+    events = [r for r in rows if r[0] is None]
+    log_id, first, last, age, size, looked = head[:6]
+    first, last = int(first), int(last)
+    through = last if looked is None else int(looked)
+    positioned = after is not None and after[0] == log_id
+    # No position, or one in another log: the newest part of the log (read_log's choice).
+    start = after[1] if after is not None and positioned else last - scan
+    start = max(start, first - 1)  # what the log no longer holds is missed: the reader gets a GAP
+    if len(events) > page and positioned:
+        # A reader catching up: the oldest page, and it goes on from its last event.
+        events = events[:page]
+        through = int(events[-1][5])
+    elif len(events) > page:
+        # No position (a watch's baseline, or a log that started over): the newest page, as
+        # read_log's unfiltered answer, so a new watch starts at the log's end and gets nothing
+        # older as news; the body holds every event of the view after the last one left out.
+        start = int(events[-page - 1][5])
+        events = events[-page:]
     out: list[str] = []
     for row in events:
-        seq, txid, op, old, new = row[5:10]
-        at = row[10]
+        op, om, nm = row[7], row[11], row[12]
         typ = _TYPES[op]
-        parts = [f'{{"seq":{int(seq)},"type":"{typ}"']
-        if typ == "TRUNCATED":
-            parts.append(f',"object":{{"table":{dumps(str(table))}}}')
-        else:
-            shown = _fields(new if new is not None else old)
-            key = (
-                "[" + ",".join(bytes(shown[c]).decode() if c in shown else "null" for c in primary_key) + "]"
-            )
-            parts.append(f',"key":{dumps(key_text(key))},"object":{_project(shown, new or old, columns)}')
-            if typ == "MODIFIED":
-                parts.append(f',"old":{_project(_fields(old), old, columns)}')
-        parts.append(f',"txid":{int(txid)},"at":{at}}}')
-        out.append("".join(parts))
-    more = bool(events) and int(events[-1][5]) < int(last)
-    text = (
-        f'{{"log_id":{dumps(log_id)},"last_seq":{int(last)},"first_seq":{int(first)},'
-        f'"retention":{dumps(retention.text())},"events":[{",".join(out)}]}}'
+        if op == "U" and not om:
+            typ = "ADDED"  # updated into the filter
+        elif op == "U" and not nm:
+            typ = "DELETED"  # updated out of it: the row as it left
+            row = (*row[:9], row[8], *row[10:])
+        out.append(_event(row, typ, table, primary_key, columns))
+    return LogPage(_body(log_id, through, first, age, size, out, start), through < last)
+
+
+def _body(
+    log_id: str, last: int, first: int, age: Any, size: Any, events: list[str], start: int | None = None
+) -> str:
+    retention = Retention(max_age=timedelta(seconds=float(age)), max_bytes=int(size))
+    covered = "" if start is None else f'"from_seq":{start},'
+    return (
+        f'{{"log_id":{dumps(log_id)},"last_seq":{last},"first_seq":{first},{covered}'
+        f'"retention":{dumps(retention.text())},"events":[{",".join(events)}]}}'
     )
-    return LogPage(text, more)
+
+
+def _event(
+    row: Sequence[Any], typ: str, table: TableName, primary_key: Sequence[str], columns: Sequence[str] | None
+) -> str:
+    seq, txid, _op, old, new = row[5:10]
+    at = row[10]
+    parts = [f'{{"seq":{int(seq)},"type":"{typ}"']
+    if typ == "TRUNCATED":
+        # A partition emptied alone: its name too (``new`` holds it).
+        part = "" if new is None else f',"partition":{bytes(_fields(new)["partition"]).decode()}'
+        parts.append(f',"object":{{"table":{dumps(str(table))}{part}}}')
+    else:
+        shown = _fields(new if new is not None else old)
+        key = "[" + ",".join(bytes(shown[c]).decode() if c in shown else "null" for c in primary_key) + "]"
+        parts.append(f',"key":{dumps(key_text(key))},"object":{_project(shown, new or old, columns)}')
+        if typ == "MODIFIED":
+            parts.append(f',"old":{_project(_fields(old), old, columns)}')
+    parts.append(f',"txid":{int(txid)},"at":{at}}}')
+    return "".join(parts)
 
 
 def _project(fields: dict[str, msgspec.Raw], text: str, columns: Sequence[str] | None) -> str:

@@ -124,6 +124,13 @@ class Database:
                 # A statement that failed cleanly leaves the session as it was; a lost connection,
                 # or a read cancelled mid-way (below: not a psycopg.Error), does not.
                 reuse = not isinstance(exc, psycopg.OperationalError)
+                if not reuse and not isinstance(exc, pgerrors.QueryCanceled):
+                    # A lost connection: the idle ones were most likely cut too (a restart of
+                    # PostgreSQL cuts them all), and the one retry must get a new one.
+                    stale, self._free = self._free, []
+                    with anyio.CancelScope(shield=True):
+                        for old in stale:
+                            await old.close()
                 raise
             finally:
                 if reuse and not (conn.closed or conn.broken):
@@ -131,6 +138,17 @@ class Database:
                 else:
                     with anyio.CancelScope(shield=True):
                         await conn.close()
+
+    async def maintain(
+        self, query: sql.SQL | sql.Composed | str, params: Sequence[Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """All rows of one statement in a read-write transaction: a ``SECURITY DEFINER`` function
+        of the change log that deletes (its age retention); the sessions stay read-only otherwise."""
+        async with self._conn() as conn, conn.transaction():
+            self.queries += 1
+            await conn.execute("SET TRANSACTION READ WRITE")
+            cur = await conn.execute(query, params or None)
+            return await cur.fetchall()
 
     async def fetch(
         self, query: sql.SQL | sql.Composed | str, params: Sequence[Any] | None = None

@@ -20,7 +20,16 @@ from asyncai_servers.postgres.config import QuerySpec, TableName, TableSpec
 from asyncai_servers.postgres.rowset import json_text
 from asyncai_servers.postgres.uri import TableTarget
 
-__all__ = ["TRIGGER_NAMES", "TableMeta", "catalog", "load_rows", "query_rows", "reread_rows", "shared_reread"]
+__all__ = [
+    "TRIGGER_NAMES",
+    "TableMeta",
+    "catalog",
+    "first_reads",
+    "load_rows",
+    "query_rows",
+    "reread_rows",
+    "shared_reread",
+]
 
 TRIGGER_NAMES: Final = (
     "asyncai_watch_insert",
@@ -154,6 +163,30 @@ def load_rows(meta: TableMeta, target: TableTarget) -> Query:
         m=_matches("f", [c for c, _ in target.filter]), table=table
     )
     return sql.SQL("{} UNION ALL ({})").format(values, query), [*params, *params]
+
+
+def first_reads(meta: TableMeta, spec: TableSpec, filters: Sequence[Sequence[tuple[str, str]]]) -> Query:
+    """Every row of each filtered view (all filtering on the same columns) in one statement:
+    ``(n, match_json, key_json, row_json)``, ``n`` the view's place in ``filters`` (from 1), its
+    rows in key order, at most ``max_rows + 1`` each (a view without rows: one row, key NULL)."""
+    table = sql.Identifier(meta.name.schema, meta.name.name)
+    columns = [c for c, _ in filters[0]]
+    pk = _cols("t", meta.primary_key)
+    query = sql.SQL(
+        "SELECT f.ordinality, {m}, s.k, s.r FROM jsonb_populate_recordset(NULL::{table}, %s) WITH ORDINALITY AS f"
+        " LEFT JOIN LATERAL (SELECT json_build_array({pk})::text AS k, {row}::text AS r FROM {table} AS t"
+        " WHERE {conds} ORDER BY {pk} LIMIT {limit}) s ON TRUE ORDER BY f.ordinality"
+    ).format(
+        m=_matches("f", columns),
+        table=table,
+        pk=pk,
+        row=_row(TableTarget(spec)),
+        conds=sql.SQL(" AND ").join(
+            sql.SQL("{} = {}").format(sql.Identifier("t", c), sql.Identifier("f", c)) for c in columns
+        ),
+        limit=sql.Literal(spec.max_rows + 1),
+    )
+    return query, [Jsonb([dict(f) for f in filters])]
 
 
 def shared_reread(meta: TableMeta, spec: TableSpec, keys: Sequence[Sequence[Any]]) -> Query:

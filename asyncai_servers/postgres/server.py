@@ -20,8 +20,9 @@ composed by the driver (queries.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -30,10 +31,12 @@ import anyio
 import anyio.abc
 import attrs
 import mcp_types as types
+import psycopg
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from asyncai_servers.postgres.capture import expire
 from asyncai_servers.postgres.config import Config, TableName
 from asyncai_servers.postgres.db import Database, PgError
 from asyncai_servers.postgres.listener import RECONNECT, DdlChanged, Listener, RowsChanged
@@ -54,15 +57,16 @@ from asyncai_watch import EVENTS_MIME_TYPE, Backoff
 from asyncai_watch.clock import Clock, SystemClock
 from asyncai_watch.server.errors import resource_error
 from asyncai_watch.server.eventlog import read_after
+from asyncai_watch.server.policy import client_key
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
 from asyncai_watch.server.tool_dispatch import tool_handlers
 
 __all__ = [
     "IDLE_GRACE",
     "MAX_SOURCES",
-    "RING_CHARS",
-    "RING_EVENTS",
-    "RING_WINDOW",
+    "MAX_SOURCES_PER_CLIENT",
+    "RETAIN_CHECK",
+    "RETAIN_MIN",
     "SERVER_NAME",
     "PostgresServer",
 ]
@@ -72,15 +76,16 @@ log = logging.getLogger(__name__)
 SERVER_NAME: Final = "postgres"
 IDLE_GRACE: Final = 60.0
 """Seconds a source outlives its last listener (a client re-listening after a drop keeps its log)."""
-RING_EVENTS: Final = 8192
-"""Events a table's log keeps for readers that send their position: 8 s at 1,000 changes/s."""
-RING_CHARS: Final = 8 << 20
-"""...and at most this much JSON text, whatever the rows' size."""
-RING_WINDOW: Final = 256
-"""Events a read without a position returns."""
 MAX_SOURCES: Final = 20_000
 """Distinct targets (a table, each filtered view of one, a query) watched at once, all clients
 together (``--max-sources``): each holds its rows in memory."""
+MAX_SOURCES_PER_CLIENT: Final = 10_000
+"""Distinct targets one client's listens hold at once (``--max-sources-per-client``), so that one
+client cannot take all of :data:`MAX_SOURCES`."""
+RETAIN_CHECK: Final = 3600.0
+"""Seconds between two applications of the change logs' age retention, at most."""
+RETAIN_MIN: Final = 1.0
+"""...and at least (a change aging out right now is dropped at the next round)."""
 JSON: Final = "application/json"
 
 Target = TableTarget | QueryTarget
@@ -112,18 +117,18 @@ class PostgresServer:
         clock: Clock | None = None,
         reconnect: Backoff = RECONNECT,
         idle_grace: float = IDLE_GRACE,
-        ring_events: int = RING_EVENTS,
-        ring_chars: int | None = RING_CHARS,
-        ring_window: int | None = RING_WINDOW,
         max_uris: int = DEFAULT_MAX_URIS,
         max_sources: int = MAX_SOURCES,
+        max_sources_per_client: int = MAX_SOURCES_PER_CLIENT,
     ) -> None:
         self.config = config
         self.max_sources = max_sources
+        self.max_sources_per_client = max_sources_per_client
+        self._client_targets: defaultdict[str, Counter[Target]] = defaultdict(Counter)
+        """Per client (as the HTTP guard names it), the targets its open listens hold."""
         self.db = Database(dsn, size=pool_size, statement_timeout=statement_timeout)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.idle_grace = idle_grace
-        self._ring = (ring_events, ring_chars, ring_window)
         self.listener = Listener(
             dsn,
             on_change=self._route,
@@ -160,7 +165,7 @@ class PostgresServer:
             on_list_resource_templates=self._list_templates,
             on_read_resource=self._read,
             **tool_handlers(SERVER_NAME, (), {}),  # resources only: clients never send SQL
-            **self.subscriptions.handlers(),
+            **{**self.subscriptions.handlers(), "on_subscriptions_listen": self._listen},
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -170,6 +175,7 @@ class PostgresServer:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self.listener.run)
+            tg.start_soon(self._retain)
             try:
                 yield self
             finally:
@@ -177,6 +183,29 @@ class PostgresServer:
                 tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True):
             await self.db.aclose()
+
+    async def _retain(self) -> None:
+        """Apply each configured table's age retention (``--retain-age``) on this server's clock,
+        whether or not anyone watches it: at start, then when the next kept change ages out (as
+        the database says), at least every :data:`RETAIN_CHECK` seconds and at most every
+        :data:`RETAIN_MIN` (the writers also trim, every 256 seqs)."""
+        while True:
+            wait = RETAIN_CHECK
+            for spec in self.config.tables:
+                query, params = expire(spec.table)
+                try:
+                    rows = await self.db.maintain(query, params)
+                except psycopg.Error as exc:  # e.g. an install without the function: says so once a round
+                    log.warning(
+                        "%s: applying the change log's age retention failed (an install older than "
+                        "asyncai_watch.expire needs --install-triggers again): %s",
+                        spec.table,
+                        str(exc).strip(),
+                    )
+                    continue
+                if rows and rows[0][0] is not None:
+                    wait = min(wait, max(float(rows[0][0]), RETAIN_MIN))
+            await self.clock.sleep_until(self.clock.now() + wait)
 
     def close_listeners(self) -> None:
         """End every open listen stream gracefully (an HTTP shutdown would otherwise wait on them)."""
@@ -203,10 +232,7 @@ class PostgresServer:
             raise RuntimeError("PostgresServer.running() is not active")
         source: Source
         if isinstance(target, TableTarget):
-            events, chars, window = self._ring
-            source = TableSource(
-                target, self.db, self._publish, ring_events=events, ring_chars=chars, ring_window=window
-            )
+            source = TableSource(target, self.db, self._publish)
         else:
             source = QuerySource(target, self.db, self._publish)
         if self._unreachable is not None:
@@ -343,6 +369,42 @@ class PostgresServer:
         for source in sources:
             source.signalled = False
 
+    async def _listen(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """The registry's listen, within the cap on one client's sources: it holds each target its
+        listens name (a table, a filtered view, a query) from before the acknowledgment to their end."""
+        targets: set[Target] = set()
+        for n, uri in enumerate(params.notifications.resource_subscriptions or ()):
+            with contextlib.suppress(UriError):  # the registry refuses it, naming why
+                targets.add(parse_uri(uri, self.config).target)
+            if n % 1000 == 999:
+                await anyio.lowlevel.checkpoint()
+        scope = getattr(ctx.request, "scope", None)
+        client = client_key(scope if isinstance(scope, dict) else None)
+        held = self._client_targets[client]
+        adding = sum(1 for t in targets if t not in held)
+        if adding and len(held) + adding > self.max_sources_per_client:
+            if not held:
+                del self._client_targets[client]
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"this client's listens would hold {len(held) + adding:,} targets (tables, filtered views, "
+                f"queries), more than one client may (--max-sources-per-client {self.max_sources_per_client:,}); "
+                f"it holds {len(held):,}: end some listens or name fewer filtered URIs, or raise "
+                "--max-sources-per-client",
+            )
+        held.update(targets)
+        try:
+            return await self.subscriptions.listen(ctx, params)
+        finally:
+            held.subtract(targets)
+            for target in targets:
+                if held[target] <= 0:
+                    del held[target]
+            if not held:
+                self._client_targets.pop(client, None)
+
     async def _publish(self, source: Source) -> None:
         for uri in list(source.uris):
             await self.subscriptions.publish(uri)
@@ -402,14 +464,14 @@ class PostgresServer:
         entry.readers += 1  # a read keeps its source (one nobody listens to lingers after it)
         try:
             await source.wait_ready()
-            if isinstance(source, TableSource) and resource.events and source.durable:
+            if isinstance(source, TableSource) and resource.events:
                 page = await source.read_log(read_after(params.meta))
                 text = page.text
                 if page.more and self._tg is not None:
                     # The reader is catching up: tell it at once that there is more to read.
                     self._tg.start_soon(self._more, source)
             elif isinstance(source, TableSource):
-                text = source.read(resource.events, read_after(params.meta))
+                text = source.read()
             else:
                 assert isinstance(source, QuerySource)
                 text = source.read()

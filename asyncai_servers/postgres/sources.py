@@ -1,8 +1,8 @@
 """One source per watched target: what it read last, and a task that re-reads when told.
 
 A :class:`TableSource` keeps a table's rows (or a filtered view's) in a
-:class:`~asyncai_servers.postgres.rowset.RowSet` and a filtered view's changes in an event ring
-(an unfiltered table's event log is the database's durable change log); a
+:class:`~asyncai_servers.postgres.rowset.RowSet` (the event log, filtered or not, is the
+database's durable change log); a
 :class:`QuerySource` keeps a named query's last result. Reads of the resource are answered from
 there, so any number of readers cost no query. What makes a source read the database:
 
@@ -34,8 +34,16 @@ from typing import Any, Final
 
 import anyio
 import psycopg
+from psycopg import sql
 
-from asyncai_servers.postgres.capture import CAPTURE_TRIGGERS, LogPage, log_body, read_log
+from asyncai_servers.postgres.capture import (
+    CAPTURE_TRIGGERS,
+    LogPage,
+    log_body,
+    log_body_where,
+    read_log,
+    read_log_where,
+)
 from asyncai_servers.postgres.config import TableName, TableSpec
 from asyncai_servers.postgres.db import Database, PgError, one_line
 from asyncai_servers.postgres.listener import DdlChanged, RowsChanged
@@ -43,6 +51,7 @@ from asyncai_servers.postgres.queries import (
     TRIGGER_NAMES,
     TableMeta,
     catalog,
+    first_reads,
     load_rows,
     meta_from_row,
     query_rows,
@@ -51,7 +60,6 @@ from asyncai_servers.postgres.queries import (
 )
 from asyncai_servers.postgres.rowset import OverCap, RowChange, RowSet, key_text, query_body
 from asyncai_servers.postgres.uri import STATE_SCHEME, QueryTarget, TableTarget, table_template
-from asyncai_watch.server.eventlog import EventRing
 
 __all__ = ["LOG_PAGE", "MAX_REREAD", "READY_TIMEOUT", "QuerySource", "Source", "TableGroup", "TableSource"]
 
@@ -64,6 +72,9 @@ READY_TIMEOUT: Final = 30.0
 LOG_PAGE: Final = 100
 """Events one read of a durable log returns at most (the client's default ``events_per_update``:
 a reader catching up reads page after page, signalled again after each, instead of a ``GAP``)."""
+LOG_SCAN: Final = 2000
+"""Events of the table's log one read of a filtered view's log looks at, at most (the view's
+are among them: a reader far behind reads on, page after page)."""
 
 
 class RowCapError(PgError):
@@ -286,31 +297,24 @@ class TableSource(Source):
         target: TableTarget,
         db: Database,
         publish: Callable[[Source], Awaitable[None]],
-        *,
-        ring_events: int,
-        ring_chars: int | None,
-        ring_window: int | None,
     ) -> None:
         super().__init__(db, publish)
         self.target = target
         self.rows = RowSet(target.spec.max_rows)
-        self.ring = EventRing(ring_events, max_chars=ring_chars, window=ring_window)
-        """The event log of a filtered target (the unfiltered one's is durable: :meth:`read_log`)."""
         self._keys: dict[tuple[Any, ...], None] = {}
         self.group: TableGroup | None = None
         self.match: tuple[tuple[str, str], ...] | None = () if not target.filter else None
         """The filter's values as a row's are matched (queries.load_rows); None until read."""
         self._heard = False  # a change or a resync since the last refresh: the durable log may have grown
-
-    @property
-    def durable(self) -> bool:
-        """Its event log is the database's change log (capture.py), not the in-memory ring."""
-        return not self.target.filter
+        self.preloaded: list[tuple[Any, ...]] | None = None
+        """Its whole read, as its group read it for several new filtered sources at once (load_rows' shape)."""
 
     def heard(self) -> None:
         """Its table was written: every commit is a new entry of its durable log, even one the
-        rows do not show (a row added and deleted before the re-read), so its readers are told."""
-        if self.durable:
+        rows do not show (a row added and deleted before the re-read), so its readers are told.
+        A filtered view is told when its rows change instead: signalling every view of a table
+        at each write would wake every reader of 10,000 views for one row."""
+        if not self.target.filter:
             self._heard = True
 
     async def told(self) -> None:
@@ -334,10 +338,6 @@ class TableSource(Source):
     def describe(self) -> str:
         return self.target.describe()
 
-    def _report(self, message: str) -> None:
-        if self.good:
-            self.ring.error(message)
-
     @property
     def _meta(self) -> TableMeta:
         return self.meta[self.target.table]
@@ -345,7 +345,7 @@ class TableSource(Source):
     async def _refresh(self, revalidated: bool) -> bool:
         # Every commit to the table is a new entry in the durable log, even one the rows do not
         # show (a row added and deleted before the re-read): tell the log's readers.
-        heard, self._heard = self._heard and self.durable, False
+        heard, self._heard = self._heard, False
         return await self._reread(revalidated) or heard
 
     async def _reread(self, revalidated: bool) -> bool:
@@ -360,8 +360,10 @@ class TableSource(Source):
             full = True  # the primary key changed under us: the next failure revalidates
         try:
             if full:
-                query, params = load_rows(meta, self.target)
-                rows = await self._fetch(query, params)
+                rows, self.preloaded = self.preloaded, None
+                if rows is None:
+                    query, params = load_rows(meta, self.target)
+                    rows = await self._fetch(query, params)
                 for k, r in rows:
                     if k is None:  # the filter's values, as a row's are matched
                         self.match = tuple(
@@ -378,9 +380,6 @@ class TableSource(Source):
             raise self._over_cap(exc) from None
         if self.group is not None:
             self.group.track(self, changes)
-        if self.good:  # the first read is where the log starts, not a change
-            for change in changes:
-                self.ring.append(change.event())
         return bool(changes)
 
     @property
@@ -404,8 +403,6 @@ class TableSource(Source):
             return
         if self.group is not None:
             self.group.track(self, changes)
-        for change in changes:
-            self.ring.append(change.event())
         if changes:
             await self.publish()
 
@@ -459,22 +456,25 @@ class TableSource(Source):
                 "install before it kept the log in memory): run asyncai-mcp-postgres --config CONFIG "
                 "--install-triggers again as its owner"
             )
-        query, params = read_log(meta.oid, after, LOG_PAGE)
+        where = self.target.filter
+        query: sql.SQL | sql.Composed
+        if where:
+            query, params = read_log_where(meta.oid, meta.name, where, after, LOG_SCAN)
+        else:
+            query, params = read_log(meta.oid, after, LOG_PAGE)
         try:
             rows = await self.db.fetch(query, params)
         except psycopg.Error as exc:
             raise one_line(exc, f"{self.describe()} (its change log)", role=self.db.role) from None
-        page = log_body(rows, meta.name, meta.primary_key, self.target.spec.columns)
-        return page
+        if where:
+            return log_body_where(
+                rows, after, LOG_PAGE, LOG_SCAN, meta.name, meta.primary_key, self.target.spec.columns
+            )
+        return log_body(rows, meta.name, meta.primary_key, self.target.spec.columns)
 
-    def read(self, events: bool, after: tuple[str, int] | None) -> str:
-        """The state body or the event log (call after :meth:`wait_ready`); raises its :class:`PgError`."""
+    def read(self) -> str:
+        """The state body (call after :meth:`wait_ready`); raises its :class:`PgError`."""
         self.signalled = False  # before the read: a change from now on is signalled again
-        if events:
-            if not self.good:
-                assert self.error is not None
-                raise self.error
-            return self.ring.text(after)
         if self.error is not None:
             raise self.error
         return self.rows.body()
@@ -558,6 +558,8 @@ class TableGroup:
         self._wake = anyio.Event()
         self.rereads = 0
         """Shared re-reads run (each one statement)."""
+        self.first_reads = 0
+        """Shared first reads run (each one statement for every new filtered source on the same columns)."""
 
     def add(self, source: TableSource) -> None:
         source.group = self
@@ -625,8 +627,8 @@ class TableGroup:
                     await source.told()
             needy, self._needy = list(self._needy), {}
             needy = [s for s in needy if s.has_work and s in self.sources]
+            prefetched: dict[TableName, TableMeta] | PgError | None = None
             if any(s.will_revalidate and not s.down for s in needy):
-                prefetched: dict[TableName, TableMeta] | PgError | None
                 try:
                     prefetched = await needy[0]._lookup()
                 except PgError as exc:
@@ -636,17 +638,49 @@ class TableGroup:
                     prefetched = None
                 for source in needy:
                     source.prefetched = prefetched if source.will_revalidate else None
+            if isinstance(prefetched, dict) and self.table in prefetched:
+                await self._first_reads(prefetched[self.table], needy)
             for source in needy:
                 if source not in self.sources:  # stopped meanwhile
                     continue
                 before = source.match
                 await source.step()
+                source.preloaded = None  # (unused when the step failed before reading)
                 if source.steady:
                     self._unsteady.discard(source)
                 else:
                     self._unsteady.add(source)
                 if source.match != before:
                     self._index = None
+
+    async def _first_reads(self, meta: TableMeta, needy: list[TableSource]) -> None:
+        """New filtered sources filtering on the same columns get their first read from one
+        statement (queries.first_reads) instead of one each: 10,000 new filtered URIs of a table
+        cost one round trip. A failure (a value a column cannot take) leaves each to read on its
+        own, which says which one failed."""
+        fresh: dict[tuple[str, ...], list[TableSource]] = {}
+        for source in needy:
+            if source.target.filter and not source.good and source.error is None and not source.down:
+                fresh.setdefault(tuple(c for c, _ in source.target.filter), []).append(source)
+        for batch in fresh.values():
+            if len(batch) < 2:
+                continue
+            query, params = first_reads(meta, batch[0].target.spec, [s.target.filter for s in batch])
+            self.first_reads += 1
+            try:
+                found = await self.db.fetch(query, params)
+            except psycopg.Error as exc:
+                log.info("%s: a shared first read failed, each source reads on its own: %s", self.table, exc)
+                continue
+            rows: defaultdict[int, list[tuple[Any, ...]]] = defaultdict(list)
+            for n, match, key, row in found:
+                held = rows[int(n)]
+                if not held:
+                    held.append((None, match))
+                if key is not None:
+                    held.append((key, row))
+            for n, source in enumerate(batch, 1):
+                source.preloaded = rows.get(n)
 
     def _filters(self) -> dict[tuple[str, ...], dict[tuple[str, ...], list[TableSource]]]:
         """Filtered sources by their filter's columns, then by its values as matched."""

@@ -101,6 +101,17 @@ BEGIN
     payload := json_build_object('s', sch, 't', tab, 'op', TG_OP)::text;
   END IF;
   PERFORM pg_notify('asyncai_watch', payload);
+  IF TG_RELID <> coalesce(pg_catalog.pg_partition_root(TG_RELID), TG_RELID) THEN
+    -- ...and the partition's own name, for a config that names the partition itself.
+    payload := NULL;
+    IF keys IS NOT NULL THEN
+      payload := json_build_object('s', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME, 'op', TG_OP, 'k', keys)::text;
+    END IF;
+    IF payload IS NULL OR octet_length(payload) >= 8000 THEN
+      payload := json_build_object('s', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME, 'op', TG_OP)::text;
+    END IF;
+    PERFORM pg_notify('asyncai_watch', payload);
+  END IF;
   RETURN NULL;
 END
 $fn$
@@ -122,6 +133,13 @@ BEGIN
     'asyncai_watch_old FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.notify_rows()', rel);
   EXECUTE format('CREATE TRIGGER asyncai_watch_truncate AFTER TRUNCATE ON %s '
     'FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.notify_rows()', rel);
+  -- The durable capture's TRUNCATE trigger is not cloned onto partitions either (capture.py).
+  IF to_regprocedure('asyncai_watch.capture()') IS NOT NULL
+     AND (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = rel) = 'r' THEN
+    EXECUTE format('DROP TRIGGER IF EXISTS asyncai_watch_capture_truncate ON %s', rel);
+    EXECUTE format('CREATE TRIGGER asyncai_watch_capture_truncate AFTER TRUNCATE ON %s '
+      'FOR EACH STATEMENT EXECUTE FUNCTION asyncai_watch.capture()', rel);
+  END IF;
 END
 $fn$
 """

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import anyio
 
 from asyncai_watch.cli_help import HelpFormatter, examples
 from asyncai_watch.extras import MissingExtraError, require
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, configure_logging
 from asyncai_watch.server.http import parse_host_port, serve_http
 from asyncai_watch.server.policy import PolicyError, add_http_arguments, check_bind, http_policy_from_args
 from asyncai_watch.server.resumable import streamable_http_app
@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         "--buffer", type=int, default=DEFAULT_BUFFER, help="doorbells buffered per session (default 64)"
     )
     p.add_argument("--source", default="switchboard", help="the doorbell's meta source (default switchboard)")
-    p.add_argument("--verbose", action="store_true")
+    add_log_flags(p)  # -v/--verbose (was INFO, now DEBUG), -q, --log-level, --log-file
     add_http_arguments(p, tokens=False)  # HTTP callers authenticate with the --config credentials
     return p
 
@@ -136,7 +136,10 @@ def main(argv: list[str] | None = None) -> None:
         except MissingExtraError as exc:
             print(f"asyncai-switchboard: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    try:
+        configure_logging(args)
+    except LogFlagError as exc:
+        _parser().error(str(exc))
     try:
         anyio.run(_run, args)
     except (ConfigError, LedgerError, PolicyError, ValueError) as exc:

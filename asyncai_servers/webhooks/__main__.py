@@ -1,21 +1,21 @@
-"""``asyncai-mcp-webhooks --config FILE --db FILE``: receive signed webhooks, serve them over MCP
-(stdio, or Streamable HTTP with ``--http``)."""
+"""``asyncai-mcp-webhooks --config FILE --db FILE`` (or ``--database postgresql://...`` for several
+replicas): receive signed webhooks, serve them over MCP (stdio, or Streamable HTTP with ``--http``)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import io
-import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
 
 from asyncai_watch.cli_help import HelpFormatter, examples
+from asyncai_watch.log_flags import LogFlagError, add_log_flags, configure_logging
 from asyncai_watch.server.policy import (
     HttpPolicy,
     PolicyError,
@@ -29,6 +29,8 @@ __all__ = ["main"]
 PROG = "asyncai-mcp-webhooks"
 _AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*", re.IGNORECASE)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DATABASE_ENV = "ASYNCAI_WEBHOOKS_DATABASE"
+MAX_DSN_FILE = 4096
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,19 +39,33 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "MCP server (stdio, or Streamable HTTP with --http) for signed webhook deliveries: POST /hooks/SOURCE "
             "on --receive, verified per source (GitHub, Stripe, Standard Webhooks, HMAC), stored once in a SQLite "
-            "file before the 2xx, and served as webhook-events://SOURCE/EVENT logs and webhook-state:// objects."
+            "file (or PostgreSQL, shared by several replicas) before the 2xx, and served as "
+            "webhook-events://SOURCE/EVENT logs and webhook-state:// objects."
         ),
         epilog=examples(
             "asyncai-mcp-webhooks --config hooks.toml --db hooks.sqlite3 --receive 127.0.0.1:8790",
             "asyncai-mcp-webhooks --config hooks.toml --db hooks.sqlite3 --http 127.0.0.1:8769",
+            "asyncai-mcp-webhooks --config hooks.toml --database postgresql://hooks@db.internal/hooks   # replicas",
         ),
         formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--config", required=True, type=Path, help="TOML file naming the sources and their secrets"
     )
-    p.add_argument(
-        "--db", required=True, type=Path, help="the SQLite file deliveries are stored in (made if missing)"
+    store = p.add_mutually_exclusive_group()
+    store.add_argument("--db", type=Path, help="the SQLite file deliveries are stored in (made if missing)")
+    store.add_argument(
+        "--database",
+        metavar="DSN",
+        help="PostgreSQL instead (postgresql://USER@HOST/DB or key=value; no password here: every user "
+        "sees a command line; use --database-file, $" + DATABASE_ENV + ", ~/.pgpass or PGPASSWORD); several "
+        "replicas on one database share the logs and hear each other's deliveries",
+    )
+    store.add_argument(
+        "--database-file",
+        type=Path,
+        metavar="FILE",
+        help=f"a file holding the PostgreSQL DSN (it may carry a password); default: ${DATABASE_ENV}",
     )
     p.add_argument(
         "--receive",
@@ -82,8 +98,9 @@ def _parser() -> argparse.ArgumentParser:
         "--sync",
         choices=("full", "normal"),
         default="full",
-        help="full (default): each delivery is on disk (fsync) before its 2xx, so it survives a power loss; "
-        "normal: it survives a crash of the server, not of the machine, and commits cost no fsync",
+        help="SQLite only. full (default): each delivery is on disk (fsync) before its 2xx, so it survives a "
+        "power loss; normal: it survives a crash of the server, not of the machine, and commits cost no fsync "
+        "(PostgreSQL: its own synchronous_commit decides)",
     )
     p.add_argument(
         "--http",
@@ -98,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="URIs one subscriptions/listen (or one 2025-era session) may name (default 100,000)",
     )
-    p.add_argument("--log-level", default=os.environ.get("ASYNCAI_WEBHOOKS_LOG", "WARNING"))
+    add_log_flags(p, default_level=os.environ.get("ASYNCAI_WEBHOOKS_LOG", "WARNING"))
     add_http_arguments(p)
     return p
 
@@ -112,9 +129,63 @@ def _age(text: str) -> float:
     return float(m[1]) * _UNITS[(m[2] or "s").lower()]
 
 
+def _dsn(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The PostgreSQL DSN named by the arguments or the environment, or None (SQLite: --db)."""
+    if args.database is not None:
+        dsn: str = args.database.strip()
+        where = "--database"
+    elif args.database_file is not None:
+        where = f"--database-file {args.database_file}"
+        try:
+            with args.database_file.open("rb") as f:
+                raw = f.read(MAX_DSN_FILE + 1)
+        except OSError as exc:
+            raise ValueError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+        if len(raw) > MAX_DSN_FILE:
+            raise ValueError(f"{where}: longer than {MAX_DSN_FILE} bytes; it holds one DSN")
+        dsn = raw.decode("utf-8", "replace").strip()
+    elif args.db is None and env.get(DATABASE_ENV):
+        dsn, where = env[DATABASE_ENV].strip(), f"${DATABASE_ENV}"
+    else:
+        return None
+    from asyncai_watch.extras import require
+
+    require("postgres", feature=where.split()[0])
+    from asyncai_servers.webhooks.store_pg import password_in
+
+    try:
+        has_password = password_in(dsn)
+    except Exception as exc:  # psycopg.ProgrammingError: not a DSN
+        raise ValueError(
+            f"{where}: not a PostgreSQL DSN ({exc}); expected postgresql://USER@HOST:PORT/DB or "
+            "'host=... dbname=...'"
+        ) from None
+    if has_password and where == "--database":
+        raise ValueError(
+            "--database: the DSN carries a password, which every user of this machine can read on the "
+            f"command line; put the DSN in --database-file FILE or ${DATABASE_ENV}, or the password in "
+            "~/.pgpass or PGPASSWORD"
+        )
+    return dsn
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
+    from asyncai_watch.extras import MissingExtraError
+
+    try:
+        dsn = _dsn(args, os.environ)
+    except ValueError as exc:
+        p.error(str(exc))
+    except MissingExtraError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    if dsn is None and args.db is None:
+        p.error(
+            f"where to store deliveries: --db FILE (SQLite), or PostgreSQL by --database DSN, "
+            f"--database-file FILE or ${DATABASE_ENV}"
+        )
     try:
         retain_age = _age(args.retain_age)
     except ValueError as exc:
@@ -133,9 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy, http = bind_from_args(args, PROG)
     except PolicyError as exc:
         p.error(str(exc))
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
-    )
+    try:
+        configure_logging(args)
+    except LogFlagError as exc:
+        p.error(str(exc))
     from asyncai_servers.webhooks.config import ConfigError, load_config
 
     try:
@@ -153,6 +225,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     import sqlite3
 
+    pg_errors: tuple[type[Exception], ...] = ()
+    if dsn is not None:  # psycopg is an extra: imported only when PostgreSQL is asked for
+        import psycopg
+
+        pg_errors = (psycopg.Error,)
     from asyncai_servers.webhooks.receiver import DEFAULT_MAX_BODY
     from asyncai_servers.webhooks.server import WebhooksServer
     from asyncai_servers.webhooks.store import Retention
@@ -161,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server = WebhooksServer(
             config,
-            args.db,
+            None if dsn is not None else args.db,
+            dsn=dsn,
             retention=Retention(max_age=retain_age, max_count=args.retain_count),
             max_body=args.max_body or DEFAULT_MAX_BODY,
             max_uris=args.max_uris or DEFAULT_MAX_URIS,
@@ -169,6 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except sqlite3.Error as exc:
         print(f"{PROG}: cannot open the database {args.db}: {exc}", file=sys.stderr)
+        return 2
+    except pg_errors as exc:
+        print(f"{PROG}: cannot open the PostgreSQL database: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     try:
         return _serve(server, receive, http, policy, args)
@@ -186,12 +267,15 @@ def _serve(
     import anyio
 
     from asyncai_servers.webhooks.server import WebhooksServer
-    from asyncai_watch.server.http import bind_error, serve_http
+    from asyncai_watch.server.http import run_server, serve_http
 
     assert isinstance(server, WebhooksServer)
     # Deliveries authenticate by their signatures, not by the MCP endpoint's tokens; Host checks
     # and the limits (header timeout, connections) still apply (--allow-host for a proxy's name).
-    receiver_policy = attrs.evolve(policy, verifier=None, authorization_servers=(), required_scopes=())
+    # (insecure_no_auth here only means "no bearer token": every delivery is verified by signature.)
+    receiver_policy = attrs.evolve(
+        policy, verifier=None, insecure_no_auth=True, authorization_servers=(), required_scopes=()
+    )
 
     async def run() -> None:
         receiving = anyio.Event()
@@ -231,17 +315,7 @@ def _serve(
                 await serve_http(app, *http, on_shutdown=server.close_listeners, policy=policy)
             stop.set()
 
-    try:
-        anyio.run(run)
-    except KeyboardInterrupt:
-        return 0
-    except (OSError, BaseExceptionGroup) as exc:
-        error = bind_error(exc)
-        if error is None:
-            raise
-        print(f"{PROG}: cannot serve HTTP: {error.strerror or error}", file=sys.stderr)
-        return 2
-    return 0
+    return run_server(PROG, args.http or args.receive, run)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,12 @@ Who does what:
 
 - :class:`~.receiver.Receiver`: ``POST /hooks/SOURCE``, verified (:mod:`.verify`) and stored
   (:meth:`WebhooksServer.deliver`) before the 2xx.
-- :class:`~.store.Store`: the SQLite file; one delivery at a time on a worker thread, so the
-  event loop never waits on the disk.
+- :class:`~.store.Store` (the SQLite file) or :class:`~.store_pg.PgStore` (PostgreSQL, shared by
+  several replicas): one call at a time on a worker thread, so the event loop never waits on the
+  disk. With PostgreSQL, :func:`~.store_pg.listen` hears the other replicas' commits and wakes
+  this replica's listeners of the logs they appended to.
+- A timer on the injected clock applies the retention every :data:`TRIM_INTERVAL` (at most),
+  so an idle server trims too (the store trims at start and every 256 deliveries as well).
 - :class:`~asyncai_watch.server.SubscriptionRegistry`: subscriptions of both MCP eras. It says when
   a URI gains its first listener or loses its last; the server keeps which spellings are listened
   to per log (``?a=1&b=2`` and ``?b=2&a=1`` are one log) and, after each stored delivery,
@@ -13,18 +17,19 @@ Who does what:
   filtered log is made (and filled from its source's log) before a listen on it is acknowledged,
   so nothing that arrives after the acknowledgment can be missed.
 
-Nothing polls: a delivery is the only thing that makes a notification.
+Nothing polls: a delivery (here or, with PostgreSQL, at another replica) is the only thing that
+makes a notification.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
@@ -37,7 +42,7 @@ from mcp.server.context import ServerRequestContext
 from asyncai_servers.webhooks.config import Config
 from asyncai_servers.webhooks.fields import FILTER_FIELDS, Described, describe
 from asyncai_servers.webhooks.receiver import DEFAULT_MAX_BODY, PATH_PREFIX, Receiver
-from asyncai_servers.webhooks.store import MAX_VIEWS, Retention, Store
+from asyncai_servers.webhooks.store import MAX_VIEWS, DeliveryStore, Retention, Store
 from asyncai_servers.webhooks.uri import (
     EVENTS_SCHEME,
     SOURCES_URI,
@@ -49,11 +54,15 @@ from asyncai_servers.webhooks.uri import (
 )
 from asyncai_servers.webhooks.verify import Delivery
 from asyncai_watch import EVENTS_MIME_TYPE
+from asyncai_watch.clock import Clock, WallClock
 from asyncai_watch.server.errors import resource_error
 from asyncai_watch.server.eventlog import dumps, read_after
 from asyncai_watch.server.subscriptions import DEFAULT_MAX_URIS, SubscriptionRegistry
 
-__all__ = ["SERVER_NAME", "WebhooksServer"]
+if TYPE_CHECKING:
+    from asyncai_servers.webhooks.store_pg import Changed, PgStore
+
+__all__ = ["SERVER_NAME", "TRIM_INTERVAL", "WebhooksServer"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +71,8 @@ JSON: Final = "application/json"
 _FILTERS: Final = ",".join(FILTER_FIELDS)
 
 Target = LogTarget | StateTarget
+TRIM_INTERVAL: Final = 60.0
+"""Seconds between retention passes of the timer (or ``--retain-age``, when shorter)."""
 
 
 @attrs.define(eq=False)
@@ -79,25 +90,35 @@ class WebhooksServer:
     def __init__(
         self,
         config: Config,
-        db: Path | str,
+        db: Path | str | None = None,
         *,
+        dsn: str | None = None,
         retention: Retention = Retention(),  # noqa: B008  (frozen)
         max_body: int = DEFAULT_MAX_BODY,
         max_views: int = MAX_VIEWS,
         max_uris: int = DEFAULT_MAX_URIS,
         sync: str = "full",
-        now: Callable[[], float] = time.time,
+        clock: Clock | None = None,
     ) -> None:
+        """``db``: the SQLite file; or ``dsn``: a PostgreSQL database (several replicas may share it)."""
+        if (db is None) == (dsn is None):
+            raise ValueError("WebhooksServer takes exactly one of db (a SQLite file) and dsn (PostgreSQL)")
         self.config = config
-        self.store = Store(
-            db,
-            retention=retention,
-            max_views=max_views,
-            kinds={name: spec.kind for name, spec in config.sources.items()},
-            sync=sync,
-            now=now,
-        )
-        self._disk = anyio.CapacityLimiter(1)  # one sqlite connection: one statement at a time
+        self.clock: Clock = clock if clock is not None else WallClock()
+        now = self.clock.now
+        kinds = {name: spec.kind for name, spec in config.sources.items()}
+        self.store: DeliveryStore
+        self._pg: PgStore | None = None
+        if dsn is not None:
+            from asyncai_servers.webhooks.store_pg import PgStore
+
+            self.store = self._pg = PgStore(
+                dsn, retention=retention, max_views=max_views, kinds=kinds, now=now
+            )
+        else:
+            assert db is not None
+            self.store = Store(db, retention=retention, max_views=max_views, kinds=kinds, sync=sync, now=now)
+        self._disk = anyio.CapacityLimiter(1)  # one connection: one statement at a time
         self.receiver = Receiver(config.sources, self.deliver, max_body=max_body, now=now)
         self.endpoint: str | None = None
         """The receiver's base URL once it listens (``http://HOST:PORT/hooks/``)."""
@@ -161,10 +182,26 @@ class WebhooksServer:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[WebhooksServer]:
-        """Run the writer (the one task that commits deliveries) while entered."""
+        """Run the writer (the one task that commits deliveries) and the retention timer while
+        entered; with PostgreSQL, also the LISTEN for the other replicas' deliveries (in place
+        before this yields, so every delivery committed after it is heard)."""
         async with anyio.create_task_group() as tg:
             self._writer = tg
             tg.start_soon(self._write)
+            tg.start_soon(self._trim_timer)
+            if self._pg is not None:
+                from asyncai_servers.webhooks.store_pg import listen
+
+                await tg.start(
+                    partial(
+                        listen,
+                        self._pg.dsn,
+                        self._pg.replica_id,
+                        on_change=self._changed_elsewhere,
+                        on_connect=self._publish_all,
+                        clock=self.clock,
+                    )
+                )
             try:
                 yield self
             finally:
@@ -189,10 +226,40 @@ class WebhooksServer:
                 if inserted is not None:
                     job.stored = True
                     # After the commit: a reader woken by this finds the delivery.
-                    for target in (*inserted.logs, inserted.state, None):
-                        for uri in self._spellings.get(target, ()):
-                            self.subscriptions.publish_nowait(uri)
+                    self._publish((*inserted.logs, inserted.state, None))
                 job.done.set()
+
+    async def _trim_timer(self) -> None:
+        """Apply the retention every :data:`TRIM_INTERVAL` (or ``max_age``, when shorter), so
+        deliveries age out of an idle server's logs too."""
+        every = min(TRIM_INTERVAL, self.store.retention.max_age)
+        while True:
+            await self.clock.sleep_until(self.clock.now() + every)
+            try:
+                await self._disk_call(self.store.trim)
+            except Exception:  # the database is away: the next pass (or the next delivery) trims
+                log.exception("applying the retention failed")
+
+    def _publish(self, targets: Iterable[Target | None]) -> None:
+        for target in targets:
+            for uri in self._spellings.get(target, ()):
+                self.subscriptions.publish_nowait(uri)
+
+    def _changed_elsewhere(self, change: Changed) -> None:
+        """Another replica committed deliveries: wake the listeners of what they were appended to."""
+        sources = set(change.sources)
+        self._publish(
+            [
+                *change.logs,
+                *change.states,
+                *(t for t in list(self._spellings) if t is not None and t.source in sources),
+                None,
+            ]
+        )
+
+    def _publish_all(self) -> None:
+        """LISTEN is (again) in place: anything missed while not listening is found by a read."""
+        self._publish(list(self._spellings))
 
     # -- subscriptions -----------------------------------------------------------------------------
 

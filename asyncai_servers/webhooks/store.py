@@ -28,10 +28,10 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl
 
 import attrs
@@ -42,7 +42,22 @@ from asyncai_servers.webhooks.uri import LogTarget, StateTarget
 from asyncai_servers.webhooks.verify import Delivery
 from asyncai_watch.server.eventlog import dumps
 
-__all__ = ["LOG_PAGE", "MAX_VIEWS", "TRIM_EVERY", "Inserted", "LogPage", "Retention", "Store"]
+__all__ = [
+    "LOG_PAGE",
+    "MAX_VIEWS",
+    "TRIM_EVERY",
+    "DeliveryStore",
+    "Inserted",
+    "LogPage",
+    "Retention",
+    "Store",
+    "counts_of",
+    "empty_page",
+    "event_json",
+    "iso",
+    "log_page",
+    "object_body",
+]
 
 LOG_PAGE: Final = 100
 """Events one read returns at most (a reader further behind reads again: it is signalled)."""
@@ -130,7 +145,24 @@ class _View:
     """When it was last read (kept in memory, written at each trim: a read writes nothing)."""
 
 
-def _iso(at: float) -> str:
+class DeliveryStore(Protocol):
+    """What the server needs of a store: :class:`Store` (SQLite) or
+    :class:`~.store_pg.PgStore` (PostgreSQL). Synchronous: called one at a time on a worker thread."""
+
+    retention: Retention
+
+    def insert_many(self, batch: Sequence[tuple[Delivery, Described]]) -> list[Inserted | None]: ...
+    def ensure_view(self, target: LogTarget) -> bool: ...
+    def trim(self) -> int: ...
+    def read_log(
+        self, target: LogTarget, after: tuple[str, int] | None, limit: int = LOG_PAGE
+    ) -> LogPage: ...
+    def read_state(self, target: StateTarget) -> str: ...
+    def counts(self) -> dict[str, dict[str, Any]]: ...
+    def close(self) -> None: ...
+
+
+def iso(at: float) -> str:
     return datetime.fromtimestamp(at, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -350,10 +382,7 @@ class Store:
         self.ensure_view(target)
         view = self._views.get((target.source, target.event, target.filter_key))
         if view is None:  # an unfiltered log before its first delivery
-            return LogPage(
-                f'{{"log_id":"empty","last_seq":0,"first_seq":1,"retention":{dumps(self.retention.text())},"events":[]}}',
-                False,
-            )
+            return empty_page(self.retention)
         view.used = self.now()
         first = self.db.execute("SELECT min(seq) FROM entries WHERE view = ?", (view.id,)).fetchone()[0]
         if after is not None and after[0] == view.log_id:
@@ -370,14 +399,7 @@ class Store:
                 " ORDER BY e.seq DESC LIMIT ?) ORDER BY seq",
                 (view.id, limit),
             ).fetchall()
-        events = [_event(*row) for row in rows]
-        more = bool(rows) and rows[-1][0] < view.last_seq
-        text = (
-            f'{{"log_id":"{view.log_id}","last_seq":{view.last_seq},'
-            f'"first_seq":{first if first is not None else view.last_seq + 1},'
-            f'"retention":{dumps(self.retention.text())},"events":[{",".join(events)}]}}'
-        )
-        return LogPage(text, more)
+        return log_page(view.log_id, view.last_seq, first, self.retention, rows)
 
     def read_state(self, target: StateTarget) -> str:
         """The latest delivery about one object: ``{"source", "event", "id", "delivery_id",
@@ -387,44 +409,78 @@ class Store:
             " JOIN deliveries d ON d.id = o.delivery WHERE o.source = ? AND o.event = ? AND o.object_id = ?",
             (target.source, target.event, target.object_id),
         ).fetchone()
-        head = {"source": target.source, "event": target.event, "id": target.object_id}
-        if row is None:
-            return dumps({**head, "delivery_id": None, "received": None, "fields": {}, "object": None})
-        delivery_id, received, fields, payload = row
-        obj = describe(
-            self.kinds.get(target.source, "standard"), target.event, msgspec.json.decode(payload)
-        ).object
-        return dumps(
-            {
-                **head,
-                "delivery_id": delivery_id,
-                "received": _iso(received),
-                "fields": msgspec.json.decode(fields),
-                "object": obj,
-            }
-        )
+        return object_body(target, row, self.kinds.get(target.source, "standard"))
 
     def counts(self) -> dict[str, dict[str, Any]]:
         """Per source: deliveries kept, the newest's time, and the event names with their counts."""
-        out: dict[str, dict[str, Any]] = {}
-        for source, event, n, newest in self.db.execute(
-            "SELECT source, event, count(*), max(received) FROM deliveries GROUP BY source, event"
-        ):
-            entry = out.setdefault(source, {"deliveries": 0, "newest": None, "events": {}})
-            entry["deliveries"] += n
-            entry["events"][event] = n
-            stamp = _iso(newest)
-            if entry["newest"] is None or stamp > entry["newest"]:
-                entry["newest"] = stamp
-        return out
+        return counts_of(
+            self.db.execute(
+                "SELECT source, event, count(*), max(received) FROM deliveries GROUP BY source, event"
+            )
+        )
 
 
-def _event(
+def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
+    """Per source, from ``(source, event, count, newest received)`` rows: deliveries kept, the
+    newest's time, and the event names with their counts (both stores)."""
+    out: dict[str, dict[str, Any]] = {}
+    for source, event, n, newest in rows:
+        entry = out.setdefault(source, {"deliveries": 0, "newest": None, "events": {}})
+        entry["deliveries"] += n
+        entry["events"][event] = n
+        stamp = iso(newest)
+        if entry["newest"] is None or stamp > entry["newest"]:
+            entry["newest"] = stamp
+    return out
+
+
+def event_json(
     seq: int, delivery_id: str, event: str, received: float, fields: str, object_id: str | None, payload: str
 ) -> str:
     action = msgspec.json.decode(fields).get("action")
     typ = f"{event}.{action}" if action else event
     return (
         f'{{"seq":{seq},"type":{dumps(typ)},"key":{dumps(object_id or delivery_id)},"event":{dumps(event)},'
-        f'"delivery_id":{dumps(delivery_id)},"received":"{_iso(received)}","object":{fields},"payload":{payload}}}'
+        f'"delivery_id":{dumps(delivery_id)},"received":"{iso(received)}","object":{fields},"payload":{payload}}}'
     )
+
+
+def object_body(target: StateTarget, row: Sequence[Any] | None, kind: str) -> str:
+    """A state resource's body: the object's latest delivery, from its ``(delivery_id, received,
+    fields, payload)`` row (``None``: none yet); shared by both stores."""
+    head = {"source": target.source, "event": target.event, "id": target.object_id}
+    if row is None:
+        return dumps({**head, "delivery_id": None, "received": None, "fields": {}, "object": None})
+    delivery_id, received, fields, payload = row
+    obj = describe(kind, target.event, msgspec.json.decode(payload)).object
+    return dumps(
+        {
+            **head,
+            "delivery_id": delivery_id,
+            "received": iso(received),
+            "fields": msgspec.json.decode(fields),
+            "object": obj,
+        }
+    )
+
+
+def empty_page(retention: Retention) -> LogPage:
+    """The body of an unfiltered log before its first delivery."""
+    return LogPage(
+        f'{{"log_id":"empty","last_seq":0,"first_seq":1,"retention":{dumps(retention.text())},"events":[]}}',
+        False,
+    )
+
+
+def log_page(
+    log_id: str, last_seq: int, first: int | None, retention: Retention, rows: Sequence[Sequence[Any]]
+) -> LogPage:
+    """An event-log body from a view's ``log_id``, ``last_seq``, smallest seq kept and the rows read
+    (``seq, delivery_id, event, received, fields, object_id, payload``)."""
+    events = [event_json(*row) for row in rows]
+    text = (
+        f'{{"log_id":"{log_id}","last_seq":{last_seq},'
+        f'"first_seq":{first if first is not None else last_seq + 1},'
+        f'"retention":{dumps(retention.text())},"events":[{",".join(events)}]}}'
+    )
+    return LogPage(text, bool(rows) and rows[-1][0] < last_seq)

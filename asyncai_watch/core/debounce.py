@@ -13,9 +13,32 @@ next line and ``d.deadline``; ``d.flush_due(now)`` gives the notice text once du
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-__all__ = ["Debouncer"]
+__all__ = ["Debouncer", "notice_text"]
+
+
+def notice_text(lines: Iterable[str], max_lines: int, *, more: int = 0) -> str | None:
+    """A burst's text from its lines as :meth:`Debouncer.flush` makes it, ``more`` lines not
+    given counted in its ``+N more`` (``None``: no lines)."""
+    counts = Counter(lines)
+    total = counts.total()
+    return _render(counts, total + more, max_lines) if total else None
+
+
+def _render(counts: Counter[str], total: int, max_lines: int) -> str | None:
+    if not total:
+        return None
+    out: list[str] = []
+    shown = 0
+    for line, n in counts.items():
+        if len(out) == max_lines:
+            break
+        out.append(line if n == 1 else f"{line} ×{n}")
+        shown += n
+    if shown < total:
+        out.append(f"+{total - shown} more")
+    return "\n".join(out)
 
 
 class Debouncer:
@@ -86,13 +109,4 @@ class Debouncer:
         counts, total = self._counts, self._total
         self._counts = Counter()
         self._total = 0
-        out: list[str] = []
-        shown = 0
-        for line, n in counts.items():
-            if len(out) == self.max_lines:
-                break
-            out.append(line if n == 1 else f"{line} ×{n}")
-            shown += n
-        if shown < total:
-            out.append(f"+{total - shown} more")
-        return "\n".join(out)
+        return _render(counts, total, self.max_lines)

@@ -11,6 +11,10 @@ has seen and, per read:
 - with ``limit=N`` and more than N new events, keeps the newest N and reports the older
   ones as one ``GAP`` (so a burst costs a bounded amount of work but nothing goes missing
   silently);
+- with a body that names ``from_seq`` (a filtered log: it holds every event of the log after
+  that seq that concerns the reader, so its seqs skip those filtered out), reports a ``GAP``
+  only when ``from_seq`` is beyond last seen (the log no longer held the seqs in between), and
+  moves last seen on to the body's ``last_seq`` (how far the server looked);
 - treats a read whose newest seq is below the last seen as a server restart: one
   ``GAP`` with ``reason: "reset"``, then the read's events are delivered;
 - passes in-band ``ERROR`` events through like any other event;
@@ -312,6 +316,9 @@ class Sequencer:
                     previous, self.last_seq = self.last_seq, mark
                     gap = _gap(GAP_RESET, None, None, None, previous_seq=previous, first_seq=None)
                     return [gap], [], error
+        covered = data.get("from_seq") if data is not None else None
+        if type(covered) is int and self.last_seq is not None and not restarted:
+            return self._take_sparse(items, covered, data, error, limit)
         if not items:
             return [], [], error
         items = _sorted_unique(items)
@@ -341,6 +348,34 @@ class Sequencer:
             extra = {"retention": kept} if type(kept) is str and kept else {}
             gaps.append(_gap(GAP_TRUNCATED, hole_from, new[0][0] - 1, hole_missed, **extra))
         self.last_seq = new[-1][0]
+        return gaps, new, error
+
+    def _take_sparse(
+        self,
+        items: list[tuple[int, Any]],
+        covered: int,
+        data: Mapping[str, Any] | None,
+        error: BodyError | None,
+        limit: int | None,
+    ) -> tuple[list[Event], list[tuple[int, Any]], BodyError | None]:
+        """:meth:`_take` for a body holding every event after seq ``covered`` that concerns this
+        reader: skipped seqs were filtered out, not lost; only a ``covered`` beyond last seen is."""
+        last = self.last_seq
+        assert last is not None
+        mark, _ = _header(data)
+        new = _sorted_unique(items) if items else []
+        if new and new[-1][0] < last and (mark is None or mark < last):
+            return self._take({k: v for k, v in (data or {}).items() if k != "from_seq"}, limit)
+        new = new[bisect_right(new, last, key=_first) :]
+        gaps: list[Event] = []
+        if covered > last:
+            kept = data.get("retention") if data is not None else None
+            extra = {"retention": kept} if type(kept) is str and kept else {}
+            gaps.append(_gap(GAP_TRUNCATED, last + 1, covered, covered - last, **extra))
+        if limit is not None and len(new) > limit:
+            dropped, new = new[:-limit], new[-limit:]
+            gaps.append(_gap(GAP_LIMIT, dropped[0][0], dropped[-1][0], len(dropped), limit=limit))
+        self.last_seq = max([last, covered, *([mark] if mark is not None else []), *(s for s, _ in new[-1:])])
         return gaps, new, error
 
 

@@ -14,6 +14,7 @@ It is fed in this order, and an input out of order raises :class:`ExtractionStat
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Final
 
 import attrs
@@ -95,6 +96,8 @@ class Pending:
     events: tuple[Event, ...] = ()
     notes: tuple[str, ...] = ()
     noops: tuple[Event, ...] = ()
+    summary: tuple[str, ...] = ()
+    """Final lines shown before the events: how many changed, when not all are shown."""
 
     def then(self, newer: Pending, *, max_events: int) -> Pending:
         """This read's result followed by ``newer``'s, for a watch still busy with this one: every
@@ -105,7 +108,7 @@ class Pending:
         if len(events) > max_events:
             notes += (f"+{len(events) - max_events} earlier changes not shown (a slow filter fell behind)",)
             events = events[-max_events:]
-        return Pending(events, notes, self.noops + newer.noops)
+        return Pending(events, notes, self.noops + newer.noops, self.summary + newer.summary)
 
 
 @attrs.define(eq=False)
@@ -182,9 +185,14 @@ class Extraction:
             )
         events = diff_reads(self._previous, body.state)
         self._previous = body.state
-        notes: tuple[str, ...] = ()
+        summary: tuple[str, ...] = ()
         if len(events) > limit:
-            notes = (f"+{len(events) - limit} more changes not shown (Limits.events_per_update={limit})",)
+            # First, so that a notice's line cap cannot hide how big the change was.
+            kinds = ", ".join(f"{kind} {n:,}" for kind, n in Counter(ev.type for ev in events).items())
+            summary = (
+                f"{len(events):,} changes in one update ({kinds}); the first {limit:,} follow, the rest "
+                f"are not shown (Limits.events_per_update={limit:,})",
+            )
             events = events[:limit]
         kept: list[Event] = []
         noops: list[Event] = []
@@ -194,4 +202,4 @@ class Extraction:
                 noops.append(ev)
             else:
                 kept.append(annotated)
-        return Pending(tuple(kept), notes, tuple(noops))
+        return Pending(tuple(kept), (), tuple(noops), summary)

@@ -67,9 +67,10 @@ class Limits:
     resubscribe_attempts: int = attrs.field(default=5, validator=_count(0))
     resubscribe_initial: float = attrs.field(default=1.0, validator=_seconds(positive=False))
     resubscribe_max: float = attrs.field(default=16.0, validator=_seconds(positive=False))
-    resubscribe_jitter: float = attrs.field(default=0.0, validator=_fraction)
+    resubscribe_jitter: float = attrs.field(default=0.2, validator=_fraction)
     """Each resubscribe delay ``d`` becomes a random one in ``(d * (1 - jitter), d]``, so the clients
-    of a restarted server do not all come back at the same moments (0: the exact delays)."""
+    of a restarted server do not all come back at the same moments (0: the exact delays; the
+    default 0.2 spreads the first retry over 0.8-1 s and never lengthens a delay)."""
 
     def __attrs_post_init__(self) -> None:
         if self.debounce_max_wait < self.debounce_quiet:

@@ -19,6 +19,7 @@ from typing import Literal
 import attrs
 
 from asyncai_watch.core.notice import SOURCE_RESTORE, Notice
+from asyncai_watch.core.resume import Outcome
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import FilterEngineError, FilterError, FilterTimeoutError, InvalidWatchNameError
 
@@ -47,6 +48,9 @@ class Restore:
     restored: list[WatchSpec] = attrs.field(factory=list)
     retrying: list[tuple[WatchSpec, str]] = attrs.field(factory=list)
     broken: list[tuple[WatchSpec, str]] = attrs.field(factory=list)
+    resuming: bool = False
+    """With a resume store: each restored watch's line says what it missed (:attr:`resumed`)."""
+    resumed: dict[str, Outcome] = attrs.field(factory=dict)
 
     def add(self, spec: WatchSpec, error: Exception | None, reason: str = "") -> Fate | None:
         """Record ``spec``'s start: ``None`` when it started, else its fate."""
@@ -60,11 +64,23 @@ class Restore:
     def notice(self) -> Notice:
         """How many came back, and each spec's fate with its reason."""
         total = len(self.restored) + len(self.retrying) + len(self.broken)
-        lines = [
-            f"Restored {len(self.restored)} of {total} watches from {self.path} "
-            "(baselines are fresh: changes made while the agent was down may be missing)."
+        if self.resuming:
+            head = (
+                f"Restored {len(self.restored)} of {total} watches from {self.path}; each resumed from "
+                "where it stood (what changed while the agent was down follows, one notice per watch)."
+            )
+        else:
+            head = (
+                f"Restored {len(self.restored)} of {total} watches from {self.path} "
+                "(baselines are fresh: changes made while the agent was down may be missing)."
+            )
+        lines = [head]
+        lines += [
+            self.resumed[s.name].line(s.name, s.uri)
+            if s.name in self.resumed
+            else f"- {s.name} {s.uri}: restored"
+            for s in self.restored
         ]
-        lines += [f"- {s.name} {s.uri}: restored" for s in self.restored]
         after = ", ".join(f"{d:g}" for d in self.delays)
         lines += [
             f"- {s.name} {s.uri}: not started yet, tried again after {after} s (still saved): {err}"

@@ -234,8 +234,17 @@ WATCH_NOTICES: Final = ToolSpec(
                         "uri": _STR,
                         "text": _STR,
                         "failed": _BOOL,
+                        "events": {
+                            "type": "array",
+                            "items": {"type": "object"},
+                            "description": (
+                                "the notice's events, typed: type, key, paths, old, new, seq, time, "
+                                "message, fields, line (docs/core.md)"
+                            ),
+                        },
+                        "events_omitted": _INT,
                     },
-                    optional=("watch", "uri", "failed"),
+                    optional=("watch", "uri", "failed", "events_omitted"),
                 ),
             },
             "next_after": _INT,

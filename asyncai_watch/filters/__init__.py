@@ -26,6 +26,7 @@ from asyncai_watch.filters.engine import (
     check_dry_run,
     dry_run,
     open_session,
+    refuse_denied_calls,
     sample_event,
     validate_on_event,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "default_engine",
     "dry_run",
     "open_session",
+    "refuse_denied_calls",
     "sample_event",
     "validate_on_event",
 ]

@@ -6,6 +6,7 @@ One engine today (:class:`asyncai_watch.filters.restricted.RestrictedPythonEngin
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -154,6 +155,32 @@ def validate_on_event(on_event: object, *, engine: FilterEngine | None = None) -
     else:
         engine.validate(on_event)
     return on_event
+
+
+def refuse_denied_calls(source: str, catalog: Catalog) -> None:
+    """Raise FilterError when ``source`` calls a function its catalog refuses (a mutating tool,
+    ``watch_start``): found in the code at start-up, not on every event after it (a dry run on
+    one sample event misses a call behind an ``if``)."""
+    denied: Mapping[str, str] = getattr(catalog, "denied", {})
+    if not denied:
+        return
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return  # validate_on_event has said so
+    called = sorted(
+        {
+            node.func.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in denied
+        }
+    )
+    if called:
+        allowed = ", ".join(sorted(catalog.names)) or "nothing"
+        raise FilterError(
+            f"on_event may only read; it calls {', '.join(f'{n}()' for n in called)}: "
+            f"{denied[called[0]]}. A filter may call: {allowed}"
+        )
 
 
 def sample_event(*, watch: str, uri: str, event_log: bool) -> dict[str, Any]:

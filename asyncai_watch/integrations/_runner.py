@@ -101,14 +101,22 @@ class TurnRunner:
 
     ``turn`` runs one turn (the framework modules build one that keeps the conversation's
     history); ``notices`` is usually :attr:`WatchManager.notices <asyncai_watch.WatchManager.notices>`;
-    ``publish`` receives each reply that is not ``NO_REPLY``. Use as
-    ``async with TurnRunner(...) as runner:``.
+    ``publish`` receives each reply that is not ``NO_REPLY``; ``taken`` (usually
+    :meth:`WatchManager.notice_taken <asyncai_watch.WatchManager.notice_taken>`) is told of each
+    notice whose run completed without an error, so with ``--watch-state`` a notice whose run did
+    not complete is handed over again after a restart. Use as ``async with TurnRunner(...) as runner:``.
     """
 
     def __init__(
-        self, turn: TurnFn, notices: AsyncIterable[Notice] | None = None, *, publish: Publish
+        self,
+        turn: TurnFn,
+        notices: AsyncIterable[Notice] | None = None,
+        *,
+        publish: Publish,
+        taken: Callable[[Notice], None] | None = None,
     ) -> None:
         self._turn = turn
+        self._taken = taken
         self._notices = notices
         self._publish = publish
         self._turns: Turns[_Item] = Turns()
@@ -241,6 +249,9 @@ class TurnRunner:
                 suppressed=self._stats.suppressed + (record.error is None and not record.published),
                 failed=self._stats.failed + (record.error is not None),
             )
+            if record.error is None and self._taken is not None:
+                for notice in record.notices:
+                    self._taken(notice)  # its turn completed: not handed over again after a restart
             for item in batch:
                 if isinstance(item, _Message):
                     item.record = record

@@ -216,7 +216,7 @@ class ClientTurns:
 
 def watch_runner(client: ClaudeSDKClient, watches: WatchManager, *, publish: Publish) -> TurnRunner:
     """A :class:`~asyncai_watch.integrations.TurnRunner` feeding ``watches``' notices to ``client``."""
-    return TurnRunner(ClientTurns(client), watches.notices, publish=publish)
+    return TurnRunner(ClientTurns(client), watches.notices, publish=publish, taken=watches.notice_taken)
 
 
 @attrs.frozen

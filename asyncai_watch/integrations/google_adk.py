@@ -154,5 +154,8 @@ def watch_runner(
     """A :class:`~asyncai_watch.integrations.TurnRunner` feeding ``watches``' notices to ``runner``
     as user events of one session."""
     return TurnRunner(
-        SessionTurns(runner, user_id=user_id, session_id=session_id), watches.notices, publish=publish
+        SessionTurns(runner, user_id=user_id, session_id=session_id),
+        watches.notices,
+        publish=publish,
+        taken=watches.notice_taken,
     )

@@ -129,4 +129,9 @@ def watch_runner(
     config: RunnableConfig | None = None,
 ) -> TurnRunner:
     """A :class:`~asyncai_watch.integrations.TurnRunner` feeding ``watches``' notices to ``graph``."""
-    return TurnRunner(GraphTurns(graph, thread_id=thread_id, config=config), watches.notices, publish=publish)
+    return TurnRunner(
+        GraphTurns(graph, thread_id=thread_id, config=config),
+        watches.notices,
+        publish=publish,
+        taken=watches.notice_taken,
+    )

@@ -131,4 +131,4 @@ def watch_runner(
 ) -> TurnRunner:
     """A :class:`~asyncai_watch.integrations.TurnRunner` feeding ``watches``' notices to ``agent``."""
     turns = AgentTurns(agent, context=context, run_config=run_config)
-    return TurnRunner(turns, watches.notices, publish=publish)
+    return TurnRunner(turns, watches.notices, publish=publish, taken=watches.notice_taken)

@@ -97,4 +97,6 @@ def watch_runner(
     agent: AbstractAgent[Any, Any], watches: WatchManager, *, publish: Publish, deps: Any = None
 ) -> TurnRunner:
     """A :class:`~asyncai_watch.integrations.TurnRunner` feeding ``watches``' notices to ``agent``."""
-    return TurnRunner(AgentTurns(agent, deps=deps), watches.notices, publish=publish)
+    return TurnRunner(
+        AgentTurns(agent, deps=deps), watches.notices, publish=publish, taken=watches.notice_taken
+    )

@@ -323,7 +323,9 @@ class McpResourceSource:
     ) -> McpResourceSource:
         """A Streamable HTTP server at ``url`` (e.g. ``http://127.0.0.1:8765/mcp``).
 
-        ``headers`` go on every request, e.g. ``{"Authorization": "Bearer TOKEN"}``.
+        ``headers`` go on every request, e.g. ``{"Authorization": "Bearer TOKEN"}``. With no
+        ``Authorization`` header and no ``auth``, a loopback ``url`` gets the token its server
+        published for this user (:mod:`asyncai_watch.http_auth.local`), read at each connect.
 
         ``auth`` authenticates every request: the SDK's OAuth client provider
         (``mcp.client.auth.OAuthClientProvider``: discovery, registration,
@@ -779,10 +781,12 @@ class McpResourceSource:
             yield _Updates(self, conn, uris, subscription, honored)
 
     async def list_tools(self) -> list[ToolInfo]:
+        """Every tool the server serves (every page of ``tools/list``)."""
         pages = await self._pages("tools/list", lambda client, c: client.list_tools(cursor=c))
         return [tool_info(tool) for page in pages for tool in page.tools]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """Call the tool ``name``; a tool's own failure is a result with ``is_error``."""
         return tool_result(await self.call_tool_result(name, arguments))
 
     async def call_tool_result(self, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:

@@ -33,6 +33,7 @@ from mcp.server.mcpserver import MCPServer
 
 from asyncai_watch.clock import Clock, fail_after
 from asyncai_watch.errors import ServerConnectionError
+from asyncai_watch.http_auth.local import local_headers
 from asyncai_watch.mcp.body_cap import BodyCap
 from asyncai_watch.mcp.convert import describe_error, is_connection_closed
 from asyncai_watch.mcp.legacy import GetStreamWatch, Subscriptions
@@ -205,7 +206,8 @@ class Connector:
         # The SDK's default timeouts: 30 s to connect/write, 300 s between reads (a
         # listen stream is idle between events; modern servers ping it every 15 s).
         http_client = httpx2.AsyncClient(
-            headers=self.headers,
+            # A loopback server's token for this run, read at each connect (a restarted server has a new one).
+            headers=local_headers(url, self.headers, has_auth=self.auth is not None),
             auth=self.auth,
             timeout=httpx2.Timeout(30.0, read=300.0),
             transport=GetStreamWatch(

@@ -7,6 +7,7 @@ serve`` (:mod:`asyncai_watch.serve.config`).
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 
 import attrs
@@ -68,4 +69,14 @@ def parse_server(text: str) -> ServerSpec:
             "--server needs a command line or an http(s) URL, e.g. --server asyncai-mcp-simple "
             "or --server memo=http://127.0.0.1:8765/mcp"
         )
+    if _SCHEMELESS_URL.match(text):
+        # Run as a command, it would fail as "cannot start MCP server command '127.0.0.1:8765/mcp'".
+        raise ValueError(
+            f"did you mean --server http://{text} (a URL with its scheme)? {text!r} reads as a command "
+            "line; a Streamable HTTP server is named by its whole URL, e.g. http://127.0.0.1:8765/mcp"
+        )
     return ServerSpec(target=text, name=name)
+
+
+# HOST:PORT[/PATH] (or [v6]:PORT): a URL without its scheme, which no command line looks like.
+_SCHEMELESS_URL = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}(/\S*)?$")

@@ -17,6 +17,7 @@ from asyncai_watch.core.resources import ListedResource, ListedTemplate
 
 __all__ = [
     "MODERN_PROTOCOL_VERSION",
+    "SUBSCRIPTION_METHODS",
     "ListedResource",
     "ListedTemplate",
     "ReadResult",
@@ -36,6 +37,13 @@ MODERN_PROTOCOL_VERSION: Final = "2026-07-28"
 SubscriptionMode = Literal["listen", "subscribe"]
 """How a server takes subscriptions: ``"listen"``, any number of URIs per ``subscriptions/listen``
 (MCP 2026-07-28); ``"subscribe"``, one ``resources/subscribe`` per URI (MCP 2025-11-25 and older)."""
+
+
+SUBSCRIPTION_METHODS: Final[dict[SubscriptionMode, str]] = {
+    "listen": "subscriptions/listen",
+    "subscribe": "resources/subscribe",
+}
+"""The MCP method each mode subscribes with (for messages: the one name a user can look up)."""
 
 
 def subscription_mode_for(protocol_version: str) -> SubscriptionMode:
@@ -148,9 +156,13 @@ class ResourceSource(Protocol):
         """
         ...
 
-    async def list_tools(self) -> list[ToolInfo]: ...
+    async def list_tools(self) -> list[ToolInfo]:
+        """Every tool the server serves."""
+        ...
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult: ...
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """Call the tool ``name``; a tool's own failure is a result with ``is_error``."""
+        ...
 
 
 Watchability = Literal["advertised", "accepted", "untried", "refused"]

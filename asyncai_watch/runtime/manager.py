@@ -15,7 +15,8 @@ The manager never calls a model: the agent consumes :attr:`WatchManager.notices`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random as _random
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -23,6 +24,7 @@ from typing import Any, Self
 
 import anyio
 import anyio.abc
+import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from asyncai_watch import log
@@ -33,6 +35,15 @@ from asyncai_watch.core.events import shape_for_mime_type
 from asyncai_watch.core.extract import Body
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
+from asyncai_watch.core.resume import (
+    CatchUp,
+    Checkpoint,
+    Outcome,
+    away_notice,
+    catch_up_log,
+    catch_up_state,
+    redelivered,
+)
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import LimitError, NotWatchableError, StateFileError, WatchError, describe
 from asyncai_watch.filters import FilterEngine, default_engine
@@ -43,9 +54,10 @@ from asyncai_watch.runtime.gcpause import gc_paused
 from asyncai_watch.runtime.notices import Notices
 from asyncai_watch.runtime.offload import Offload
 from asyncai_watch.runtime.persistence import Persistence
+from asyncai_watch.runtime.resume import Resume
 from asyncai_watch.runtime.runner import Runner
 from asyncai_watch.runtime.tools import ReadOnlyCatalog, list_tools, tool_names
-from asyncai_watch.runtime.topic import LARGE_BODY
+from asyncai_watch.runtime.topic import LARGE_BODY, parse
 from asyncai_watch.runtime.watcher import Watcher, open_filter
 from asyncai_watch.runtime.watches import Watches
 from asyncai_watch.shapes import resource_dicts
@@ -59,7 +71,9 @@ class WatchManager:
     ``sources`` are connected servers (:class:`~asyncai_watch.mcp.source.ResourceSource`).
     ``watch_state`` is the ``--watch-state`` file: specs are saved on every start and stop
     and restored on entry. ``filter_engine`` runs ``on_event`` filters (default: the
-    RestrictedPython worker engine). Leaving the ``async with`` block cancels every watch
+    RestrictedPython worker engine). ``clock`` (default: the system's) and ``random`` (a
+    function drawing a number in [0, 1) for the resubscribe jitter, default :func:`random.random`)
+    are injectable for reproducible tests. Leaving the ``async with`` block cancels every watch
     and closes :attr:`notices`.
     """
 
@@ -73,6 +87,7 @@ class WatchManager:
         verbose: bool = False,
         filter_engine: FilterEngine | None = None,
         notice_buffer: int = 64,
+        random: Callable[[], float] | None = None,
     ) -> None:
         if isinstance(notice_buffer, bool) or not isinstance(notice_buffer, int) or notice_buffer < 1:
             # 0 would make the restore notice, sent before ``async with`` returns, wait for a reader forever.
@@ -82,6 +97,9 @@ class WatchManager:
         self.sources: tuple[ResourceSource, ...] = tuple(sources)
         self.limits = limits if limits is not None else Limits()
         self.clock: Clock = clock if clock is not None else SystemClock()
+        # Draws the resubscribe jitter (Limits.resubscribe_jitter): inject a seeded one, like the
+        # clock, for a reproducible run.
+        self._random: Callable[[], float] = random if random is not None else _random.random
         self.verbose = verbose
         self._engine: FilterEngine = (
             filter_engine if filter_engine is not None else default_engine(self.limits)
@@ -95,7 +113,8 @@ class WatchManager:
         self.notices: MemoryObjectReceiveStream[Notice]
         """Every notice, in order; iterate it (``async for notice in m.notices``)."""
         send, self.notices = anyio.create_memory_object_stream[Notice](notice_buffer)
-        self._notices = Notices(self.clock, send)
+        self._resume = Resume(watch_state, self.clock, verbose=verbose)
+        self._notices = Notices(self.clock, send, resume=self._resume)
         self._state = Persistence(
             watch_state,
             self._watches,
@@ -114,11 +133,18 @@ class WatchManager:
             raise RuntimeError("WatchManager can be entered once")
         # Load first: a corrupt state file stops us before anything runs or is written.
         saved = self._state.load()
+        try:
+            checkpoints = self._resume.open()  # beside the file, which is ours now
+        except BaseException:
+            self._state.close()
+            raise
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
         try:
             tg.start_soon(self._notices.run, name="notices")
+            if self._resume.on:
+                tg.start_soon(self._resume.run, name="resume store")
             for source in self.sources:
                 runner = self._runners[source.name] = Runner(
                     source,
@@ -127,16 +153,28 @@ class WatchManager:
                     offload=self._offload,
                     notices=self._notices,
                     tg=tg,
+                    marks=self._resume.mark if self._resume.on else None,
+                    random=self._random,
                 )
                 tg.start_soon(runner.run, name=f"runner {source.name}")
                 # "": not connected yet (serve's upstreams connect in the background); a legacy
                 # server ends its follower at once (NotWatchableError).
                 if source.protocol_version in (MODERN_PROTOCOL_VERSION, ""):
                     tg.start_soon(self._catalogs.follow_list_changes, source)
+            # Notices handed before a restart whose turns did not complete: again, flagged.
+            self._notices.now(None, [redelivered(n) for n in self._resume.pending()])
             if saved:
                 # Restored watches run at once, but their notices wait for the restore notice: a
                 # burst from them could otherwise fill the buffer before it, and this would never return.
-                await self._state.restore(saved, launch=self._restored, start=self._start_saved, tg=tg)
+                await self._state.restore(
+                    saved,
+                    launch=self._restored,
+                    start=self._start_saved,
+                    tg=tg,
+                    catch_up=(lambda w: self._catch_up(w, checkpoints.get(w.name)))
+                    if self._resume.on
+                    else None,
+                )
             await self._notices.open()
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
@@ -165,6 +203,7 @@ class WatchManager:
                 if watcher.live:
                     watcher.log("watch.stopped", reason="manager closed")
             self._notices.close()
+            self._resume.close()
             self._state.close()
 
     # -- public API ------------------------------------------------------------------------------
@@ -194,6 +233,7 @@ class WatchManager:
         if self._watches.get(name) is not watcher:
             return False
         await self._state.save(without=name)
+        self._resume.forget(name)
         self._watches.release(watcher)
         await self._end(watcher)
         watcher.log("watch.stopped", reason="watch_stop")
@@ -202,6 +242,12 @@ class WatchManager:
     def watch_list(self) -> list[WatchInfo]:
         """Every watch, started ones in start order (``failed`` / ``restore_failed`` included)."""
         return [w.info() for w in self._watches if w.status != "starting"]
+
+    def notice_taken(self, notice: Notice) -> None:
+        """The turn that read ``notice`` completed. With a ``watch_state`` file a watch's notice is
+        kept until then: a process killed before it hands the notice over again after its restart,
+        flagged ``meta["redelivered"] == "1"``. Without one (or for any other notice) nothing happens."""
+        self._resume.taken(notice)
 
     async def flush(self) -> None:
         """Send every watch's pending lines now, each as a notice, without waiting for its
@@ -264,6 +310,7 @@ class WatchManager:
                 self._watches.release(watcher)
                 await self._end(watcher)
                 raise
+            self._resume.started(watcher.name, watcher.checkpoint)
         return watcher.info()
 
     async def _launch(self, watcher: Watcher) -> None:
@@ -313,6 +360,46 @@ class WatchManager:
         with anyio.CancelScope(shield=True):
             await watcher.filter_stopped()
 
+    # -- resuming --------------------------------------------------------------------------------
+
+    async def _catch_up(self, watcher: Watcher, saved: Checkpoint | None) -> tuple[Outcome, Notice | None]:
+        """A restored watch's outcome (resumed / caught up / fresh baseline and why) and its one
+        ``while you were away`` notice: the events after its saved position up to its baseline
+        (an event log, read from that position), or its saved body diffed against the baseline."""
+        runner = self._runners.get(watcher.server or "")
+        topic = runner.topics.get(watcher.uri) if runner is not None else None
+        baseline = watcher.checkpoint
+        if topic is None or baseline is None:
+            got = CatchUp(Outcome("fresh", reason="its baseline is kept in the large-body worker"))
+        elif saved is not None and saved.uri != watcher.uri:
+            got = CatchUp(Outcome("fresh", reason=f"the saved checkpoint is of another URI ({saved.uri})"))
+        elif topic.shape == "event-log":
+            if saved is None or saved.position is None:
+                got = CatchUp(Outcome("fresh", reason="no position was saved for it"))
+            else:
+                assert runner is not None
+                try:
+                    body = parse(await runner.source.read(watcher.uri, after=saved.position))
+                except Exception as exc:
+                    got = CatchUp(
+                        Outcome("fresh", reason=f"reading from its saved position failed: {describe(exc)}")
+                    )
+                else:
+                    value = body.parsed_body()
+                    got = _upto(
+                        catch_up_log(saved.position, value.value if value.error is None else value.text)[0],
+                        baseline,
+                    )
+        elif baseline.body is None:
+            got = CatchUp(Outcome("fresh", reason=baseline.skipped or "its body is not kept"))
+        else:
+            got = catch_up_state(saved, Body.of(baseline.body, baseline.mime_type))
+        if not got.events:
+            self._resume.started(watcher.name, baseline)
+            return got.outcome, None
+        self._resume.mark(watcher.name, None, True)  # held until the notice is handed
+        return got.outcome, away_notice(watcher.name, watcher.uri, got.events)
+
     # -- helpers ---------------------------------------------------------------------------------
 
     async def _code_mode_resources(self) -> list[dict[str, Any]]:
@@ -334,3 +421,17 @@ class WatchManager:
 def _parse_large(text: str) -> Body:
     with gc_paused(len(text)):
         return Body.parse(text)
+
+
+def _upto(got: CatchUp, baseline: Checkpoint) -> CatchUp:
+    """``got`` without the events after the watch's baseline (the watch delivers those itself)."""
+    if baseline.position is None:
+        return got
+    _, seq = baseline.position
+    events = tuple(ev for ev in got.events if ev.seq is None or ev.seq <= seq)
+    if len(events) == len(got.events):
+        return got
+    changes = sum(1 for ev in events if ev.type != "GAP")
+    if not events:
+        return CatchUp(Outcome("resumed"))
+    return CatchUp(attrs.evolve(got.outcome, changes=changes), events)

@@ -23,6 +23,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from asyncai_watch.clock import Clock, move_on_at
 from asyncai_watch.core.notice import Notice
+from asyncai_watch.runtime.resume import Resume
 from asyncai_watch.runtime.watcher import Watcher
 
 __all__ = ["Notices"]
@@ -31,8 +32,11 @@ __all__ = ["Notices"]
 class Notices:
     """The debounce heap, the queue and the notice task of one manager (see the module docstring)."""
 
-    def __init__(self, clock: Clock, stream: MemoryObjectSendStream[Notice]) -> None:
+    def __init__(
+        self, clock: Clock, stream: MemoryObjectSendStream[Notice], *, resume: Resume | None = None
+    ) -> None:
         self._clock = clock
+        self._resume = resume
         self._stream = stream
         self._heap: list[tuple[float, int, Watcher]] = []
         # The deadline the heap holds for each watch with lines queued: an entry whose deadline
@@ -140,7 +144,15 @@ class Notices:
             self.schedule(watcher)  # lines that came while the notice was sent
 
     async def _send(self, watcher: Watcher | None, notice: Notice) -> None:
-        """The one exit: a watch's notice is logged, then every notice goes onto the stream."""
+        """The one exit: a watch's notice is logged, kept until its turn completes (with a resume
+        store), then every notice goes onto the stream."""
+        if self._resume is not None and self._resume.on:
+            notice = self._resume.handed(
+                watcher.name if watcher is not None else None,
+                # Its checkpoint moves only when no line of it waits after this notice.
+                watcher.checkpoint if watcher is not None and watcher.delivery.deadline is None else None,
+                notice,
+            )
         if watcher is not None:
             extra = {k: v for k, v in notice.meta.items() if k not in ("name", "uri")}
             watcher.log("watch.notice", lines=notice.text.count("\n") + 1, text=notice.text, **extra)

@@ -18,7 +18,9 @@ import anyio.abc
 from asyncai_watch import log
 from asyncai_watch.clock import Clock
 from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.notice import Notice
 from asyncai_watch.core.restore import Restore, fate, restored_later
+from asyncai_watch.core.resume import Outcome
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import describe
 from asyncai_watch.runtime.notices import Notices
@@ -34,6 +36,8 @@ Launch = Callable[[Watcher], Awaitable[object]]
 """Run a reserved watcher's start (restoring: the file is written once, after all of them)."""
 Start = Callable[[WatchSpec], Awaitable[object]]
 """Start a saved spec anew, as a restore (reserving its name again)."""
+CatchUpFn = Callable[[Watcher], Awaitable[tuple[Outcome, Notice | None]]]
+"""A restored watch's outcome and its ``while you were away`` notice (with a resume store)."""
 
 
 class Persistence:
@@ -79,7 +83,13 @@ class Persistence:
             self._state.close()  # the file's lock: the next owner may start now
 
     async def restore(
-        self, saved: Sequence[SavedWatch], *, launch: Launch, start: Start, tg: anyio.abc.TaskGroup
+        self,
+        saved: Sequence[SavedWatch],
+        *,
+        launch: Launch,
+        start: Start,
+        tg: anyio.abc.TaskGroup,
+        catch_up: CatchUpFn | None = None,
     ) -> None:
         """Start every saved watch. One that cannot start is listed ``restore_failed`` with its
         reason and stays saved; one that may start later is tried again in the background, in
@@ -87,7 +97,7 @@ class Persistence:
         the notices with the restore notice."""
         assert self._state is not None
         delays = self._limits.backoff.delays()
-        outcome = Restore(str(self._state.path), delays)
+        outcome = Restore(str(self._state.path), delays, resuming=catch_up is not None)
         failed: dict[str, Exception] = {}
 
         def keep(spec: WatchSpec, exc: Exception) -> None:
@@ -120,6 +130,15 @@ class Persistence:
             elif outcome.add(spec, error, describe(error)) == "retry" and delays:
                 tg.start_soon(self._retry, spec, start, name=f"restore {spec.name}")
         self._watches.order_as([entry.spec.name for entry in saved])
+        away: list[tuple[Watcher, Notice]] = []
+        if catch_up is not None:
+            for spec in outcome.restored:
+                restored = self._watches.get(spec.name)
+                if restored is None or restored.status != "running":
+                    continue
+                outcome.resumed[spec.name], notice = await catch_up(restored)
+                if notice is not None:
+                    away.append((restored, notice))
         if outcome.retrying or outcome.broken:
             await self.save()  # each reason goes into the file with its spec
         log.emit(
@@ -130,6 +149,8 @@ class Persistence:
             retrying=[s.name for s, _ in outcome.retrying],
             restore_failed=[s.name for s, _ in (*outcome.retrying, *outcome.broken)],
         )
+        for watcher, notice in away:
+            self._notices.now(watcher, [notice])  # each after the restore notice
         await self._notices.open(outcome.notice())  # before any other notice
 
     async def _retry(self, spec: WatchSpec, start: Start) -> None:

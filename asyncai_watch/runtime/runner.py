@@ -24,6 +24,8 @@ watch has no task. Every task lives in the manager's task group.
 
 from __future__ import annotations
 
+import random as _random
+from collections.abc import Callable
 from typing import assert_never
 
 import anyio
@@ -62,7 +64,7 @@ from asyncai_watch.mcp.source import ResourceSource
 from asyncai_watch.runtime.notices import Notices
 from asyncai_watch.runtime.offload import Offload
 from asyncai_watch.runtime.topic import Topic, parse
-from asyncai_watch.runtime.watcher import Watcher
+from asyncai_watch.runtime.watcher import Marks, Watcher
 
 __all__ = ["Runner"]
 
@@ -79,6 +81,8 @@ class Runner:
         offload: Offload,
         notices: Notices,
         tg: anyio.abc.TaskGroup,
+        marks: Marks | None = None,
+        random: Callable[[], float] = _random.random,
     ) -> None:
         self.source = source
         # The mode is the connection's, known once it is up (a bridge's upstreams connect in the
@@ -87,6 +91,7 @@ class Runner:
             backoff=limits.backoff,
             healthy_after=limits.resubscribe_max,
             jitter=limits.resubscribe_jitter,
+            random=random,
         )
         self.topics: dict[str, Topic] = {}
         self._limits = limits
@@ -94,6 +99,7 @@ class Runner:
         self._offload = offload
         self._notices = notices
         self._tg = tg
+        self._marks = marks  # with a resume store: each watch's checkpoint after each read
         self._listens: dict[int, anyio.CancelScope] = {}
         self._closed: dict[int, anyio.Event] = {}  # listens cancelled whose task has not ended yet
         self._wake = anyio.Event()
@@ -154,16 +160,18 @@ class Runner:
         now = self._clock.now()
         for action in actions:
             match action:
-                case Deliver(watchers=watchers, payload=payload):
+                case Deliver(uri=uri, watchers=watchers, payload=payload):
                     assert payload is not None  # a read after the first one always brings its events
+                    checkpoint = self.topics[uri].checkpoint() if self._marks is not None else None
                     for watcher in watchers:
-                        watcher.take(payload, now)
+                        watcher.take(payload, now, checkpoint)
                 case Read(uri=uri):
                     self._tg.start_soon(self._read, uri, name=f"read {uri}")
                 case Begin(uri=uri, watchers=watchers):
                     topic = self.topics[uri]
+                    checkpoint = topic.checkpoint() if self._marks is not None else None
                     for watcher in watchers:
-                        watcher.begin(topic.shape, self._notices.schedule)
+                        watcher.begin(topic.shape, self._notices.schedule, self._marks, checkpoint)
                 case OpenListen(id=listen):
                     scope = self._listens[listen] = anyio.CancelScope()
                     self._closed[listen] = anyio.Event()

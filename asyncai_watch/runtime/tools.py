@@ -158,8 +158,8 @@ class ReadOnlyCatalog:
     """What a filter may call (the parent enforces it; the filter's worker only forwards names).
 
     Reads (``read_resource``, ``list_resources``) and MCP tools annotated
-    ``readOnlyHint: true``. Mutating tools and the watch built-ins are named too, so a
-    filter that calls one gets a clear refusal in its notice instead of a NameError.
+    ``readOnlyHint: true``. Mutating tools and the watch built-ins are in :attr:`denied`: a
+    filter that calls one is refused at ``watch_start``, before any event.
     """
 
     _DENIED_BUILTINS: Final = ("watch_start", "watch_stop", "watch_list")
@@ -176,7 +176,17 @@ class ReadOnlyCatalog:
         self._list_resources = list_resources
         # A tool named like a built-in (or `event`) would silently shadow it: leave it out.
         self._tools = {name: found for name, found in tools.items() if name not in self._BUILTINS}
-        self.names = frozenset({"read_resource", "list_resources", *self._DENIED_BUILTINS, *self._tools})
+        self.denied: dict[str, str] = {
+            name: "filters cannot start, stop or list watches" for name in self._DENIED_BUILTINS
+        } | {
+            name: f"tool {name!r} (server {source.name!r}) is not read-only (no readOnlyHint: true)"
+            for name, (source, tool) in self._tools.items()
+            if not tool.read_only
+        }
+        """What a filter may not call, and why: a filter calling one is refused at its start
+        (``refuse_denied_calls``), so these are not among :attr:`names`."""
+        self.names = frozenset({"read_resource", "list_resources", *self._tools}) - self.denied.keys()
+        """What a filter may call (and a NameError's hint lists)."""
 
     async def call(self, name: str, kwargs: dict[str, Any]) -> Any:
         if name == "read_resource":

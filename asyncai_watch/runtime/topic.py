@@ -15,6 +15,7 @@ from asyncai_watch.core.eventlog import Position
 from asyncai_watch.core.events import Shape, shape_for_mime_type
 from asyncai_watch.core.extract import Body, Extraction, Pending
 from asyncai_watch.core.limits import Limits
+from asyncai_watch.core.resume import Checkpoint
 from asyncai_watch.mcp.source import ReadResult
 from asyncai_watch.runtime.gcpause import gc_paused
 from asyncai_watch.runtime.offload import Offload
@@ -42,7 +43,7 @@ def parse(result: ReadResult) -> Body:
 class Topic:
     """The extraction of one URI (see the module docstring)."""
 
-    __slots__ = ("_key", "_local", "_offload", "limits", "shape", "uri")
+    __slots__ = ("_key", "_local", "_offload", "_text", "limits", "mime_type", "shape", "uri")
 
     def __init__(
         self,
@@ -59,6 +60,8 @@ class Topic:
         self._local = local
         self._key = key
         self._offload = offload
+        self._text: str | None = None  # a state's last good read, for its resume checkpoint
+        self.mime_type: str | None = None
 
     @classmethod
     async def begin(cls, uri: str, body: Body, limits: Limits, offload: Offload) -> Topic:
@@ -68,17 +71,39 @@ class Topic:
             local = Extraction(uri, limits)
             with gc_paused(len(body.text)):
                 shape = local.baseline(body)
-            return cls(uri, limits, shape, local, None, offload)
-        key, shape = await offload.baseline(uri, limits, body)
-        return cls(uri, limits, shape, None, key, offload)
+            topic = cls(uri, limits, shape, local, None, offload)
+        else:
+            key, shape = await offload.baseline(uri, limits, body)
+            topic = cls(uri, limits, shape, None, key, offload)
+        topic.mime_type = body.mime_type
+        if shape == "state":
+            topic._text = body.text
+        return topic
 
     @property
     def position(self) -> Position | None:
         """The event log's position for the next read (``None``: read it whole)."""
         return self._local.position if self._local is not None else None
 
+    def checkpoint(self) -> Checkpoint | None:
+        """Where a watch on this URI stands now, to resume from after a restart: the event log's
+        position, or the state's last good body (``None``: an event log in the worker, or one
+        without a ``log_id``)."""
+        if self.shape == "event-log":
+            position = self.position
+            return Checkpoint(self.uri, position) if position is not None else None
+        if self._text is None:
+            return None
+        return Checkpoint.of_state(self.uri, self._text, self.mime_type)
+
     async def read(self, body: Body) -> Pending:
         """The events of a later read, extracted here or in the worker."""
+        pending = await self._read(body)
+        if self.shape == "state" and not any(note.startswith("ERROR") for note in pending.notes):
+            self._text = body.text  # a read that is not JSON keeps the last good one, as the extraction does
+        return pending
+
+    async def _read(self, body: Body) -> Pending:
         local = self._local
         if local is not None and body.parsed:
             with gc_paused(len(body.text)):

@@ -31,12 +31,24 @@ from asyncai_watch.core.events import Shape
 from asyncai_watch.core.extract import MAX_MERGED_EVENTS, Pending
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.core.notice import Notice
+from asyncai_watch.core.resume import Checkpoint
 from asyncai_watch.core.spec import WatchSpec
 from asyncai_watch.errors import BaselineError, NotWatchableError, WatchError, describe
-from asyncai_watch.filters import Catalog, FilterEngine, FilterSession, sample_event, validate_on_event
+from asyncai_watch.filters import (
+    Catalog,
+    FilterEngine,
+    FilterSession,
+    refuse_denied_calls,
+    sample_event,
+    validate_on_event,
+)
 from asyncai_watch.info import WatchInfo
 
-__all__ = ["Status", "Watcher", "open_filter"]
+__all__ = ["Marks", "Status", "Watcher", "open_filter"]
+
+Marks = Callable[[str, Checkpoint | None, bool], None]
+"""Told after each read's lines were queued: the watch, where it stands, whether lines wait
+(:meth:`asyncai_watch.runtime.resume.Resume.mark`)."""
 
 Status = Literal["starting", "running", "failed", "restore_failed"]
 
@@ -47,6 +59,7 @@ class _Filter:
 
     session: FilterSession
     mailbox: Pending | None = None
+    checkpoint: Checkpoint | None = None  # where the mailbox's newest read leaves the watch
     mail: anyio.Event = attrs.field(factory=anyio.Event)
     scope: anyio.CancelScope = attrs.field(factory=anyio.CancelScope)
     running: bool = False
@@ -88,6 +101,8 @@ class Watcher:
     after, so a running watch holds no event."""
     _on_lines: Callable[[Watcher], None] | None = attrs.field(default=None, init=False)
     _filter: _Filter | None = attrs.field(default=None, init=False)
+    _marks: Marks | None = attrs.field(default=None, init=False)
+    _checkpoint: Checkpoint | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.delivery = Delivery(self.spec.name, self.spec.uri, self.limits)
@@ -124,6 +139,12 @@ class Watcher:
     def saved_error(self) -> str | None:
         """The reason the watch-state file keeps with its spec: why a restore failed."""
         return self._error if self._status == "restore_failed" else None
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """Where the watch stands as of the lines it has queued (with a resume store): what its
+        next notice, once handed, lets it resume from."""
+        return self._checkpoint
 
     @property
     def session(self) -> FilterSession | None:
@@ -209,10 +230,18 @@ class Watcher:
         error.__cause__ = cause
         return error
 
-    def begin(self, shape: Shape, on_lines: Callable[[Watcher], None]) -> None:
-        """The watch began on its URI's state; ``on_lines`` is told whenever lines were queued."""
+    def begin(
+        self,
+        shape: Shape,
+        on_lines: Callable[[Watcher], None],
+        marks: Marks | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
+        """The watch began on its URI's state; ``on_lines`` is told whenever lines were queued,
+        ``marks`` (with a resume store) after every read, from ``checkpoint`` on."""
         self._shape = shape
         self._on_lines = on_lines
+        self._marks, self._checkpoint = marks, checkpoint
         if self._start is not None:
             self._start.settled.set()
 
@@ -230,12 +259,17 @@ class Watcher:
         self.stop_filter()
         return notices
 
-    def take(self, pending: Pending, now: float) -> None:
-        """A read's events: lines at once without a filter, else into the filter's mailbox."""
+    def take(self, pending: Pending, now: float, checkpoint: Checkpoint | None = None) -> None:
+        """A read's events (``checkpoint``: where they leave the watch, with a resume store): lines
+        at once without a filter, else into the filter's mailbox."""
         filtering = self._filter
         if filtering is None:
+            if checkpoint is not None:
+                self._checkpoint = checkpoint
             self._add(*self.delivery.lines(pending), now)
             return
+        if checkpoint is not None:
+            filtering.checkpoint = checkpoint
         mailbox = filtering.mailbox
         filtering.mailbox = (
             pending if mailbox is None else mailbox.then(pending, max_events=MAX_MERGED_EVENTS)
@@ -253,6 +287,8 @@ class Watcher:
             log.events([*records, *kept], watch=self.spec.name, uri=self.spec.uri, verbose=self.verbose)
         if self._on_lines is not None and self.delivery.deadline is not None:
             self._on_lines(self)
+        if self._marks is not None:
+            self._marks(self.spec.name, self._checkpoint, self.delivery.deadline is not None)
 
     # -- the filter's task -----------------------------------------------------------------------
 
@@ -296,6 +332,9 @@ class Watcher:
             pending, filtering.mailbox = filtering.mailbox, None
             if pending is None:
                 continue
+            if filtering.checkpoint is not None:
+                # The lines queued below are of the reads up to it (later ones wait in the mailbox).
+                self._checkpoint, filtering.checkpoint = filtering.checkpoint, None
             if not pending.events:
                 self._add(*self.delivery.lines(pending), clock_now())
                 continue
@@ -321,6 +360,7 @@ async def open_filter(
     subscribed; a KeyError on the sample is fine."""
     assert spec.on_event is not None
     validate_on_event(spec.on_event, engine=engine)
+    refuse_denied_calls(spec.on_event, catalog)
     session = await engine.open(spec.on_event, catalog=catalog, limits=limits)
     stack.push_async_callback(session.aclose)
     await session.dry_run(sample_event(watch=spec.name, uri=spec.uri, event_log=event_log))

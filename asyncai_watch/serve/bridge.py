@@ -125,13 +125,18 @@ class Bridge:
                 # so the first tool result can report it.
                 while True:
                     try:
-                        self._add(manager.notices.receive_nowait())
+                        first = manager.notices.receive_nowait()
                     except anyio.WouldBlock:
                         break
+                    self._add(first)
+                    manager.notice_taken(first)
                 self._ready.set()
                 log.emit("serve.ready", verbose=self._verbose, notices=self.ring.last_id)
                 async for notice in manager.notices:
                     self._add(notice)
+                    # In the ring, where a pull reads it: with --watch-state, taken (serve's own
+                    # ring is what its clients catch up from).
+                    manager.notice_taken(notice)
         except Exception as exc:  # e.g. the state file went bad since startup: tools say so, pulls still work
             self._failed = str(exc) if isinstance(exc, WatchError) else f"{type(exc).__name__}: {exc}"
             self._manager = None

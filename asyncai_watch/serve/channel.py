@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from asyncai_watch.core.notice import SOURCE_RESTORE, SOURCE_WATCH
 from asyncai_watch.core.text import neutralize, render, truncate
+from asyncai_watch.notice_json import notice_record
 
 from .ring import Catchup, Entry
 
@@ -43,6 +44,8 @@ META_KEY_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTENT_CAP: Final = 4000
 """Code points of pushed content; a longer notice is cut (marked ``…``) and is whole in ``watch_notices``."""
 META_VALUE_CAP: Final = 512
+EVENTS_PER_NOTICE: Final = 100
+"""A ``watch_notices`` notice carries its first this many events (``events_omitted`` counts the rest)."""
 
 _KINDS: Final = {SOURCE_WATCH: "watch", SOURCE_RESTORE: "restore"}
 
@@ -88,7 +91,22 @@ def entry_dict(entry: Entry) -> dict[str, Any]:
     if out.get("failed") == "true":
         out["failed"] = True
     out["text"] = neutralize(entry.notice.text.strip("\n"), multiline=True)
+    events = notice_record(entry.notice)["events"]
+    out["events"] = [_neutral(ev) for ev in events[:EVENTS_PER_NOTICE]]
+    if len(events) > EVENTS_PER_NOTICE:
+        out["events_omitted"] = len(events) - EVENTS_PER_NOTICE
     return out
+
+
+def _neutral(value: Any) -> Any:
+    """A JSON value with every string neutralized (keys too): the events carry outside text."""
+    if isinstance(value, str):
+        return neutralize(value, multiline=True)
+    if isinstance(value, dict):
+        return {neutralize(str(k)): _neutral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_neutral(v) for v in value]
+    return value
 
 
 def catchup_dict(catchup: Catchup, ring_size: int) -> dict[str, Any]:

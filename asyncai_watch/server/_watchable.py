@@ -91,6 +91,7 @@ class Watchable:
         return self.registry.publish_nowait(uri)
 
     async def tool_returned(self, tool: str, arguments: Mapping[str, Any] | None) -> None:
+        """Notify every URI the call of ``tool`` with ``arguments`` may have changed."""
         for uri in self.changed_by(tool, arguments):
             await self.notify(uri)
 

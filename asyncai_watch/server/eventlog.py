@@ -66,6 +66,9 @@ def dumps(value: Any) -> str:
 
 
 class EventRing:
+    """The last ``capacity`` events of one log, each with its ``seq``, read by any number of
+    readers (this module's docstring tells the body a read returns)."""
+
     def __init__(
         self,
         capacity: int = DEFAULT_RING_CAPACITY,

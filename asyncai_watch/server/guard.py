@@ -5,7 +5,8 @@
   the request goes on with ``scope["user"]`` set (the SDK ties each session to that principal)
   and :data:`CLIENT_KEY` naming the client (principal at address) the per-client limits count.
 - :func:`guarded_protocol`: uvicorn's h11 protocol with what uvicorn lacks: a header-read
-  timeout (408 naming ``--header-timeout``) and a connection cap that closes the oldest
+  timeout (408 naming ``--header-timeout``), a body-read timeout (408 naming ``--body-timeout``: a
+  client that sends its headers and then trickles the body), and a connection cap that closes the oldest
   connection still waiting for a request before it refuses a new one (503 naming
   ``--max-connections``), so held half-open connections never fill the fd table.
 """
@@ -172,11 +173,13 @@ class _GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol plus a header-read timeout and a connection cap (see the module)."""
 
     header_timeout: ClassVar[float]
+    body_timeout: ClassVar[float]
     max_connections: ClassVar[int]
     waiting: ClassVar[OrderedDict[_GuardedH11Protocol, None]]
     """Connections waiting for a request's headers (new, or kept alive between requests), oldest first."""
 
     _header_timer: asyncio.TimerHandle | None = None
+    _body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -212,6 +215,28 @@ class _GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._done_waiting()
+        self._watch_body()
+
+    def _watch_body(self) -> None:
+        """A body timer runs while the request's body is arriving (h11 ``SEND_BODY``), from its headers on."""
+        if self.conn.their_state is h11.SEND_BODY:
+            if self._body_timer is None:
+                self._body_timer = self.loop.call_later(self.body_timeout, self._body_late)
+        elif self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if self.conn.their_state is not h11.SEND_BODY or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_started:
+            message = (
+                f"request body not received within {self.body_timeout:g} s of its headers (--body-timeout)"
+            )
+            self.transport.write(_raw_response(408, "Request Timeout", message))
+        self.connections.discard(self)
+        self.transport.close()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -222,6 +247,9 @@ class _GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._done_waiting()
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         super().connection_lost(exc)
 
     def _headers_late(self) -> None:
@@ -249,6 +277,7 @@ def guarded_protocol(limits: HttpLimits) -> type[H11Protocol]:
         (_GuardedH11Protocol,),
         {
             "header_timeout": limits.header_timeout,
+            "body_timeout": limits.body_timeout,
             "max_connections": limits.max_connections,
             "waiting": OrderedDict(),
         },

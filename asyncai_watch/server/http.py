@@ -10,26 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
 import anyio
 import anyio.abc
+import attrs
 import uvicorn
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from asyncai_watch.exception_groups import leaves
 
 from .guard import HttpGuard, guarded_protocol
-from .policy import HttpPolicy, parse_host_port
+from .policy import HttpPolicy, StaticTokens, parse_host_port
 
-__all__ = ["ServerExitedError", "bind_error", "parse_host_port", "running_http_server", "serve_http"]
+_log = logging.getLogger(__name__)
+
+__all__ = [
+    "ServerExitedError",
+    "bind_error",
+    "parse_host_port",
+    "run_server",
+    "running_http_server",
+    "serve_http",
+]
 
 
 def bind_error(exc: BaseException) -> OSError | None:
@@ -39,6 +50,22 @@ def bind_error(exc: BaseException) -> OSError | None:
     """
     inside = leaves(exc)
     return inside[0] if len(inside) == 1 and isinstance(inside[0], OSError) else None
+
+
+def run_server(prog: str, address: str, serve: Callable[..., Awaitable[None]], *args: object) -> int:
+    """A server command's exit status for ``anyio.run(serve, *args)``: Ctrl-C is a clean 0, and a
+    start-up OS error (a taken port, a runtime directory others can enter) one line and 2."""
+    try:
+        anyio.run(serve, *args)
+    except KeyboardInterrupt:
+        return 0
+    except (OSError, BaseExceptionGroup) as exc:
+        error = bind_error(exc)
+        if error is None:
+            raise
+        print(f"{prog}: cannot serve HTTP on {address}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 async def serve_http(
@@ -66,9 +93,11 @@ async def serve_http(
     Setting ``stop`` shuts the server down gracefully (cancelling it instead skips uvicorn's
     lifespan shutdown).
 
-    ``policy`` (default: :class:`HttpPolicy()`, no authentication) is enforced in front of ``app``:
-    Host/Origin, authentication, the header and idle timeouts and the connection cap
-    (docs/http-security.md). Refusing an unauthenticated non-loopback bind is the caller's
+    ``policy`` (default: :class:`HttpPolicy()`) is enforced in front of ``app``: Host/Origin,
+    authentication, the header and idle timeouts and the connection cap (docs/http-security.md).
+    A policy with no token verifier and no ``insecure_no_auth`` gets a token generated for this
+    run, published for our clients in the runtime directory (:mod:`asyncai_watch.http_auth.local`)
+    and named before the READY line (on stderr when it is a terminal, else in the log at INFO); the file is removed when the server stops. Refusing an unauthenticated non-loopback bind is the caller's
     (:func:`~asyncai_watch.server.policy.check_bind`), which prints its one line before anything starts.
     """
     policy = policy if policy is not None else HttpPolicy()
@@ -82,9 +111,50 @@ async def serve_http(
     if send_buffer is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     sock.bind((host, port))
-    sock.listen(128)
     sock.setblocking(False)
     bound_port = sock.getsockname()[1]
+    with contextlib.ExitStack() as stack:
+        if policy.verifier is None and not policy.insecure_no_auth:
+            policy = _with_published_token(stack, policy, host, bound_port)
+        # Listen only once the token is published: a client that connects at once finds it.
+        sock.listen(128)
+        await _serve_bound(app, sock, policy, host, bound_port, path, ready, on_shutdown, on_ready, stop)
+
+
+def _with_published_token(
+    stack: contextlib.ExitStack, policy: HttpPolicy, host: str, port: int
+) -> HttpPolicy:
+    """``policy`` requiring a token generated for this run, published in the runtime directory (until exit)."""
+    from asyncai_watch.http_auth.local import published_token
+
+    token, where = stack.enter_context(published_token(host, port))
+    line = (
+        f"HTTP bearer token in {where} (our clients read it by themselves; other clients send "
+        "'Authorization: Bearer <its contents>')"
+    )
+    # For a person at a terminal; a program that started the server (an agent's stdio server
+    # with --also-http, a test) reads it from the log, not from its stderr. Not ``ready``: a
+    # ready file holds the READY line alone.
+    if sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)
+    else:
+        _log.info("%s", line)
+    return attrs.evolve(policy, verifier=StaticTokens([token], name="local"))
+
+
+async def _serve_bound(
+    app: Any,
+    sock: socket.socket,
+    policy: HttpPolicy,
+    host: str,
+    bound_port: int,
+    path: str,
+    ready: TextIO | None,
+    on_shutdown: Callable[[], None] | None,
+    on_ready: Callable[[str], None] | None,
+    stop: anyio.Event | None,
+) -> None:
+    family = sock.family
     guarded = HttpGuard(app, policy, host=host, port=bound_port, path=path)
     config = uvicorn.Config(
         guarded,

@@ -131,6 +131,7 @@ class SubscriptionIndex(Generic[L]):
         return frozenset(self._uris.get(listener, ()))
 
     def holds(self, listener: L, uri: str) -> bool:
+        """Whether ``listener`` holds ``uri``."""
         return uri in self._uris.get(listener, ())
 
     def count(self, listener: L) -> int:

@@ -9,7 +9,9 @@ gets the same options from :func:`add_http_arguments` and the policy from
 (:mod:`.guard`).
 
 Secure by default: a bind beyond loopback without authentication is refused (one line naming
-the way to add a token) unless ``--insecure-no-auth`` says so; Host and Origin are checked on
+the way to add a token) unless ``--insecure-no-auth`` says so; a loopback bind without a token of
+its own generates one for the run and publishes it to this user's clients
+(:mod:`asyncai_watch.http_auth.local`), unless ``--insecure-no-auth`` says not to authenticate; Host and Origin are checked on
 every bind, against the bound address and port plus the loopback names on that port only.
 """
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # kept light: every server's CLI builds its parser from this 
 
 __all__ = [
     "CLIENT_KEY",
+    "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_HEADER_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_LISTENS",
@@ -65,6 +68,8 @@ TOKEN_ENV: Final = "ASYNCAI_HTTP_TOKEN"
 
 DEFAULT_HEADER_TIMEOUT: Final = 10.0
 """Seconds a connection may take to send a request's headers (slowloris)."""
+DEFAULT_BODY_TIMEOUT: Final = 30.0
+"""Seconds a request may take to send its body once its headers are in (a trickled body)."""
 DEFAULT_IDLE_TIMEOUT: Final = 5
 """Seconds a kept-alive connection may sit between requests (uvicorn's default)."""
 DEFAULT_MAX_LISTENS: Final = 1024
@@ -127,6 +132,7 @@ class HttpLimits:
     """What one HTTP server holds at most; each refusal names its option."""
 
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
     idle_timeout: int = DEFAULT_IDLE_TIMEOUT
     max_connections: int = attrs.field(factory=default_max_connections)
     max_sessions: int = DEFAULT_SESSIONS
@@ -178,11 +184,12 @@ class HttpPolicy:
     """Who may call an HTTP endpoint, from where, and how much it holds."""
 
     verifier: TokenVerifier | None = None
-    """Checks a request's bearer token; None: no authentication."""
+    """Checks a request's bearer token; None: a token generated for the run (see
+    :func:`~asyncai_watch.server.http.serve_http`), or none at all with :attr:`insecure_no_auth`."""
     auth_hint: str = f"--token-file PATH or ${TOKEN_ENV}"
     """How this server's user adds authentication (the refusal line names it)."""
     insecure_no_auth: bool = False
-    """Serve beyond loopback without authentication (the user said so by name)."""
+    """Serve without authentication, on any bind (the user said so by name)."""
     allow_hosts: frozenset[str] = frozenset()
     """Extra ``Host`` values (``host`` or ``host:port``, lower case)."""
     allow_origins: frozenset[str] = frozenset()
@@ -207,10 +214,13 @@ class HttpPolicy:
 
     def warning(self, host: str, address: str, prog: str) -> str | None:
         """The start-up warning for an unauthenticated bind beyond loopback, or None."""
-        if self.verifier is None and not is_loopback(host) and self.insecure_no_auth:
+        if self.verifier is None and self.insecure_no_auth:
+            who = (
+                "any program of any user on this machine" if is_loopback(host) else "anyone who can reach it"
+            )
             return (
                 f"{prog}: WARNING: serving HTTP on {address} with NO authentication (--insecure-no-auth): "
-                "anyone who can reach it can call every tool"
+                f"{who} can call every tool"
             )
         return None
 
@@ -283,7 +293,8 @@ def add_http_arguments(parser: argparse.ArgumentParser, *, tokens: bool = True) 
             type=Path,
             metavar="PATH",
             help=f"require 'Authorization: Bearer TOKEN' on every HTTP request, TOKEN being this file's one line "
-            f"(default: ${TOKEN_ENV}; neither: no authentication, allowed on loopback only)",
+            f"(default: ${TOKEN_ENV}; neither: on loopback a token generated for the run, in your runtime directory; "
+            "beyond loopback refused)",
         )
         group.add_argument(
             "--oauth-introspect",
@@ -307,7 +318,9 @@ def add_http_arguments(parser: argparse.ArgumentParser, *, tokens: bool = True) 
     group.add_argument(
         "--insecure-no-auth",
         action="store_true",
-        help="serve a non-loopback address WITHOUT authentication (refused otherwise)",
+        help="serve WITHOUT authentication, on any address (by default a loopback server with no token of its "
+        "own generates one and publishes it to your clients in a private runtime directory; a non-loopback one "
+        "is refused); for clients that cannot send a header",
     )
     group.add_argument(
         "--allow-host",
@@ -332,6 +345,14 @@ def add_http_arguments(parser: argparse.ArgumentParser, *, tokens: bool = True) 
         default=base.header_timeout,
         metavar="SECONDS",
         help=f"close a connection that has not sent a request's headers within this (default {base.header_timeout:g})",
+    )
+    group.add_argument(
+        "--body-timeout",
+        type=float,
+        default=base.body_timeout,
+        metavar="SECONDS",
+        help="close a connection whose request body has not all arrived this long after its headers "
+        f"(default {base.body_timeout:g})",
     )
     group.add_argument(
         "--idle-timeout",
@@ -407,6 +428,7 @@ def add_http_arguments(parser: argparse.ArgumentParser, *, tokens: bool = True) 
 
 _POSITIVE: Final = (
     "header_timeout",
+    "body_timeout",
     "idle_timeout",
     "max_connections",
     "max_sessions",
@@ -486,13 +508,13 @@ def http_policy_from_args(
 
 
 def _token_verifier(args: argparse.Namespace) -> tuple[TokenVerifier, dict[str, object]]:
-    from asyncai_watch.http_auth import _read_secret, _warn_on_stderr
+    from asyncai_watch.http_auth.secret import read_secret, warn_on_stderr
 
     if args.http_token_file is not None and args.oauth_introspect:
         raise PolicyError("use either --token-file (a fixed bearer token) or --oauth-introspect, not both")
     if args.http_token_file is not None:
         try:
-            return StaticTokens([_read_secret(args.http_token_file, "--token-file", _warn_on_stderr)]), {}
+            return StaticTokens([read_secret(args.http_token_file, "--token-file", warn_on_stderr)]), {}
         except ValueError as exc:
             raise PolicyError(str(exc)) from None
     from asyncai_watch.server.introspection import IntrospectionVerifier

@@ -131,11 +131,15 @@ class Listener(Protocol):
     block or raise (an exception is logged and the other listeners still get the event).
     """
 
-    def deliver(self, event: ServerEvent) -> None: ...
+    def deliver(self, event: ServerEvent) -> None:
+        """Take one event for a URI this listener holds."""
+        ...
 
 
 @attrs.frozen
 class SubscriptionStats:
+    """How many URIs and listeners a :class:`SubscriptionRegistry` holds now."""
+
     uris: int
     """Distinct URIs with at least one listener."""
     subscriptions: int
@@ -216,6 +220,7 @@ class ListenStream:
         return self._closed
 
     def deliver(self, event: ServerEvent) -> None:
+        """Queue ``event`` for this stream's client (dropped once the stream is closed)."""
         if self._closed or not self._outbox.add(event):
             return
         self._queued_since_send += 1
@@ -457,9 +462,11 @@ class SubscriptionRegistry:
         return self._index.listened(uri)
 
     def listeners(self, uri: str) -> int:
+        """How many listeners hold ``uri`` now."""
         return len(self._index.listeners(uri))
 
     def stats(self) -> SubscriptionStats:
+        """The registry's counts now."""
         return SubscriptionStats(
             uris=self._index.uri_count,
             subscriptions=self._index.subscription_count,

@@ -206,3 +206,33 @@ def test_demo_on_a_terminal_shows_each_notice_once(tmp_path: Path) -> None:
     assert lines[0] == "demo: the NDJSON log is off in the demo; --log FILE writes it to FILE"
     assert [line for line in lines if line.lstrip().startswith("{")] == []
     assert sum("added todo = 'buy milk'" in line for line in lines) == 1
+
+
+def test_server_is_the_one_flag_for_both_kinds_and_log_file_and_v_are_spelled_as_elsewhere(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "s.json"
+    script.write_text(
+        json.dumps(
+            {
+                "turns": [
+                    {
+                        "expect": "get",
+                        "steps": [{"run_code": "1 + 1"}, {"expect": "2", "reply": "got {result}"}],
+                    }
+                ]
+            }
+        )
+    )
+    log = tmp_path / "log.ndjson"
+    proc = run_agent(
+        ["--model", f"scripted:{script}", "--server", MEMO, "-v", "--log-file", str(log)], stdin="get\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "got 2\n"
+    assert log.read_text().strip(), "the NDJSON log went to --log-file"
+    args = build_parser().parse_args(["--log", "old.ndjson", "--server", "http://127.0.0.1:1/mcp"])
+    assert (args.log, args.server) == (Path("old.ndjson"), ["http://127.0.0.1:1/mcp"])  # --log: an alias
+    named = run_agent(["--model", f"scripted:{script}", "--server", f"memo={MEMO}"], stdin="")
+    assert named.returncode == 2
+    assert "the agent names each server by its serverInfo" in named.stderr

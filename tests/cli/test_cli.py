@@ -89,7 +89,10 @@ async def test_resources_lists_uris_templates_and_examples() -> None:
         "memo://notes  (resource, memo, MCP 2026-07-28, application/json, watchable via subscriptions/listen)"
         in out
     )
-    assert 'await watch_start(name="notes", uri="memo://notes")' in out
+    # Advice for the shell: the command that watches it, not the library's await watch_start(...).
+    assert f"    asyncai-watch watch memo://notes --server {shlex.quote(MEMO)}\n" in out
+    assert f"    asyncai-watch watch memo://notes/todo --server {shlex.quote(MEMO)}\n" in out
+    assert "watch_start" not in out
     assert "memo://notes/{key}  (template" in out
     code, out, _ = await run_cli("resources", "--server", MEMO, "--json")
     rows = [json.loads(line) for line in out.splitlines()]
@@ -110,12 +113,16 @@ async def test_watch_prints_each_notice_as_json_and_ends_cleanly_on_a_signal(sto
             first = json.loads(await out.next())
             await writer.call_tool("memo_set", {"key": "todo", "value": "eggs"})
             second = json.loads(await out.next())
-        assert first == {
+        keys = ("schema", "kind", "watch", "uri", "server", "lines", "failed", "redelivered")
+        assert {k: first[k] for k in keys} == {
+            "schema": "asyncai-watch/notice/1",
+            "kind": "watch",
             "watch": "watch",
             "uri": "memo://notes",
             "server": "memo",
             "lines": ["ADDED todo"],
             "failed": False,
+            "redelivered": False,
         }
         assert second["lines"] == ["MODIFIED todo (milk→eggs)"]
         proc.send_signal(stop)
@@ -239,33 +246,39 @@ async def test_the_readme_shell_flow_prints_the_change_made_from_another_termina
     )
     bin_dir = Path(sys.executable).parent  # the installed console scripts, as the README runs them
     env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
-    async with (
-        await anyio.open_process(serve, env=env) as server,
-        await anyio.open_process(watch, env=env) as watcher,
-    ):
-        try:
-            assert server.stderr is not None
-            assert watcher.stderr is not None
-            assert watcher.stdout is not None
-            server_err = Lines(server.stderr)
-            while not (await server_err.next()).startswith("READY "):
-                pass
-            watch_err = Lines(watcher.stderr)
-            while "watching memo://notes" not in await watch_err.next():
-                pass
-            with anyio.fail_after(WAIT):
-                done = await anyio.run_process(call, env=env, check=False)
-            assert (done.returncode, done.stdout.decode()) == (0, "ok\n"), done.stderr.decode()
-            # Printed once the change has been quiet for the default 3 s: awaited, not slept on.
-            assert await Lines(watcher.stdout).next() == "ADDED todo"
-            watcher.send_signal(signal.SIGINT)
-            server.send_signal(signal.SIGINT)
-            with anyio.fail_after(WAIT):
-                assert (await watcher.wait(), await server.wait()) == (0, 0)
-        finally:
-            for proc in (watcher, server):
-                if proc.returncode is None:
-                    proc.kill()
+    # One terminal after the other, as the README runs them: the server is up before the watch starts.
+    async with await anyio.open_process(serve, env=env) as server:
+        assert server.stderr is not None
+        server_err = Lines(server.stderr)
+        while not (await server_err.next()).startswith("READY "):
+            pass
+        async with await anyio.open_process(watch, env=env) as watcher:
+            await _readme_watch(server, watcher, call, env)
+
+
+async def _readme_watch(
+    server: anyio.abc.Process, watcher: anyio.abc.Process, call: list[str], env: dict[str, str]
+) -> None:
+    """The watch terminal sees the change the call terminal makes; Ctrl-C ends both with 0."""
+    try:
+        assert watcher.stderr is not None
+        assert watcher.stdout is not None
+        watch_err = Lines(watcher.stderr)
+        while "watching memo://notes" not in await watch_err.next():
+            pass
+        with anyio.fail_after(WAIT):
+            done = await anyio.run_process(call, env=env, check=False)
+        assert (done.returncode, done.stdout.decode()) == (0, "ok\n"), done.stderr.decode()
+        # Printed once the change has been quiet for the default 3 s: awaited, not slept on.
+        assert await Lines(watcher.stdout).next() == "ADDED todo"
+        watcher.send_signal(signal.SIGINT)
+        server.send_signal(signal.SIGINT)
+        with anyio.fail_after(WAIT):
+            assert (await watcher.wait(), await server.wait()) == (0, 0)
+    finally:
+        for proc in (watcher, server):
+            if proc.returncode is None:
+                proc.kill()
 
 
 @pytest.mark.anyio

@@ -421,3 +421,43 @@ def test_sorted_unique_keeps_the_first_of_each_seq(seqs_: list[int]) -> None:
     for item in items:
         first.setdefault(item[0], item)
     assert _sorted_unique(items) == sorted(first.values(), key=lambda item: item[0])
+
+
+def test_a_filtered_log_skips_other_rows_seqs_without_a_gap_and_reports_a_real_one() -> None:
+    # A filtered view of a table's log: its events carry the table log's seqs, so they skip the
+    # other rows'. The body's from_seq says it holds every event of the view after that seq.
+    sequencer = Sequencer()
+    sequencer.prime({"log_id": "a", "last_seq": 10, "from_seq": 0, "events": [{"seq": 4, "type": "ADDED"}]})
+    fed = sequencer.feed(
+        {
+            "log_id": "a",
+            "last_seq": 30,
+            "from_seq": 10,
+            "events": [{"seq": n, "type": "ADDED"} for n in (13, 29)],
+        }
+    )
+    assert [(e.type, e.seq) for e in fed.events] == [("ADDED", 13), ("ADDED", 29)]
+    # Nothing of the view in 31..40: no event, but the reader goes on from 40 (the server looked there).
+    assert sequencer.feed({"log_id": "a", "last_seq": 40, "from_seq": 30, "events": []}).events == []
+    assert sequencer.last_seq == 40
+    # The log no longer holds 41..99 (retention): a GAP naming it, then the view's events.
+    fed = sequencer.feed(
+        {
+            "log_id": "a",
+            "last_seq": 120,
+            "from_seq": 99,
+            "retention": "changes of the last 7d",
+            "events": [{"seq": 105, "type": "DELETED"}],
+        }
+    )
+    gap, deleted = fed.events
+    assert (gap.type, gap.fields["from_seq"], gap.fields["to_seq"]) == (GAP, 41, 99)
+    assert gap.fields["retention"] == "changes of the last 7d"
+    assert (deleted.type, deleted.seq) == ("DELETED", 105)
+    # A page the reader already had (a repeated read): nothing twice.
+    assert (
+        sequencer.feed(
+            {"log_id": "a", "last_seq": 120, "from_seq": 99, "events": [{"seq": 105, "type": "DELETED"}]}
+        ).events
+        == []
+    )

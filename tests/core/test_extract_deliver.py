@@ -379,9 +379,9 @@ def test_default_lines_are_plain_lines() -> None:
     w.baseline(body({"a": 1}))
     lines, _ = w.lines(w.read(body({"a": 2})))
     (line,) = lines
-    assert line == Line("MODIFIED a (1→2)", "a", line.event)
+    assert line == Line("MODIFIED a (1→2)", "a", line.event, default=True)
     assert attrs.asdict(line, recurse=False) == attrs.asdict(
-        Line(line.text, line.key, line.event), recurse=False
+        Line(line.text, line.key, line.event, default=True), recurse=False
     )
 
 
@@ -435,3 +435,22 @@ def test_an_extraction_pickles_with_its_state_and_reads_on_where_it_left_off() -
     )
     assert log.position == ("L", 4)
     assert pickle.loads(pickle.dumps(log)).position == ("L", 4)
+
+
+def test_a_read_with_more_changes_than_shown_says_how_many_first() -> None:
+    """A 1,000-row insert under events_per_update=100 and 5 lines a notice: the notice's first
+    line says how many rows changed, and of which kinds; it used to show ``ADDED 0 ... +N more``,
+    hiding the size (the count was a note after the 100 events, past the notice's line cap)."""
+    limits = attrs.evolve(LIMITS, events_per_update=100)
+    w = watch(limits)
+    w.baseline(body({"gone": 1}))
+    lines, _records = w.lines(w.read(body({f"row-{i}": i for i in range(1000)})))
+    w.add(lines, now=0.0)
+    notice = w.due(100.0)
+    assert notice is not None
+    shown = notice.text.splitlines()
+    assert shown[0] == (
+        "1,001 changes in one update (ADDED 1,000, DELETED 1); the first 100 follow, the rest are not "
+        "shown (Limits.events_per_update=100)"
+    )
+    assert shown[1:] == ["ADDED row-0", "ADDED row-1", "ADDED row-2", "ADDED row-3", "+96 more"]

@@ -206,7 +206,10 @@ async def run_shell_file(path: Path, tmp_path: Path) -> None:
             with anyio.CancelScope(shield=True):
                 for term in running:
                     if term.process.returncode is None:
-                        term.process.send_signal(signal.SIGINT)  # Ctrl-C
+                        # os.kill, not send_signal: Popen.send_signal first polls, reaping a child
+                        # that just exited behind asyncio's back, which then reports 255 for it.
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(term.process.pid, signal.SIGINT)  # Ctrl-C
                 for term in running:
                     with anyio.move_on_after(WAIT):
                         await term.process.wait()

@@ -76,10 +76,14 @@ async def test_the_cli_example_runs(tmp_path: Path) -> None:
         r"asyncai-watch: watching (file://\S+/config\.json) on files \(state\); Ctrl-C stops", lines[-2]
     )
     assert started is not None, lines
-    assert json.loads(lines[-1]) == {
+    record = json.loads(lines[-1])
+    assert {k: record[k] for k in ("kind", "watch", "uri", "server", "lines", "failed")} == {
+        "kind": "watch",
         "watch": "watch",
         "uri": started[1],
         "server": "files",
         "lines": ["MODIFIED mode (off→on)"],
         "failed": False,
     }
+    [event] = record["events"]
+    assert (event["type"], event["key"], event["old"], event["new"]) == ("MODIFIED", "mode", "off", "on")

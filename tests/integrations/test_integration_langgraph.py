@@ -166,16 +166,16 @@ async def test_refused_calls_are_tool_errors_and_filters_stay_read_only() -> Non
                         "watch_start", name="notes", uri="memo://notes", on_event='memo_set(key="x", value=1)'
                     )
                 )
-                await m.set("todo", "milk")
-                await runner.wait(lambda s: s.runs_completed == 3)
-            assert await m.notes() == {"todo": "milk"}
+                await runner.wait(lambda s: s.runs_completed == 2)
+            assert [w.name for w in m.watches.watch_list()] == []
     assert bad_name.reply is not None
     assert bad_name.reply.startswith(
         "tool said: InvalidWatchNameError: watch_start: invalid watch name 'a b'"
     )
-    assert started.reply == 'tool said: {"name": "notes", "uri": "memo://notes", "shape": "state"}'
-    notice = runner.runs[2].notices[0]
-    assert "PermissionError: tool 'memo_set' (server 'memo') is not read-only" in notice.text
+    # A filter that writes is refused at its start, not on every event after it.
+    assert started.reply is not None
+    assert started.reply.startswith("tool said: FilterError: on_event may only read; it calls memo_set()")
+    assert "tool 'memo_set' (server 'memo') is not read-only" in started.reply
 
 
 async def test_a_tool_error_is_an_error_tool_message() -> None:

@@ -156,8 +156,8 @@ async def test_refused_calls_answer_the_library_message_and_filters_stay_read_on
                         "watch_start", name="notes", uri="memo://notes", on_event='memo_set(key="x", value=1)'
                     )
                 )
-                await m.set("todo", "milk")
-                await runner.wait(lambda s: s.runs_completed == 4)
+                await runner.wait(lambda s: s.runs_completed == 3)
+            assert [w.name for w in m.watches.watch_list()] == []
     # Not the SDK's generic "An error occurred while running the tool": the library's message.
     assert bad_name.reply is not None
     assert bad_name.reply.startswith(
@@ -166,9 +166,10 @@ async def test_refused_calls_answer_the_library_message_and_filters_stay_read_on
     assert bad_filter.reply is not None
     assert bad_filter.reply.startswith("tool said: FilterError:")
     assert "import" in bad_filter.reply
-    assert started.reply == 'tool said: {"name": "notes", "uri": "memo://notes", "shape": "state"}'
-    notice = runner.runs[3].notices[0]
-    assert "PermissionError: tool 'memo_set' (server 'memo') is not read-only" in notice.text
+    # A filter that writes is refused at its start, not on every event after it.
+    assert started.reply is not None
+    assert started.reply.startswith("tool said: FilterError: on_event may only read; it calls memo_set()")
+    assert "tool 'memo_set' (server 'memo') is not read-only" in started.reply
 
 
 async def test_agent_turns_keeps_the_history_between_calls() -> None:

@@ -44,7 +44,7 @@ async def scenario(verbose: bool) -> None:
     """start, a kept event, a dropped event, a notice, resubscribe, give up, stop."""
     clock = FakeClock()
     fake = memo_fake()
-    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_attempts=1)
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_attempts=1, resubscribe_jitter=0)
     async with WatchManager([fake], limits=limits, clock=clock, verbose=verbose) as m:
         await m.watch_start("notes", NOTES)
         fake.update(NOTES, {"a": 1})

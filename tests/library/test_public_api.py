@@ -22,6 +22,8 @@ PUBLIC_SUBMODULES = {
     "asyncai_watch.extras",
     "asyncai_watch.http_auth",
     "asyncai_watch.log",
+    "asyncai_watch.log_flags",
+    "asyncai_watch.mcp.server_spec",
     "asyncai_watch.server",
     "asyncai_watch.signals",
     "asyncai_watch.small_file",

@@ -295,7 +295,8 @@ async def test_a_restored_watch_cannot_crowd_out_the_restore_notice(tmp_path: Pa
             SOURCE_RESTORE,
             "Restored 2 of 2 watches from "
             + str(path)
-            + " (baselines are fresh: changes made while the agent was down may be missing).",
+            + "; each resumed from where it stood (what changed while the agent was down follows,"
+            " one notice per watch).",
         ),
         (SOURCE_WATCH, "ADDED k"),
     ]

@@ -147,4 +147,8 @@ async def test_a_symlinked_state_file_is_written_through_to_its_target(tmp_path:
     assert saved_names(target) == ["notes", "more"]
     # The temp file was made beside the target and renamed onto it: nothing is left beside the link.
     assert sorted(p.name for p in links.iterdir()) == ["state.json"]
-    assert sorted(p.name for p in real.iterdir()) == ["state.json", "state.json.lock"]
+    assert sorted(p.name for p in real.iterdir()) == [
+        "state.json",
+        "state.json.lock",
+        "state.json.resume.sqlite",
+    ]

@@ -70,7 +70,6 @@ _PEAK = """
 import resource, sys, anyio
 from asyncai_watch.errors import ServerError
 from asyncai_watch.mcp.client import McpResourceSource
-from tests.serve.test_serve import Channel, call, file_uri, files_arg, serve, tool_error, write
 
 async def main():
     async with McpResourceSource.stdio(sys.argv[1:], max_message_bytes=64 << 10) as src:

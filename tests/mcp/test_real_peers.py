@@ -185,13 +185,17 @@ async def test_the_cli_watches_a_ts_sdk_v1_server_over_stdio(peers: Any, tmp_pat
         url = ready.read_text(encoding="utf-8").split(" ", 1)[1].strip()
         async with McpResourceSource.http(url) as writer:
             await writer.call_tool("bump", {})
-            assert await next_json(out) == {
+            record = await next_json(out)
+            assert {k: record[k] for k in ("kind", "watch", "uri", "server", "lines", "failed")} == {
+                "kind": "watch",
                 "watch": "watch",
                 "uri": COUNTER,
                 "server": "ts",
                 "lines": ["MODIFIED count (0→1)"],
                 "failed": False,
             }
+            [event] = record["events"]
+            assert (event["type"], event["key"], event["old"], event["new"]) == ("MODIFIED", "count", 0, 1)
         await stop_cleanly(proc)
 
 
@@ -277,7 +281,8 @@ async def test_a_ts_sdk_v1_client_hears_memo_change_over_stdio(peers: Any, tmp_p
 
 @pytest.mark.anyio
 async def test_a_ts_sdk_v1_client_hears_memo_change_over_http(peers: Any) -> None:
-    async with memo_http_server() as (url, _), ts_client(peers, "--http", url) as out:
+    # The TS SDK v1 client sends no header: memo serves it without authentication, by name.
+    async with memo_http_server("--insecure-no-auth") as (url, _), ts_client(peers, "--http", url) as out:
         await connected_and_subscribed(out)
         await hears_a_change(out, url)
 

@@ -20,7 +20,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import pytest
-from mcp import Client
+from local_token import local_client
 
 from asyncai_watch.server.stdio import _Writer
 from tests.support import ROOT, SUPPORT
@@ -211,7 +211,7 @@ async def test_a_stalled_stdio_client_does_not_stop_http_clients(tmp_path: Path)
             await send({"id": 1, "method": "initialize", "params": params})
             assert "result" in json.loads(await wire.line())
             await send({"method": "notifications/initialized"})
-        async with Client(url, cache=None) as http:
+        async with local_client(url, cache=None) as http:
             with anyio.fail_after(WAIT):
                 assert not (await http.call_tool("memo_set", {"key": "big", "value": big})).is_error
                 await send({"id": 2, "method": "resources/read", "params": {"uri": "memo://notes"}})

@@ -68,9 +68,13 @@ async def test_a_watch_that_grows_large_moves_to_the_worker_with_its_baseline() 
         text = await next_text(m)
         assert m._offload._process is not None
         lines = text.splitlines()
-        assert lines[:2] == ["ADDED item-3", "ADDED item-4"]
-        # 100 events per update (the rest summed up in one line), 20 lines per notice.
-        assert lines[-1] == "+81 more"
+        # How many changed comes first (a notice's 20 lines cannot hide it), then the first 100.
+        assert lines[0] == (
+            "9,997 changes in one update (ADDED 9,997); the first 100 follow, the rest are not shown "
+            "(Limits.events_per_update=100)"
+        )
+        assert lines[1:3] == ["ADDED item-3", "ADDED item-4"]
+        assert lines[-1] == "+81 more"  # 20 lines per notice
 
 
 @pytest.mark.anyio

@@ -372,6 +372,28 @@ async def test_resubscribe_gives_up_after_five_failures(
 
 
 @pytest.mark.anyio
+async def test_resubscribe_delays_are_jittered_by_default_with_an_injected_random_source() -> None:
+    # Clients of a restarted server must not all come back at the same moments: by default each
+    # delay loses up to 20 % at random; the random source is injectable like the clock.
+    clock = FakeClock()
+    fake = memo_fake()
+    draws = iter([0.5, 0.0, 0.99])
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0)
+    async with manager(fake, clock=clock, limits=limits, random=lambda: next(draws)) as m:
+        await m.watch_start("notes", NOTES)
+        fake.listen_failures = [ConnectionError("refused"), ConnectionError("refused")]
+        fake.end(NOTES)
+        delays = []
+        for _ in range(3):
+            await clock.wait_for_sleepers(1)
+            (deadline,) = clock.deadlines()
+            delays.append(deadline - clock.now())
+            clock.advance(deadline - clock.now())
+        await fake.wait_listeners(NOTES, 1)
+        assert delays == pytest.approx([0.9, 2.0, 4.0 * (1 - 0.2 * 0.99)])
+
+
+@pytest.mark.anyio
 async def test_failure_counter_resets_after_a_healthy_subscription() -> None:
     clock = FakeClock()
     fake = memo_fake()
@@ -604,22 +626,23 @@ else:
 out
 """
     async with manager(fake) as m:
-        await m.watch_start("notes", NOTES, on_event=on_event)
-        fake.update(NOTES, {"write": 1})
-        text = (await next_notice(m)).text
-        assert text.startswith("filter error:")
-        assert "memo_set" in text
-        assert "not read-only" in text
-        # The mutating call never reached the server (the dry run's read-only memo_get did).
-        assert [n for n, _ in fake.tool_calls] == ["memo_get"]
-        fake.update(NOTES, {"write": 1, "watch": 1})
-        text = (await next_notice(m)).text
-        assert "cannot call watch_start" in text
-        assert [w.name for w in m.watch_list()] == ["notes"]
-        fake.update(NOTES, {"write": 1, "watch": 1, "r": 1})
+        # Refused at start-up, even behind an `if`: it would fail on every event otherwise.
+        with pytest.raises(FilterError) as refused:
+            await m.watch_start("notes", NOTES, on_event=on_event)
+        message = str(refused.value)
+        assert "memo_set" in message
+        assert "watch_start" in message
+        assert "not read-only" in message
+        assert "A filter may call: list_resources, memo_get, read_resource" in message
+        assert "memo_set" not in [n for n, _ in fake.tool_calls]  # nothing mutating reached the server
+        assert m.watch_list() == []
+        read_only = (
+            "f\"read-only: {memo_get(key=event['key'])['value']} {read_resource(uri='memo://readme')}\""
+        )
+        await m.watch_start("notes", NOTES, on_event=read_only)
+        fake.update(NOTES, {"r": 1})
         assert (await next_notice(m)).text == "read-only: r hello"
         assert fake.tool_calls[-1] == ("memo_get", {"key": "r"})
-        assert "memo_set" not in [n for n, _ in fake.tool_calls]
 
 
 @pytest.mark.anyio

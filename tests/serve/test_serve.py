@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+from local_token import local_client
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientExtension, NotificationBinding
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
@@ -139,7 +140,7 @@ async def test_modern_stdio_pushes_filtered_notices_from_files_and_memo(tmp_path
     channel = Channel()
     async with memo_http() as memo_url:
         params = serve("--server", files_arg(tmp_path), "--server", f"memo={memo_url}", "--debounce", "0")
-        async with Client(params, extensions=[channel]) as client, Client(memo_url) as writer:
+        async with Client(params, extensions=[channel]) as client, local_client(memo_url) as writer:
             assert client.protocol_version == "2026-07-28"
             assert client.server_capabilities.experimental == {"claude/channel": {}}
             assert client.instructions is not None
@@ -238,6 +239,8 @@ async def test_legacy_stdio_gets_pushes_and_a_restart_restores_the_watches(tmp_p
         assert push.meta == {"watch": "doc", "uri": uri, "notice_id": "1", "kind": "watch"}
         pulled = await call(client, "watch_notices", after_id=0)
         assert [(n["id"], n["text"]) for n in pulled["notices"]] == [(1, "MODIFIED a (1→2)")]
+        [event] = pulled["notices"][0]["events"]  # typed, for a program (docs/core.md)
+        assert (event["type"], event["key"], event["old"], event["new"]) == ("MODIFIED", "a", 1, 2)
         # Claude Code's handshake gets the same protocol error for an unknown tool as a 2026 client.
         error = await protocol_error(client, "watch_everything")
         assert (error.code, error.message) == (
@@ -282,10 +285,10 @@ async def test_http_listen_and_legacy_sessions_get_pushes_and_a_pull_client_gets
         ]
         async with (
             running_http_server(argv) as (url, proc),
-            Client(url, extensions=[push_a]) as a,
-            Client(url, mode="legacy", extensions=[push_c]) as c,
-            Client(url) as puller,
-            Client(memo_url) as writer,
+            local_client(url, extensions=[push_a]) as a,
+            local_client(url, mode="legacy", extensions=[push_c]) as c,
+            local_client(url) as puller,
+            local_client(memo_url) as writer,
         ):
             assert (a.protocol_version, c.protocol_version) == ("2026-07-28", "2025-11-25")
             assert (

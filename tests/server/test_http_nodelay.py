@@ -19,6 +19,10 @@ import anyio
 import pytest
 
 from asyncai_watch.server.http import serve_http
+from asyncai_watch.server.policy import HttpPolicy
+
+OPEN = HttpPolicy(insecure_no_auth=True)
+"""These tests speak raw HTTP about sockets and timers, not authentication."""
 
 pytestmark = pytest.mark.anyio
 
@@ -89,7 +93,9 @@ async def test_accepted_connections_have_tcp_nodelay() -> None:
 
             with open(os.devnull, "w") as quiet:  # noqa: ASYNC230 - the READY line, once
                 tg.start_soon(
-                    lambda: serve_http(app, "127.0.0.1", 0, ready=quiet, on_ready=on_ready, stop=stop)
+                    lambda: serve_http(
+                        app, "127.0.0.1", 0, ready=quiet, on_ready=on_ready, stop=stop, policy=OPEN
+                    )
                 )
                 await ready.wait()
                 port = int(urls[0].rsplit(":", 1)[1].split("/")[0])
@@ -134,7 +140,9 @@ async def test_an_idle_http_server_has_no_timer_and_stops_on_its_exit_signal(
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             with open(os.devnull, "w") as quiet:  # noqa: ASYNC230 - the READY line, once
-                tg.start_soon(lambda: serve_http(app, "127.0.0.1", 0, ready=quiet, on_ready=on_ready))
+                tg.start_soon(
+                    lambda: serve_http(app, "127.0.0.1", 0, ready=quiet, on_ready=on_ready, policy=OPEN)
+                )
                 await ready.wait()
                 port = int(urls[0].rsplit(":", 1)[1].split("/")[0])
                 assert await request(port) == [{"nodelay": 1}, {"nodelay": 1}]

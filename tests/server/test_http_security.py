@@ -35,8 +35,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from asyncai_watch.server.http import running_http_server, serve_http
+from asyncai_watch.server.introspection import IntrospectionCache, IntrospectionVerifier
+from asyncai_watch.server.policy import HttpPolicy
 from asyncai_watch.server.resumable import EventBuffer
 from tests.support.http_servers import SERVERS, SWITCHBOARD_TOKEN, server_command
+from tests.support.local_token import local_auth, local_client
 
 pytestmark = pytest.mark.anyio
 
@@ -88,7 +91,8 @@ def authority(url: str) -> str:
 async def initialize(url: str, headers: Mapping[str, str], *, source: str | None = None) -> httpx2.Response:
     transport = httpx2.AsyncHTTPTransport(local_address=source) if source else None
     async with httpx2.AsyncClient(transport=transport, timeout=WAIT) as client:
-        return await client.post(url, content=INITIALIZE, headers={**MCP_HEADERS, **headers})
+        # A loopback server with no token of its own published one for the run: send it.
+        return await client.post(url, content=INITIALIZE, headers={**MCP_HEADERS, **local_auth(url, headers)})
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -224,7 +228,7 @@ async def test_half_open_connections_are_closed_and_a_client_is_still_served() -
                     await stream.send(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finished
                     held.append(stream)
             with anyio.fail_after(WAIT):
-                async with Client(url) as client:
+                async with local_client(url) as client:
                     assert (await client.list_tools()).tools
             answers: list[bytes] = []
             with anyio.fail_after(WAIT):
@@ -251,7 +255,7 @@ async def test_the_connection_cap_closes_the_oldest_waiting_connection_for_a_new
         held = [await anyio.connect_tcp(host, int(port)) for _ in range(20)]
         try:
             with anyio.fail_after(WAIT):
-                async with Client(url) as client:
+                async with local_client(url) as client:
                     assert (await client.list_tools()).tools
                 first = await _closed_by_server(held[0])
         finally:
@@ -284,7 +288,7 @@ async def test_the_total_session_cap_names_its_option() -> None:
 
 async def test_listens_are_capped_per_client() -> None:
     """On the defaults (16 per client): the 17th listen of one client is refused."""
-    async with memo() as url, Client(url) as client, contextlib.AsyncExitStack() as stack:
+    async with memo() as url, local_client(url) as client, contextlib.AsyncExitStack() as stack:
         for i in range(16):
             await stack.enter_async_context(client.listen(resource_subscriptions=[f"memo://notes/k{i}"]))
         with anyio.fail_after(WAIT), pytest.raises(MCPError, match="--max-listens-per-client"):
@@ -293,7 +297,7 @@ async def test_listens_are_capped_per_client() -> None:
 
 
 async def test_uri_subscriptions_are_capped_in_total() -> None:
-    async with memo("--max-total-uris", "1000") as url, Client(url) as client:
+    async with memo("--max-total-uris", "1000") as url, local_client(url) as client:
         uris = [f"memo://notes/k{i}" for i in range(1001)]
         with anyio.fail_after(WAIT), pytest.raises(MCPError, match="--max-total-uris"):
             async with client.listen(resource_subscriptions=uris):
@@ -320,12 +324,21 @@ async def test_a_busy_session_evicts_only_its_own_replay_events() -> None:
     assert [e.message for e in replayed] == [note]
 
 
+INTROSPECTED: list[str] = []
+"""The tokens the endpoint below was asked about, in order."""
+BRIEF_EXP = 2_000_000_000
+"""``brief``'s ``exp`` (epoch seconds)."""
+
+
 async def introspect(request: Request) -> JSONResponse:
-    """A tiny RFC 7662 endpoint: ``good`` is active with scope memo, ``narrow`` lacks it."""
+    """A tiny RFC 7662 endpoint: ``good`` is active with scope memo, ``narrow`` lacks it, ``brief``
+    expires at :data:`BRIEF_EXP`."""
     token = urllib.parse.parse_qs((await request.body()).decode()).get("token", [""])[0]
+    INTROSPECTED.append(token)
     answers = {
         "good": {"active": True, "client_id": "agent-1", "scope": "memo", "sub": "alice"},
         "narrow": {"active": True, "client_id": "agent-2", "scope": "other"},
+        "brief": {"active": True, "client_id": "agent-3", "scope": "memo", "exp": BRIEF_EXP},
     }
     return JSONResponse(answers.get(token, {"active": False}))
 
@@ -350,6 +363,7 @@ async def introspection_endpoint() -> AsyncIterator[str]:
                 ready=io.StringIO(),
                 on_ready=on_ready,
                 stop=stop,
+                policy=HttpPolicy(insecure_no_auth=True),  # an authorization server's own endpoint
             )
         )
         with anyio.fail_after(WAIT):
@@ -413,3 +427,59 @@ def test_a_bad_policy_option_is_one_line_naming_what_is_accepted(
         memo_main(["--http", "127.0.0.1:0", *argv])
     assert caught.value.code == 2
     assert says in capsys.readouterr().err
+
+
+async def test_a_trickled_request_body_is_cut_after_the_body_timeout() -> None:
+    """Headers sent, then the body trickles (a byte, then nothing): the server answers 408 naming
+    --body-timeout and closes, while a client is still served."""
+    async with memo("--body-timeout", "2") as url:
+        host, port = authority(url).rsplit(":", 1)
+        auth = local_auth(url)["Authorization"]
+        stream = await anyio.connect_tcp(host, int(port))
+        try:
+            head = (
+                f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: {auth}\r\n"
+                "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                f"Content-Length: {len(INITIALIZE)}\r\n\r\n"
+            )
+            await stream.send(head.encode() + INITIALIZE[:1])  # the rest never comes
+            with anyio.fail_after(WAIT):
+                answer = await _closed_by_server(stream)
+                assert (await initialize(url, {})).status_code == 200
+        finally:
+            await stream.aclose()
+    assert b" 408 " in answer
+    assert b"--body-timeout" in answer
+
+
+async def test_introspection_answers_are_cached_until_the_ttl_or_the_token_expires() -> None:
+    """Each request does not ask the authorization server: an active answer is reused for the cache's
+    TTL, and never past the token's ``exp``; an inactive one is asked again."""
+    now = [1_000.0]
+    cache = IntrospectionCache(ttl=60.0, clock=lambda: now[0], entries=2)
+    async with introspection_endpoint() as endpoint:
+        verifier = IntrospectionVerifier(endpoint, cache=cache)
+        INTROSPECTED.clear()
+        for _ in range(5):
+            assert (await verifier.verify_token("good")) is not None
+        assert INTROSPECTED == ["good"]
+        now[0] += 61  # past the TTL: asked again
+        assert (await verifier.verify_token("good")) is not None
+        assert INTROSPECTED == ["good", "good"]
+        assert (await verifier.verify_token("unknown")) is None
+        assert (await verifier.verify_token("unknown")) is None
+        assert INTROSPECTED[2:] == ["unknown", "unknown"]  # refusals are not cached
+        now[0] = BRIEF_EXP - 10.0  # exp is sooner than the TTL: it bounds the entry
+        assert (await verifier.verify_token("brief")) is not None
+        now[0] = BRIEF_EXP - 5.0
+        assert (await verifier.verify_token("brief")) is not None
+        assert INTROSPECTED.count("brief") == 1
+        now[0] = BRIEF_EXP + 1.0
+        await verifier.verify_token("brief")
+        assert INTROSPECTED.count("brief") == 2
+        # Bounded: a third token pushes out the least recently used one.
+        now[0] = 5_000.0
+        INTROSPECTED.clear()
+        for token in ("good", "narrow", "good", "brief", "narrow"):
+            await verifier.verify_token(token)
+        assert INTROSPECTED == ["good", "narrow", "brief", "narrow"]

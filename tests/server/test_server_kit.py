@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
+from local_token import local_auth
 from mcp.server.mcpserver import MCPServer
 
 from asyncai_watch import McpResourceSource, WatchManager
@@ -106,7 +107,9 @@ async def ts_client_on(peers: Any, url: str, uri: str) -> AsyncIterator[Lines]:
         "--modules",
         str(peers.modules),
     ]
-    async with await anyio.open_process([*argv, "--uri", uri, "--http", url]) as proc:
+    # The example server requires the token it published for the run (the TS client sends it as a header).
+    headers = [arg for value in local_auth(url).values() for arg in ("--header", f"Authorization: {value}")]
+    async with await anyio.open_process([*argv, "--uri", uri, "--http", url, *headers]) as proc:
         assert proc.stdout is not None
         try:
             yield Lines(proc.stdout)

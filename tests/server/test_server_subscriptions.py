@@ -52,6 +52,7 @@ from tests.support import ROOT
 from tests.support.fake_kubectl import FakeCluster
 from tests.support.http_servers import Served, reference_server
 from tests.support.kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
+from tests.support.local_token import local_auth
 
 pytestmark = [
     pytest.mark.anyio,
@@ -335,7 +336,7 @@ async def served_over_http(server: Server[Any]) -> AsyncIterator[Served]:
         try:
             with anyio.fail_after(WAIT):
                 await up.wait()
-            yield Served("hooked", url[0], {})
+            yield Served("hooked", url[0], local_auth(url[0]))
         finally:
             stop.set()
 
@@ -406,7 +407,7 @@ async def test_kcp_stops_the_watch_of_a_2025_session_that_ended(tmp_path: Path) 
 
         try:
             url = (await line_with("READY ")).split(" ", 1)[1].strip()
-            async with legacy_client(Served("kcp", url, {})) as (client, _):
+            async with legacy_client(Served("kcp", url, local_auth(url))) as (client, _):
                 with anyio.fail_after(WAIT):
                     await client.subscribe_resource(uri)
                 assert f"{uri}: watcher started" in await line_with("watcher started")

@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.http_servers import SERVERS, server_command
+from tests.support.local_token import local_auth
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +52,7 @@ async def test_http_mode_exits_0_after_a_graceful_shutdown(name: str, how: str, 
                     seen += await err.receive_until(b"\n", 65536) + b"\n"
             url = seen.split(b"READY ", 1)[1].split(b"\n", 1)[0].decode()
             async with (
-                httpx2.AsyncClient(headers=headers, timeout=WAIT) as http,
+                httpx2.AsyncClient(headers=local_auth(url, headers), timeout=WAIT) as http,
                 Client(streamable_http_client(url, http_client=http)) as client,
                 client.listen(tools_list_changed=True) as sub,
             ):

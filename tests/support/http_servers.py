@@ -25,6 +25,7 @@ import attrs
 from asyncai_watch.server.http import running_http_server
 from tests.support.fake_kubectl import FakeCluster
 from tests.support.kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
+from tests.support.local_token import local_auth
 
 SERVERS = ("memo", "files", "switchboard", "kcp", "postgres")
 SWITCHBOARD_TOKEN = "reference-token"
@@ -73,7 +74,7 @@ async def reference_server(name: str, work: Path) -> AsyncIterator[Served]:
     """Run server ``name`` on ``--http 127.0.0.1:0`` with its files under ``work``."""
     argv, env, headers = server_command(name, work)
     async with running_http_server(argv, env=env) as (url, _proc):
-        yield Served(name, url, headers)
+        yield Served(name, url, local_auth(url, headers))
 
 
 @contextmanager
@@ -90,7 +91,7 @@ def reference_server_process(name: str, work: Path, ready_timeout: float = 60.0)
             # Keep reading stderr so a chatty server never blocks on a full pipe; ends at its EOF.
             drain = threading.Thread(target=proc.stderr.read, name=f"{name}-stderr")
             drain.start()
-            yield Served(name, url, headers)
+            yield Served(name, url, local_auth(url, headers))
         finally:
             proc.terminate()
             try:

@@ -23,7 +23,8 @@ from asyncai_watch.testing import FakeClock, FakeSource
 
 NOTES = "memo://notes"
 EXAMPLE = 'await watch_start(name="notes", uri="memo://notes")'
-IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0)
+# resubscribe_jitter=0: the resubscribe tests count the exact 1, 2, 4 ... s deadlines.
+IMMEDIATE = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_jitter=0)
 
 
 def memo_fake(name: str = "memo", **kw: Any) -> FakeSource:

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,15 +74,15 @@ event_header = "X-Event"
     return path
 
 
-def server_argv(tmp: Path, *more: str) -> list[str]:
+def server_argv(tmp: Path, *more: str, store: Sequence[str] | None = None) -> list[str]:
+    """``store``: where deliveries go (default ``--db tmp/hooks.sqlite3``)."""
     return [
         sys.executable,
         "-m",
         "asyncai_servers.webhooks",
         "--config",
         str(write_config(tmp)),
-        "--db",
-        str(tmp / "hooks.sqlite3"),
+        *(store if store is not None else ["--db", str(tmp / "hooks.sqlite3")]),
         "--receive",
         "127.0.0.1:0",
         *more,
@@ -203,14 +203,14 @@ async def sources(client: Client) -> dict[str, Any]:
 
 @asynccontextmanager
 async def http_server(
-    tmp: Path, *more: str
+    tmp: Path, *more: str, store: Sequence[str] | None = None
 ) -> AsyncIterator[tuple[str, str, dict[str, str], anyio.abc.Process]]:
     """The server over Streamable HTTP (a bearer token, so it holds under any loopback default):
     ``(mcp url, receiver base url, client headers, process)``."""
     token_file = tmp / "token"
     token_file.write_text(TOKEN)
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    argv = [*server_argv(tmp, *more), "--http", "127.0.0.1:0", "--token-file", str(token_file)]
+    argv = [*server_argv(tmp, *more, store=store), "--http", "127.0.0.1:0", "--token-file", str(token_file)]
     env = {k: v for k, v in os.environ.items() if k != "ASYNCAI_HTTP_TOKEN"}
     async with running_http_server(argv, env=env) as (url, proc):
         async with mcp_client(url, headers) as client:

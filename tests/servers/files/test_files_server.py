@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import pytest
+from local_token import local_client
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated, Subscription
 
@@ -589,7 +590,7 @@ async def test_http_listen_gets_the_update_for_a_write_and_reads_the_new_content
         host, _, port = address.rpartition(":")
         assert (host, url) == ("127.0.0.1", f"http://{address}/mcp")
         assert int(port) > 0  # the real port, not the 0 asked for
-        async with Client(url) as client:
+        async with local_client(url) as client:
             assert client.protocol_version == "2026-07-28"
             async with client.listen(resource_subscriptions=[uri]) as sub:
                 assert json.loads((await read(client, uri))[0]) == {"v": 1}
@@ -603,7 +604,7 @@ async def test_http_listen_gets_the_update_for_a_write_and_reads_the_new_content
 async def test_http_server_ends_open_listens_and_exits_on_sigterm(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("a")
     uri = f"file://{tmp_path}/a.txt"
-    async with files_http_server(tmp_path) as (url, proc), Client(url) as client:
+    async with files_http_server(tmp_path) as (url, proc), local_client(url) as client:
         async with client.listen(resource_subscriptions=[uri]) as sub:
             await read(client, uri)
             proc.terminate()

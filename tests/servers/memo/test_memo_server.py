@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+from local_token import local_client
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated
 
@@ -173,7 +174,7 @@ async def test_http_second_client_write_reaches_first_clients_listen() -> None:
     async with memo_http_server() as (url, _proc):
         assert url.startswith("http://127.0.0.1:")
         assert url.endswith("/mcp")
-        async with Client(url, cache=None) as watcher, Client(url, cache=None) as writer:
+        async with local_client(url, cache=None) as watcher, local_client(url, cache=None) as writer:
             assert watcher.protocol_version == "2026-07-28"
             async with watcher.listen(resource_subscriptions=["memo://notes"]) as sub:
                 await set_note(writer, "from", "writer")
@@ -198,7 +199,7 @@ async def test_also_http_serves_one_memo_to_a_stdio_watcher_and_an_http_writer(t
         url = ready.read_text().split(" ", 1)[1].strip()
         assert url.startswith("http://127.0.0.1:")
         async with (
-            Client(url, cache=None) as writer,
+            local_client(url, cache=None) as writer,
             watcher.listen(resource_subscriptions=["memo://notes"]) as sub,
         ):
             await set_note(writer, "todo", "buy milk")
@@ -229,7 +230,7 @@ def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest
 
 @pytest.mark.anyio
 async def test_http_server_exits_on_sigterm_with_a_listen_open() -> None:
-    async with memo_http_server() as (url, proc), Client(url, cache=None) as watcher:
+    async with memo_http_server() as (url, proc), local_client(url, cache=None) as watcher:
         with contextlib.suppress(Exception):  # the stream ends with the server; how is not the point
             async with watcher.listen(resource_subscriptions=["memo://notes"]):
                 proc.terminate()
@@ -247,7 +248,7 @@ async def test_also_http_ends_when_the_stdio_client_goes_away(tmp_path: Path) ->
         with anyio.fail_after(WAIT):
             line = await anyio.to_thread.run_sync(lambda: ready.read_text(encoding="utf-8"))
         url = line.split(" ", 1)[1].strip()
-        async with Client(url, cache=None) as watcher:
+        async with local_client(url, cache=None) as watcher:
             with contextlib.suppress(Exception):
                 async with watcher.listen(resource_subscriptions=["memo://notes"]):
                     assert proc.stdin is not None

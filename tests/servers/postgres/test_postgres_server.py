@@ -32,8 +32,9 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import Subscription
 
 from asyncai_servers.postgres.capture import Retention
-from asyncai_servers.postgres.config import TableName
+from asyncai_servers.postgres.config import TableName, load_config
 from asyncai_servers.postgres.listener import LISTEN_APP_NAME
+from asyncai_servers.postgres.server import PostgresServer
 from asyncai_servers.postgres.triggers import install_triggers
 from asyncai_watch import WatchManager
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
@@ -41,6 +42,8 @@ from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import WatchError
 from asyncai_watch.server.eventlog import AFTER_META_KEY
 from asyncai_watch.server.http import running_http_server
+from asyncai_watch.testing import FakeClock
+from tests.support.local_token import local_client
 from tests.support.managers import stdio_manager
 from tests.support.pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
 
@@ -188,9 +191,16 @@ async def events_until(
             body = await read(client, uri, (log_id, seq))
             assert body["log_id"] == log_id, "the log restarted"
             new = [e for e in body["events"] if e["seq"] > seq]
-            assert [e["seq"] for e in new] == list(range(seq + 1, seq + 1 + len(new))), "events missing"
-            found += new
-            seq = new[-1]["seq"] if new else seq  # a page of a longer log: the next read goes on from here
+            if "from_seq" in body:  # a filtered view: every event of it after from_seq, other rows' skipped
+                assert body["from_seq"] <= seq, "events missing"
+                found += new
+                seq = body["last_seq"]  # where the server stopped looking: the next read goes on from here
+            else:
+                assert [e["seq"] for e in new] == list(range(seq + 1, seq + 1 + len(new))), "events missing"
+                found += new
+                seq = (
+                    new[-1]["seq"] if new else seq
+                )  # a page of a longer log: the next read goes on from here
             if done(found):
                 return found
             await sub.__anext__()
@@ -521,6 +531,58 @@ async def test_a_server_killed_while_a_writer_commits_loses_no_change(db: Db, tm
     assert changes[-1] == "MODIFIED 1 (n: 1→2)"
 
 
+async def test_a_filtered_event_log_loses_nothing_across_a_server_restart(db: Db, tmp_path: Path) -> None:
+    """A filtered event log is the durable log too: SIGKILL the server while a writer commits rows
+    in and out of the filter; back, the watch gets each row of the view once, in commit order,
+    with no GAP (it used to be kept in the server's memory: a restart was a GAP)."""
+    pid_file = tmp_path / "server.pid"
+    argv = killable(server_argv(write_config(tmp_path), db.dsn), pid_file)
+    view = "pg-events://public/items?status=open"
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
+    async with stdio_manager("pg", argv, limits) as m:
+        await m.watch_start("open", view)
+        db.run("UPDATE items SET n = 1 WHERE id = 1")
+        await lines_until(m, lambda ls: has(ls, "open", "MODIFIED 1 (n: 0→1)"))
+        killed = anyio.Event()
+
+        async def writer() -> None:
+            async with db.connect() as w:
+                for i in range(100, 500):  # 200 rows of the view: more than a page (100) to catch up
+                    status = "open" if i % 2 == 0 else "closed"
+                    await w.execute("INSERT INTO items (id, status) VALUES (%s, %s)", (i, status))
+                    if i == 120:
+                        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                        killed.set()
+                await w.execute("UPDATE items SET status = 'closed' WHERE id = 2")  # out of the view
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer)
+        assert killed.is_set()
+        lines = await lines_until(m, lambda ls: has(ls, "open", "DELETED 2"))
+    changes = lines["open"]
+    assert not [line for line in changes if line.startswith("GAP")], changes
+    assert all("the connection is closed" in line for line in changes if line.startswith("ERROR"))
+    added = [line for line in changes if line.startswith("ADDED ")]
+    assert added == [f"ADDED {i}" for i in range(100, 500, 2)]  # each once, in commit order
+    assert changes[-1].startswith("DELETED 2")
+
+
+async def test_a_new_watch_of_a_filtered_event_log_starts_at_its_end(db: Db, tmp_path: Path) -> None:
+    """A view with more than a page (100) of changes in the log before the watch starts: the
+    watch's first notice is the change made after it started, not the view's older changes past
+    the first page (the baseline took the oldest page of the newest 2,000 changes and called the
+    rest news)."""
+    async with db.connect() as w:
+        for i in range(100, 250):
+            await w.execute("INSERT INTO items (id) VALUES (%s)", (i,))
+    limits = Limits(debounce_quiet=0, debounce_max_wait=0, lines_per_notice=1000)
+    async with stdio_manager("pg", server_argv(write_config(tmp_path), db.dsn), limits) as m:
+        await m.watch_start("open", "pg-events://public/items?status=open")
+        db.run("INSERT INTO items (id) VALUES (1000)")
+        lines = await lines_until(m, lambda ls: has(ls, "open", "ADDED 1000"))
+    assert [line for line in lines["open"] if not line.startswith(" ")] == ["ADDED 1000"], lines
+
+
 async def test_a_reader_resumes_from_its_seq_across_a_server_restart(db: Db, tmp_path: Path) -> None:
     """A session reads the log and goes, with its server; rows are written with nobody serving,
     two of them by transactions that commit in the opposite order to the one they started in. A
@@ -577,10 +639,11 @@ async def test_two_writers_arrive_in_commit_order_while_watched(db: Db, tmp_path
     assert all(a["txid"] < b["txid"] for b, a in zip(events[0::2], events[1::2], strict=True))
 
 
-async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path: Path) -> None:
+@pytest.mark.parametrize("uri", [EVENTS, "pg-events://public/items?status=open"])
+async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path: Path, uri: str) -> None:
     """Installed with --retain-size 16kB: while the server is down, rows of 1 kB each are written
-    until the oldest are dropped; back, the watch reports a GAP that names the retention, then the
-    changes still kept."""
+    until the oldest are dropped; back, the watch (of the table, or of a filtered view) reports a
+    GAP that names the retention, then the changes still kept."""
     config = write_config(tmp_path)
     install = [sys.executable, "-m", "asyncai_servers.postgres", "--config", str(config), "--dsn", db.dsn]
     with anyio.fail_after(WAIT):
@@ -591,7 +654,7 @@ async def test_a_reader_past_the_retention_gets_a_gap_naming_it(db: Db, tmp_path
     argv = killable(server_argv(config, db.dsn), pid_file)
     limits = Limits(debounce_quiet=0, debounce_max_wait=0, resubscribe_initial=0.2, lines_per_notice=1000)
     async with stdio_manager("pg", argv, limits) as m:
-        await m.watch_start("changes", EVENTS)
+        await m.watch_start("changes", uri)
         db.run("UPDATE items SET n = 1 WHERE id = 1")
         await lines_until(m, lambda ls: has(ls, "changes", "MODIFIED 1 (n: 0→1)"))
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
@@ -770,6 +833,44 @@ async def test_writes_to_any_partition_are_seen_and_a_new_partition_is_covered(
             await read(client, uri)
 
 
+async def test_truncating_one_partition_is_told_to_the_tables_and_the_partitions_watchers(
+    db: Db, tmp_path: Path
+) -> None:
+    """TRUNCATE of one partition fires only that partition's statement triggers: it is captured in
+    the partitioned table's log (naming the partition) and in the partition's own when a config
+    names it, and both state watches lose its rows; a partition made later is covered too."""
+    db.run("CREATE TABLE orders (id int, region text, PRIMARY KEY (id, region)) PARTITION BY LIST (region)")
+    db.run("CREATE TABLE orders_eu PARTITION OF orders FOR VALUES IN ('eu')")
+    db.run("CREATE TABLE orders_us PARTITION OF orders FOR VALUES IN ('us')")
+    db.run("INSERT INTO orders VALUES (1, 'eu'), (2, 'us')")
+    install_triggers(db.dsn, [TableName("public", "orders"), TableName("public", "orders_eu")])
+    config = write_config(tmp_path, '[[table]]\nname = "orders"\n\n[[table]]\nname = "orders_eu"\n')
+    parent, part = "pg-events://public/orders", "pg-events://public/orders_eu"
+    uris = [parent, part, "pg://public/orders", "pg://public/orders_eu"]
+    async with (
+        pg_client(server_argv(config, db.dsn)) as client,
+        client.listen(resource_subscriptions=uris) as sub,
+    ):
+        start = {uri: (await read(client, uri))["last_seq"] for uri in (parent, part)}
+        db.run("INSERT INTO orders_eu VALUES (3, 'eu')")
+        db.run("TRUNCATE orders_eu")
+        seen = await events_until(client, sub, start[parent], lambda evs: len(evs) >= 2, uri=parent)
+        assert [(e["type"], e["object"]) for e in seen][1] == (
+            "TRUNCATED",
+            {"table": "public.orders", "partition": "public.orders_eu"},
+        )
+        own = await events_until(client, sub, start[part], lambda evs: len(evs) >= 2, uri=part)
+        assert [(e["type"], e.get("key")) for e in own] == [("ADDED", '[3,"eu"]'), ("TRUNCATED", None)]
+        assert own[1]["object"] == {"table": "public.orders_eu"}
+        await read_until(client, sub, "pg://public/orders", lambda b: set(b) == {'[2,"us"]'})
+        await read_until(client, sub, "pg://public/orders_eu", lambda b: b == {})
+        db.run("CREATE TABLE orders_ap PARTITION OF orders FOR VALUES IN ('ap')")
+        db.run("INSERT INTO orders VALUES (4, 'ap')")
+        db.run("TRUNCATE orders_ap")
+        later = await events_until(client, sub, seen[-1]["seq"], lambda evs: len(evs) >= 2, uri=parent)
+        assert later[1]["object"] == {"table": "public.orders", "partition": "public.orders_ap"}
+
+
 async def test_the_row_cap_is_an_error_naming_it(db: Db, tmp_path: Path) -> None:
     db.run("CREATE TABLE big (id int PRIMARY KEY)")
     db.run("INSERT INTO big SELECT generate_series(1, 5)")
@@ -847,19 +948,22 @@ def _statements(db: Db, role: str) -> int:
 
 
 async def test_ten_thousand_filtered_uris_share_one_reread_per_change(db: Db, tmp_path: Path) -> None:
-    """One listen of 10,000 filtered URIs, a second client's watch beside it: a single-row UPDATE
-    costs a bounded number of statements (one shared re-read, not one per URI), and both clients
-    are told."""
+    """One listen of 10,000 filtered URIs, a second client's watch beside it: their first reads
+    are shared (a statement for many new URIs, not one each), a single-row UPDATE costs a bounded
+    number of statements (one shared re-read, not one per URI), and both clients are told."""
     await anyio.to_thread.run_sync(_load_pg_stat_statements, db)
     config = write_config(tmp_path, '[[table]]\nname = "items"\nwhere = ["n"]\n')
     argv = server_argv(config, db.as_role(WATCHER))
     many = [f"pg://public/items?n={i}" for i in range(10_000)]
     async with pg_client(argv) as client, pg_client(argv) as other:
+        db.run("SELECT pg_stat_statements_reset()")
         with anyio.fail_after(120):  # 10,000 first reads before the ack
             async with (
                 client.listen(resource_subscriptions=many) as sub,
                 other.listen(resource_subscriptions=["pg://public/items?n=5"]) as sub2,
             ):
+                first = _statements(db, WATCHER)
+                assert first < 200, f"{first} statements for the first reads of 10,001 filtered URIs"
                 assert await read(other, "pg://public/items?n=5") == {}
                 assert set(await read(client, "pg://public/items?n=0")) == {"1", "2"}
                 db.run("SELECT pg_stat_statements_reset()")
@@ -870,6 +974,33 @@ async def test_ten_thousand_filtered_uris_share_one_reread_per_change(db: Db, tm
                 assert set(await read(client, "pg://public/items?n=5")) == {"1"}
                 spent = _statements(db, WATCHER)
     assert spent <= 3, f"{spent} statements for one single-row UPDATE under 10,001 filtered URIs"
+
+
+async def test_one_client_cannot_take_every_source(db: Db, tmp_path: Path) -> None:
+    """--max-sources-per-client: a listen that would make one client's listens hold more distinct
+    targets is refused naming the flag; what the client already holds is shared, and an ended
+    listen gives its targets back."""
+    config = write_config(tmp_path, '[[table]]\nname = "items"\nwhere = ["n"]\n')
+    uris = [f"pg://public/items?n={i}" for i in range(4)]
+    async with pg_client(server_argv(config, db.dsn, "--max-sources-per-client", "2")) as client:
+        with anyio.fail_after(WAIT), pytest.raises(MCPError) as over:
+            async with client.listen(resource_subscriptions=uris[:3]):
+                pass
+        message = over.value.error.message
+        assert "would hold 3 targets" in message
+        assert "more than one client may (--max-sources-per-client 2)" in message
+        async with client.listen(resource_subscriptions=uris[:2]) as sub:
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as third:
+                async with client.listen(resource_subscriptions=[uris[2]]):
+                    pass
+            assert "(--max-sources-per-client 2); it holds 2" in third.value.error.message
+            # A target it holds already (spelled another way, or the event log of it) costs nothing more.
+            async with client.listen(resource_subscriptions=["pg-events://public/items?n=%31"]):
+                db.run("UPDATE items SET n = 1 WHERE id = 2")
+                await read_until(client, sub, uris[1], lambda b: "2" in b)
+        async with client.listen(resource_subscriptions=uris[2:]) as sub:  # the first listen ended
+            db.run("UPDATE items SET n = 3 WHERE id = 2")
+            await read_until(client, sub, uris[3], lambda b: "2" in b)
 
 
 async def test_a_listen_that_can_only_fail_or_is_over_the_cap_is_refused_at_once(
@@ -905,7 +1036,7 @@ async def test_lists_refuses_and_serves_over_http(db: Db, tmp_path: Path) -> Non
     install_triggers(db.dsn, [TableName("public", "nopk")])
     config = write_config(tmp_path, CONFIG + '\n[[table]]\nname = "nopk"\n\n[[table]]\nname = "items_view"\n')
     argv = server_argv(config, db.dsn, "--http", "127.0.0.1:0")
-    async with running_http_server(argv) as (url, _proc), Client(url) as client:
+    async with running_http_server(argv) as (url, _proc), local_client(url) as client:
         listed = {r.uri: r for r in (await client.list_resources()).resources}
         assert set(listed) >= {STATE, EVENTS, QUERY, "pg://public/nopk"}
         assert listed[EVENTS].mime_type == EVENTS_MIME_TYPE
@@ -1028,6 +1159,40 @@ async def test_changes_older_than_the_retention_age_are_dropped_at_a_later_write
     assert body["retention"] == "changes of the last 1h, at most 256MB per table"
     assert body["first_seq"] == start["last_seq"] + 6  # the five old ones went
     assert [e["key"] for e in body["events"]] == [str(i) for i in range(100, 200)]  # a page of the kept
+
+
+async def test_the_retention_age_is_applied_on_the_servers_clock_without_a_write(
+    db: Db, tmp_path: Path
+) -> None:
+    """Installed with a retention of 1h: changes made "2 hours ago" (their commit time set back, as
+    a clock would) and no write since. The server (in this process, on a fake clock) drops them
+    when its clock reaches the next expiry the database named; before that, nothing goes."""
+    install_triggers(db.dsn, [ITEMS], Retention(max_age=timedelta(hours=1)))
+    db.run("INSERT INTO items (id) SELECT generate_series(10, 14)")
+    db.run("INSERT INTO items (id) VALUES (15)")
+
+    def kept() -> list[int]:
+        return [int(n) for (n,) in db.run("SELECT last_seq FROM asyncai_watch.xacts ORDER BY last_seq")]
+
+    clock = FakeClock()
+    config = load_config(write_config(tmp_path))
+    server = PostgresServer(config, db.as_role(WATCHER), clock=clock)
+    async with server.running():
+        with anyio.fail_after(WAIT):
+            await clock.wait_for_sleepers(1)  # the first round ran at start: nothing was old yet
+        assert kept() == [5, 6]
+        (deadline,) = clock.deadlines()
+        assert 3500 < deadline <= 3600  # the oldest kept change ages out in about an hour
+        db.run("UPDATE asyncai_watch.xacts SET at = at - interval '2 hours' WHERE last_seq = 5")
+        clock.advance(deadline - 1)
+        with anyio.fail_after(WAIT):
+            await anyio.wait_all_tasks_blocked()
+        assert kept() == [5, 6]  # not yet: the timer is the server's clock
+        clock.advance(1)
+        with anyio.fail_after(WAIT):
+            await clock.wait_for_sleepers(1)  # the round ran and parked again
+        assert kept() == [6]  # the old one went, the newest is always kept
+        assert db.run("SELECT count(*) FROM asyncai_watch.changes")[0][0] == 1
 
 
 async def test_an_older_install_is_told_to_reinstall_and_upgraded_by_it(db: Db, tmp_path: Path) -> None:

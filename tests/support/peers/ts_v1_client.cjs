@@ -8,7 +8,7 @@
 //                                                               and the resource read right after it
 //   {"event": "error", "message": TEXT}                         then it exits 1
 //
-//   node ts_v1_client.cjs --modules DIR --uri URI --http URL
+//   node ts_v1_client.cjs --modules DIR --uri URI --http URL [--header 'NAME: VALUE' ...]
 //   node ts_v1_client.cjs --modules DIR --uri URI --stdio COMMAND [ARGS...]
 //
 // --modules is the node_modules directory holding @modelcontextprotocol/sdk. It runs until its
@@ -25,6 +25,7 @@ function parseArgs(argv) {
     if (arg === "--modules") options.modules = argv[++i];
     else if (arg === "--uri") options.uri = argv[++i];
     else if (arg === "--http") options.http = argv[++i];
+    else if (arg === "--header") (options.headers ||= {})[argv[i + 1].split(":")[0]] = argv[++i].split(":").slice(1).join(":").trim();
     else if (arg === "--stdio") {
       options.stdio = argv.slice(i + 1);
       break;
@@ -47,7 +48,7 @@ async function main() {
   let transport;
   if (options.http) {
     const { StreamableHTTPClientTransport } = sdk("@modelcontextprotocol/sdk/client/streamableHttp.js");
-    transport = new StreamableHTTPClientTransport(new URL(options.http));
+    transport = new StreamableHTTPClientTransport(new URL(options.http), { requestInit: { headers: options.headers || {} } });
   } else {
     const { StdioClientTransport } = sdk("@modelcontextprotocol/sdk/client/stdio.js");
     const [command, ...args] = options.stdio;

@@ -20,10 +20,10 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import pytest
-from local_token import local_client
 
 from asyncai_watch.server.stdio import _Writer
 from tests.support import ROOT, SUPPORT
+from tests.support.local_token import local_client
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import anyio
 import pytest
-from local_token import local_client
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientExtension, NotificationBinding
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from asyncai_watch.server.http import running_http_server
 from tests.support import SUPPORT
+from tests.support.local_token import local_client
 
 pytestmark = pytest.mark.anyio
 

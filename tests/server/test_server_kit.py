@@ -20,7 +20,6 @@ from typing import Any
 
 import anyio
 import pytest
-from local_token import local_auth
 from mcp.server.mcpserver import MCPServer
 
 from asyncai_watch import McpResourceSource, WatchManager
@@ -29,6 +28,7 @@ from asyncai_watch.server.kit import watchable
 from tests.cli.test_cli import Lines, run_cli
 from tests.mcp.test_real_peers import IMMEDIATE, WAIT, next_notice, peers
 from tests.support import ROOT, SUPPORT
+from tests.support.local_token import local_auth
 
 __all__ = ["peers"]
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import anyio
 import pytest
-from local_token import local_client
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated, Subscription
 
@@ -30,6 +29,7 @@ from asyncai_servers.files.__main__ import main as files_main
 from asyncai_watch.core.eventlog import Sequencer
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.server.http import running_http_server
+from tests.support.local_token import local_client
 from tests.support.procfs import child_pid, inotify_watches
 
 pytestmark = pytest.mark.anyio

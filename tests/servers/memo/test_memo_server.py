@@ -21,13 +21,13 @@ from typing import Any
 
 import anyio
 import pytest
-from local_token import local_client
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated
 
 from asyncai_servers.memo import build_server
 from asyncai_servers.memo.__main__ import main as memo_main
 from asyncai_watch.server.http import running_http_server
+from tests.support.local_token import local_client
 
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
 WAIT = 10  # seconds: the bound on any one awaited event

@@ -16,10 +16,6 @@ from typing import Any
 
 import anyio
 import pytest
-from pg import PgServer, postgres_server  # noqa: F401  (fixture)
-from test_webhooks_server import RUNS, body_of, log_until, read_log
-from test_webhooks_units import NOW, run_delivery
-from webhooks_helpers import WAIT, github, http_server, mcp_client, post, sources, workflow_run, write_config
 
 from asyncai_servers.webhooks.config import load_config
 from asyncai_servers.webhooks.server import TRIM_INTERVAL, WebhooksServer
@@ -28,6 +24,19 @@ from asyncai_servers.webhooks.store_pg import PgStore
 from asyncai_servers.webhooks.uri import LogTarget
 from asyncai_watch.core.eventlog import Sequencer
 from asyncai_watch.testing import FakeClock
+from tests.servers.webhooks.test_webhooks_server import RUNS, body_of, log_until, read_log
+from tests.servers.webhooks.test_webhooks_units import NOW, run_delivery
+from tests.support.pg import PgServer, postgres_server  # noqa: F401  (fixture)
+from tests.support.webhooks_helpers import (
+    WAIT,
+    github,
+    http_server,
+    mcp_client,
+    post,
+    sources,
+    workflow_run,
+    write_config,
+)
 
 pytestmark = [pytest.mark.anyio]
 pg = pytest.mark.postgres

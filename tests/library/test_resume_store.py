@@ -15,6 +15,7 @@ from asyncai_watch.core.notice import SOURCE_WATCH, Notice
 from asyncai_watch.core.resume import Checkpoint
 from asyncai_watch.errors import StateFileError
 from asyncai_watch.resume_store import MAX_PENDING_NOTICES, ResumeStore, store_path
+from tests.support import ROOT
 
 
 def test_checkpoints_round_trip_and_a_stopped_watch_is_deleted(tmp_path: Path) -> None:
@@ -98,7 +99,7 @@ def test_a_sigkill_keeps_what_was_committed_and_loses_only_the_staged_window(tmp
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
         assert proc.stdout is not None

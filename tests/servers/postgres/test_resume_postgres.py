@@ -11,9 +11,10 @@ from typing import Any
 
 import anyio
 import pytest
-from pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
-from test_cli import WAIT, cli, wait_until_watching
-from test_postgres_server import EVENTS, WATCHER, Db, db, server_argv, write_config  # noqa: F401  (db: fixture)
+
+from tests.cli.test_cli import WAIT, cli, wait_until_watching
+from tests.servers.postgres.test_postgres_server import EVENTS, WATCHER, Db, db, server_argv, write_config  # noqa: F401  (db: fixture)
+from tests.support.pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

@@ -13,7 +13,7 @@ from asyncai_watch.core.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice
 from asyncai_watch.core.resume import REDELIVERED_META_KEY
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock, FakeSource, ListedResource
-from tests.test_manager import IMMEDIATE, NOTES, memo_fake
+from tests.support.managers import IMMEDIATE, NOTES, memo_fake
 
 pytestmark = pytest.mark.anyio
 

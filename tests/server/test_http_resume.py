@@ -16,7 +16,6 @@ import anyio.abc
 import httpx2
 import mcp_types as types
 import pytest
-from local_token import local_auth
 from mcp.server import Server
 
 from asyncai_watch.mcp.client import McpResourceSource
@@ -24,6 +23,7 @@ from asyncai_watch.server import SubscriptionRegistry
 from asyncai_watch.server.http import running_http_server, serve_http
 from asyncai_watch.server.policy import HttpLimits, HttpPolicy
 from asyncai_watch.server.resumable import streamable_http_app
+from tests.support.local_token import local_auth
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from asyncai_agent.thread import Message
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock, FakeSource
-from tests.test_manager import IMMEDIATE, NOTES, memo_fake
+from tests.support.managers import IMMEDIATE, NOTES, memo_fake
 
 pytestmark = pytest.mark.anyio
 

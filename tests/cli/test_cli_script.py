@@ -16,10 +16,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from test_cli import CLI, MEMO, WAIT, Lines, cli, run_cli, stderr_of, wait_until_watching
-from test_memo_server import memo_http_server
 
 from asyncai_watch import McpResourceSource
+from tests.cli.test_cli import CLI, MEMO, WAIT, Lines, cli, run_cli, stderr_of, wait_until_watching
+from tests.servers.memo.test_memo_server import memo_http_server
 
 pytestmark = pytest.mark.anyio
 

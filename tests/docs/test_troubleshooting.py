@@ -12,11 +12,11 @@ import ast
 import re
 from collections.abc import Iterable
 from functools import cache
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 PAGE = ROOT / "docs" / "troubleshooting.md"
 PACKAGES = ("asyncai_watch", "asyncai_servers", "asyncai_agent")
 TEXT_BLOCK = re.compile(r"^```text\n(.*?)^```", re.M | re.S)

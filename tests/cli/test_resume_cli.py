@@ -11,13 +11,13 @@ from typing import Any
 
 import anyio
 import pytest
-from fake_kubectl import FakeCluster
-from kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
-from test_cli import WAIT, cli, wait_until_watching
-from test_memo_server import memo_http_server
 
 from asyncai_watch import McpResourceSource
 from asyncai_watch.server.http import running_http_server
+from tests.cli.test_cli import WAIT, cli, wait_until_watching
+from tests.servers.memo.test_memo_server import memo_http_server
+from tests.support.fake_kubectl import FakeCluster
+from tests.support.kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
 
 pytestmark = pytest.mark.anyio
 

@@ -1,6 +1,6 @@
 """docs/tutorial.md's shell steps print what the page says they print.
 
-tests/test_doc_examples.py runs every command of the page and checks exit codes; a watch there
+tests/docs/test_doc_examples.py runs every command of the page and checks exit codes; a watch there
 only has to start. Here the steps of sections 3 and 4 run as the page has them (their commands
 read from the page, the port swapped for a free one), and the watches' output is checked: the
 plain watch prints ``ADDED todo``, the ``--once`` one prints ``MODIFIED todo (milk→eggs)`` and exits 0 by
@@ -22,9 +22,10 @@ import anyio
 import anyio.abc
 import pytest
 
+from tests.support import ROOT
+
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "tutorial.md"
 WAIT = 60  # seconds for one line of output, on a busy machine
 FENCE = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)

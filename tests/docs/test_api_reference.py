@@ -19,8 +19,8 @@ import pytest
 
 import asyncai_watch
 from scripts import api_docs
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 BUILD_TIMEOUT = 300  # seconds: pdoc imports every public module; a busy machine is slow
 
 

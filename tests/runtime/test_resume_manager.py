@@ -15,7 +15,7 @@ from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock, FakeSource, ListedResource
 from tests.support.managers import IMMEDIATE, NOTES, memo_fake
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio]  # backend-neutral: also under trio
 
 LOG = "kcp://pods"
 

@@ -12,16 +12,8 @@ from asyncai_agent.backends.scripted import ScriptedBackend, parse_script
 from asyncai_agent.events import AgentEvent, NoticeReceived, RunCompleted, RunFailed
 from asyncai_agent.session import SessionConfig, open_session
 from asyncai_watch.core.turns import CHANNEL_INSTRUCTION
-from tests.servers.switchboard.test_switchboard_server import (  # noqa: F401  (fixtures)
-    TOKENS,
-    WAIT,
-    call,
-    config_fixture,
-    connect,
-    sqlite_store_fixture,
-    switchboard_http,
-)
 from tests.support.pg import Store
+from tests.support.switchboard_server import TOKENS, WAIT, call, connect, switchboard_http
 
 SCRIPT = {
     "turns": [

@@ -24,15 +24,8 @@ from asyncai_watch import log
 from asyncai_watch.core.backoff import Backoff
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.testing import FakeClock
-from tests.servers.switchboard.test_switchboard_server import (  # noqa: F401  (fixtures)
-    WAIT,
-    call,
-    config_fixture,
-    connect,
-    sqlite_store_fixture,
-    switchboard_http,
-)
 from tests.support.pg import Store
+from tests.support.switchboard_server import WAIT, call, connect, switchboard_http
 
 
 def todo(n: int) -> dict[str, Any]:

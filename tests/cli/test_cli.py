@@ -9,8 +9,6 @@ import shlex
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -18,67 +16,13 @@ import anyio.abc
 import pytest
 
 from asyncai_watch import McpResourceSource
-from tests.servers.memo.test_memo_server import memo_http_server
 from tests.support import ROOT, SUPPORT
+from tests.support.cli import MEMO, WAIT, Lines, cli, run_cli, stderr_of, wait_until_watching
 from tests.support.fake_kubectl import FakeCluster
 from tests.support.kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
+from tests.support.memo import memo_http_server
 
-CLI = [sys.executable, "-m", "asyncai_watch"]
-MEMO = f"{shlex.quote(sys.executable)} -m asyncai_servers.memo"
 PEER = f"{shlex.quote(sys.executable)} {shlex.quote(str(SUPPORT / 'peer_server.py'))}"
-WAIT = 60  # seconds: generous, the CLI starts a Python and a server on 2 shared cores
-
-
-class Lines:
-    """A process's stdout, line by line, awaited (never polled)."""
-
-    def __init__(self, stream: anyio.abc.ByteReceiveStream) -> None:
-        self._stream = stream
-        self._buf = b""
-
-    async def next(self) -> str:
-        with anyio.fail_after(WAIT):
-            while b"\n" not in self._buf:
-                self._buf += await self._stream.receive()
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line.decode()
-
-
-@asynccontextmanager
-async def cli(
-    *args: str, env: dict[str, str] | None = None
-) -> AsyncIterator[tuple[anyio.abc.Process, Lines]]:
-    async with await anyio.open_process([*CLI, *args], env=env) as proc:
-        assert proc.stdout is not None
-        try:
-            yield proc, Lines(proc.stdout)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-
-
-async def stderr_of(proc: anyio.abc.Process) -> str:
-    assert proc.stderr is not None
-    chunks = []
-    with anyio.fail_after(WAIT):
-        async for chunk in proc.stderr:
-            chunks.append(chunk)
-    return b"".join(chunks).decode()
-
-
-async def wait_until_watching(proc: anyio.abc.Process) -> None:
-    """The CLI says "watching ..." on stderr once the watch is up (its baseline is taken)."""
-    assert proc.stderr is not None
-    buf = b""
-    with anyio.fail_after(WAIT):
-        while b"watching" not in buf:
-            buf += await proc.stderr.receive()
-
-
-async def run_cli(*args: str) -> tuple[int, str, str]:
-    with anyio.fail_after(WAIT):
-        done = await anyio.run_process([*CLI, *args], check=False)
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 @pytest.mark.anyio

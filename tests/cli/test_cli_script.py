@@ -17,16 +17,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from asyncai_watch import McpResourceSource
-from tests.cli.test_cli import CLI, MEMO, WAIT, Lines, cli, run_cli, stderr_of, wait_until_watching
-from tests.servers.memo.test_memo_server import memo_http_server
+from tests.support.cli import CLI, MEMO, WAIT, Lines, cli, run_cli, stderr_of, wait_until_watching
+from tests.support.memo import memo_http_server, memo_set
 
 pytestmark = pytest.mark.anyio
-
-
-async def memo_set(url: str, key: str, value: str) -> None:
-    async with McpResourceSource.http(url) as writer:  # another user, on its own connection
-        await writer.call_tool("memo_set", {"key": key, "value": value})
 
 
 async def test_once_prints_one_notice_and_exits_0() -> None:

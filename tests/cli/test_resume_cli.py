@@ -14,10 +14,10 @@ import pytest
 
 from asyncai_watch import McpResourceSource
 from asyncai_watch.server.http import running_http_server
-from tests.cli.test_cli import WAIT, cli, wait_until_watching
-from tests.servers.memo.test_memo_server import memo_http_server
+from tests.support.cli import WAIT, cli, wait_until_watching
 from tests.support.fake_kubectl import FakeCluster
 from tests.support.kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
+from tests.support.memo import memo_http_server
 
 pytestmark = pytest.mark.anyio
 

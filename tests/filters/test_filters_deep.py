@@ -10,7 +10,7 @@ import pytest
 
 from asyncai_watch.core.limits import Limits
 from asyncai_watch.filters import FilterOutcome, RestrictedFilterSession, RestrictedPythonEngine
-from tests.filters.test_filters import Catalog
+from tests.support.filters import Catalog
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from asyncai_watch.core.limits import Limits
 from asyncai_watch.errors import FilterEngineError
 from asyncai_watch.filters import EmptyCatalog, RestrictedFilterSession, RestrictedPythonEngine
 from asyncai_watch.testing import FakeClock
-from tests.filters.test_filters import Catalog
+from tests.support.filters import Catalog
 
 pytestmark = pytest.mark.anyio
 

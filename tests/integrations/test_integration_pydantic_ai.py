@@ -7,58 +7,27 @@ import anyio
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
-    BaseToolReturnPart,
     ModelMessage,
     ModelRequest,
     ModelResponse,
-    RetryPromptPart,
-    TextPart,
     ToolCallPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import FunctionModel
 
 from asyncai_watch.integrations.pydantic_ai import AgentTurns, server_toolset, watch_runner, watch_toolset
 from tests.support.integration_memo import (
     WAIT,
     Brain,
-    Call,
     Published,
     ask_call,
     memo,
     own_write_reaches_the_watch,
     two_notices_during_one_run,
 )
+from tests.support.pydantic_ai_model import Model
 
 pytestmark = pytest.mark.anyio
-
-
-class Model:
-    """PydanticAI's ``FunctionModel`` body: turn the last request into the brain's answer."""
-
-    def __init__(self, brain: Brain) -> None:
-        self.brain = brain
-        self.requests: list[list[ModelMessage]] = []
-        self.calls = 0
-
-    async def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        self.requests.append(list(messages))
-        last = messages[-1]
-        assert isinstance(last, ModelRequest)
-        for part in last.parts:
-            if isinstance(part, BaseToolReturnPart):
-                return ModelResponse(parts=[TextPart(self.brain.on_tool_result(part.model_response_str()))])
-            if isinstance(part, RetryPromptPart):
-                return ModelResponse(parts=[TextPart(self.brain.on_tool_result(part.model_response()))])
-        prompt = next(p.content for p in last.parts if isinstance(p, UserPromptPart))
-        assert isinstance(prompt, str)
-        answer = await self.brain.on_user(prompt)
-        if isinstance(answer, Call):
-            self.calls += 1
-            return ModelResponse(
-                parts=[ToolCallPart(answer.name, answer.args, tool_call_id=f"c{self.calls}")]
-            )
-        return ModelResponse(parts=[TextPart(answer)])
 
 
 def user_prompts(messages: list[ModelMessage]) -> list[str]:

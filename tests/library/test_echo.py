@@ -34,8 +34,8 @@ from asyncai_watch.serve.hub import Hub
 from asyncai_watch.serve.ring import NoticeRing
 from asyncai_watch.serve.server import build_server
 from asyncai_watch.testing import FakeClock
-from tests.serve.test_serve import MEMO, serve
 from tests.support.managers import IMMEDIATE, NOTES, memo_fake
+from tests.support.serve import MEMO, serve
 
 SECRET = "S3CRET-value"
 

@@ -22,11 +22,11 @@ from asyncai_watch.core.notice import Notice
 from asyncai_watch.notice_json import NOTICE_SCHEMA, event_env, notice_record, notice_schema
 from asyncai_watch.serve.channel import EVENTS_PER_NOTICE, entry_dict
 from asyncai_watch.serve.ring import Entry
-from tests.cli.test_cli import WAIT, cli, wait_until_watching
-from tests.core.test_notice_events import LIMITS, watch
-from tests.servers.memo.test_memo_server import memo_http_server
+from tests.support.cli import WAIT, cli, wait_until_watching
 from tests.support.fake_kubectl import FakeCluster
 from tests.support.kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
+from tests.support.memo import memo_http_server
+from tests.support.notice_events import LIMITS, watch
 
 VALIDATOR = jsonschema.Draft202012Validator(notice_schema())
 

@@ -19,9 +19,9 @@ from asyncai_watch.errors import StateFileError
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.small_file import SmallFileError, read_small_file
 from asyncai_watch.state_file import MAX_STATE_FILE, StateFile
-from tests.serve.test_serve import SERVE
 from tests.support.agent_state_run import run_agent_with_state
 from tests.support.managers import memo_fake
+from tests.support.serve import SERVE
 
 # An upstream that is never started: serve checks the state file before anything runs.
 NEVER_RUN = f"x={sys.executable} -c pass"

@@ -32,19 +32,12 @@ from mcp import Client
 from asyncai_watch import McpResourceSource, NotWatchableError, WatchManager
 from asyncai_watch.server.http import running_http_server
 from asyncai_watch.testing import FakeClock
-from tests.cli.test_cli import cli, run_cli, stderr_of
-from tests.mcp.test_real_peers import (
-    COUNTER,
-    IMMEDIATE,
-    WAIT,
-    next_notice,
-    peers,
-    ts_server,
-    wait_until_watching,
-)
-from tests.serve.test_serve import Channel, call, serve
 from tests.support import SUPPORT
+from tests.support.cli import cli, run_cli, stderr_of
+from tests.support.managers import IMMEDIATE
+from tests.support.real_peers import COUNTER, WAIT, next_notice, peers, ts_server, wait_until_watching
 from tests.support.script_module import load_script
+from tests.support.serve import Channel, call, serve
 
 __all__ = ["peers"]  # the fixture, shared with test_real_peers
 

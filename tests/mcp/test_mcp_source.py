@@ -30,8 +30,8 @@ from asyncai_watch.jsonrpc_framing import LineReader
 from asyncai_watch.mcp.client import McpResourceSource
 from asyncai_watch.mcp.source import ReadResult, ResourceSource
 from asyncai_watch.testing import FakeClock
-from tests.servers.memo.test_memo_server import MEMO, WAIT, memo_http_server
 from tests.support import SUPPORT
+from tests.support.memo import MEMO, WAIT, memo_http_server
 
 LEGACY = [sys.executable, str(SUPPORT / "legacy_server.py")]
 

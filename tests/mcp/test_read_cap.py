@@ -21,9 +21,9 @@ from asyncai_watch.errors import ServerConnectionError, ServerError
 from asyncai_watch.jsonrpc_framing import LineReader, Overlong
 from asyncai_watch.mcp.body_cap import DEFAULT_MAX_MESSAGE_BYTES
 from asyncai_watch.mcp.client import McpResourceSource
-from tests.serve.test_serve import Channel, call, file_uri, files_arg, serve, tool_error, write
-from tests.servers.memo.test_memo_server import WAIT, memo_http_server
 from tests.support import SUPPORT
+from tests.support.memo import WAIT, memo_http_server
+from tests.support.serve import Channel, call, file_uri, files_arg, serve, tool_error, write
 
 pytestmark = pytest.mark.anyio
 

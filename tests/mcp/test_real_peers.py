@@ -43,43 +43,26 @@ import anyio
 import anyio.abc
 import pytest
 
-from asyncai_watch import McpResourceSource, Notice, WatchManager
+from asyncai_watch import McpResourceSource, WatchManager
 from asyncai_watch.server.http import running_http_server
-from tests.cli.test_cli import Lines, cli, run_cli, stderr_of
-from tests.servers.memo.test_memo_server import MEMO, memo_http_server
-from tests.support import SUPPORT
+from tests.support.cli import Lines, cli, run_cli, stderr_of
 from tests.support.managers import IMMEDIATE
-from tests.support.script_module import load_script
+from tests.support.memo import MEMO, memo_http_server
+from tests.support.real_peers import (
+    COUNTER,
+    PEERS_DIR,
+    WAIT,
+    next_notice,
+    ts_server,
+    wait_until_watching,
+)
 
-PEERS_DIR = SUPPORT / "peers"
-TS_SERVER = PEERS_DIR / "ts_v1_server.cjs"
 TS_CLIENT = PEERS_DIR / "ts_v1_client.cjs"
 ANNOUNCE_PORT = PEERS_DIR / "announce_port.cjs"
-COUNTER = "peer://counter"
 EVERYTHING_TEXT = "demo://resource/dynamic/text/1"
-WAIT = 60  # seconds: generous for a busy machine; nothing here sleeps
 EVERYTHING_WAIT = 90  # its timer fires every 5 s; a read in the same second as the last is unchanged
 
 pytestmark = [pytest.mark.peers, pytest.mark.timeout(300)]
-
-
-def _load_fetcher() -> Any:
-    return load_script("scripts/fetch_conformance.py", "fetch_conformance")
-
-
-@pytest.fixture(scope="module")
-def peers() -> Any:
-    try:
-        return _load_fetcher().fetch_peers()
-    except Exception as exc:
-        reason = f"the npm peers are unavailable (npm install into .tools/): {exc}"
-        if os.environ.get("ASYNCAI_REQUIRE_PEERS") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-
-
-def ts_server(peers: Any, *args: str) -> list[str]:
-    return [str(peers.node), str(TS_SERVER), "--modules", str(peers.modules), *args]
 
 
 def everything(peers: Any, transport: str) -> list[str]:
@@ -102,11 +85,6 @@ async def source(
     else:
         async with running_http_server(argv, env=env) as (url, _), McpResourceSource.http(url) as src:
             yield src
-
-
-async def next_notice(m: WatchManager, seconds: float = WAIT) -> Notice:
-    with anyio.fail_after(seconds):
-        return await m.notices.receive()
 
 
 # -- WatchManager -------------------------------------------------------------------------------
@@ -147,20 +125,6 @@ async def test_watch_manager_watches_server_everything(peers: Any, transport: st
 
 
 # -- asyncai-watch watch ------------------------------------------------------------------------
-
-
-async def wait_until_watching(proc: anyio.abc.Process) -> None:
-    """The CLI says "watching ..." on stderr once the watch is up; if it exits instead, say why."""
-    assert proc.stderr is not None
-    seen = b""
-    with anyio.fail_after(WAIT):
-        while b"watching" not in seen:
-            try:
-                seen += await proc.stderr.receive()
-            except anyio.EndOfStream:
-                raise AssertionError(
-                    f"asyncai-watch exited before watching: {seen.decode(errors='replace')}"
-                ) from None
 
 
 async def stop_cleanly(proc: anyio.abc.Process) -> None:

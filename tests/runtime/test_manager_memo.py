@@ -34,9 +34,9 @@ from asyncai_watch.mcp.source import (
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.runtime.tools import tool_functions
 from asyncai_watch.testing import FakeClock
-from tests.servers.memo.test_memo_server import memo_http_server
 from tests.support import SUPPORT
 from tests.support.managers import IMMEDIATE
+from tests.support.memo import memo_http_server
 
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
 LEGACY = [sys.executable, str(SUPPORT / "legacy_server.py")]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -12,35 +11,16 @@ from asyncai_watch.core.events import EVENTS_MIME_TYPE
 from asyncai_watch.core.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice
 from asyncai_watch.core.resume import REDELIVERED_META_KEY
 from asyncai_watch.runtime.manager import WatchManager
-from asyncai_watch.testing import FakeClock, FakeSource, ListedResource
+from asyncai_watch.testing import FakeClock
 from tests.support.managers import IMMEDIATE, NOTES, memo_fake
+from tests.support.resume_logs import LOG, log_body, log_fake
 
 pytestmark = [pytest.mark.anyio, pytest.mark.trio]  # backend-neutral: also under trio
-
-LOG = "kcp://pods"
 
 
 async def receive(m: WatchManager) -> Notice:
     with anyio.fail_after(30):
         return await m.notices.receive()
-
-
-def log_body(log_id: str, seqs: range) -> dict[str, Any]:
-    return {
-        "log_id": log_id,
-        "events": [
-            {"seq": s, "type": "ADDED", "object": {"metadata": {"name": f"pod-{s}", "uid": f"u{s}"}}}
-            for s in seqs
-        ],
-    }
-
-
-def log_fake() -> FakeSource:
-    fake = FakeSource(
-        "kcp", resources=[ListedResource(uri=LOG, name="pods", description="", mime_type=EVENTS_MIME_TYPE)]
-    )
-    fake.set(LOG, log_body("L1", range(1, 4)), mime_type=EVENTS_MIME_TYPE)
-    return fake
 
 
 async def test_a_state_changed_while_the_agent_was_down_arrives_as_its_net_change(tmp_path: Path) -> None:

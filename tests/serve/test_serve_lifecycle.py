@@ -25,8 +25,8 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 
-from tests.serve.test_serve import SERVE, WAIT, Channel, call, file_uri, files_arg, serve, write
 from tests.support.claude_code import LogPipe
+from tests.support.serve import SERVE, WAIT, Channel, call, file_uri, files_arg, serve, write
 
 pytestmark = pytest.mark.anyio
 

@@ -25,10 +25,11 @@ from mcp.server.mcpserver import MCPServer
 from asyncai_watch import McpResourceSource, WatchManager
 from asyncai_watch.server.http import running_http_server, serve_http
 from asyncai_watch.server.kit import watchable
-from tests.cli.test_cli import Lines, run_cli
-from tests.mcp.test_real_peers import IMMEDIATE, WAIT, next_notice, peers
 from tests.support import ROOT, SUPPORT
+from tests.support.cli import Lines, run_cli
 from tests.support.local_token import local_auth
+from tests.support.managers import IMMEDIATE
+from tests.support.real_peers import WAIT, next_notice, peers
 
 __all__ = ["peers"]
 

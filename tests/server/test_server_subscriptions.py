@@ -32,13 +32,11 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import httpx2
 import mcp_types as types
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourceUpdated, listen
 from mcp.server import Server
 from mcp.shared.memory import create_client_server_memory_streams
@@ -52,6 +50,7 @@ from tests.support import ROOT
 from tests.support.fake_kubectl import FakeCluster
 from tests.support.http_servers import Served, reference_server
 from tests.support.kcp_helpers import kcp_argv, kcp_env, write_kubeconfig
+from tests.support.legacy_client import WAIT, Target, legacy_client
 from tests.support.local_token import local_auth
 
 pytestmark = [
@@ -59,59 +58,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
 ]
 
-WAIT = 30.0  # seconds: the bound on any one awaited notification (generous: 2 shared cores)
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
-Target = StdioServerParameters | Served | Server[Any]
 DOC = ROOT / "docs" / "server-contract.md"
-
-
-class Updates:
-    """The ``notifications/resources/updated`` a 2025-era client got, in order (its message handler)."""
-
-    def __init__(self) -> None:
-        self._send, self._recv = anyio.create_memory_object_stream[str](1000)
-
-    async def handle(self, message: object) -> None:
-        if isinstance(message, types.ResourceUpdatedNotification):
-            self._send.send_nowait(message.params.uri)
-
-    async def next(self) -> str:
-        with anyio.fail_after(WAIT):
-            return await self._recv.receive()
-
-
-@asynccontextmanager
-async def legacy_client(target: Target) -> AsyncIterator[tuple[Client, Updates]]:
-    """A stock SDK client speaking 2025-11-25, its updates collected; over HTTP, once its GET stream is open."""
-    updates = Updates()
-    if isinstance(target, StdioServerParameters | Server):  # a subprocess, or in process
-        async with Client(target, mode="legacy", message_handler=updates.handle, cache=None) as client:
-            assert client.protocol_version == "2025-11-25"
-            yield client, updates
-        return
-    get_open = anyio.Event()
-
-    async def on_response(response: httpx2.Response) -> None:
-        if response.request.method == "GET" and response.status_code == 200:
-            get_open.set()
-
-    async with (
-        httpx2.AsyncClient(
-            headers=dict(target.headers), timeout=WAIT, event_hooks={"response": [on_response]}
-        ) as http,
-        Client(
-            streamable_http_client(target.url, http_client=http),
-            mode="legacy",
-            message_handler=updates.handle,
-            cache=None,
-        ) as client,
-    ):
-        assert client.protocol_version == "2025-11-25"
-        # Legacy updates ride the session's standalone GET stream, which the SDK opens after the
-        # handshake: a change made before the stream exists would have nowhere to go.
-        with anyio.fail_after(WAIT):
-            await get_open.wait()
-        yield client, updates
 
 
 # -- 2026-07-28: one listen, 100,000 URIs -----------------------------------------------------------

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,8 +25,12 @@ import anyio.abc
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import Subscription
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from asyncai_servers.webhooks.fields import describe
+from asyncai_servers.webhooks.verify import Delivery
+from asyncai_watch.server.eventlog import AFTER_META_KEY
 from asyncai_watch.server.http import running_http_server
 
 WAIT = 30.0
@@ -227,3 +231,35 @@ async def mcp_client(url: str, headers: Mapping[str, str]) -> AsyncIterator[Clie
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
         yield client
+
+
+RUNS = "webhook-events://github/workflow_run"
+
+
+def body_of(payload: Any) -> bytes:
+    return json.dumps(payload).encode()
+
+
+async def read_log(client: Any, uri: str, after: tuple[str, int] | None = None) -> dict[str, Any]:
+    meta = None if after is None else {AFTER_META_KEY: {"log_id": after[0], "seq": after[1]}}
+    body: dict[str, Any] = json.loads(text_of(await client.read_resource(uri, meta=meta)))
+    return body
+
+
+async def log_until(
+    client: Any, sub: Subscription, uri: str, done: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    with anyio.fail_after(WAIT):
+        while not done(body := await read_log(client, uri)):
+            await sub.__anext__()
+    return body
+
+
+NOW = 1_796_000_000.0
+
+
+def run_delivery(run_id: int, *, branch: str = "main", conclusion: str = "failure") -> tuple[Delivery, Any]:
+    payload = workflow_run(run_id, branch=branch, conclusion=conclusion)
+    return Delivery("github", f"d-{run_id}", "workflow_run", payload), describe(
+        "github", "workflow_run", payload
+    )

@@ -13,9 +13,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +23,8 @@ from mcp.client.subscriptions import ResourceUpdated
 
 from asyncai_servers.memo import build_server
 from asyncai_servers.memo.__main__ import main as memo_main
-from asyncai_watch.server.http import running_http_server
 from tests.support.local_token import local_client
-
-MEMO = [sys.executable, "-m", "asyncai_servers.memo"]
-WAIT = 10  # seconds: the bound on any one awaited event
-
-
-@asynccontextmanager
-async def memo_http_server(
-    *extra_args: str, address: str = "127.0.0.1:0"
-) -> AsyncIterator[tuple[str, anyio.abc.Process]]:
-    """Run ``asyncai_servers.memo --http ADDRESS``; yield its URL (from the READY line) and process."""
-    async with running_http_server([*MEMO, "--http", address, *extra_args]) as running:
-        yield running
+from tests.support.memo import MEMO, WAIT, memo_http_server
 
 
 def stdio_params(*extra_args: str) -> StdioServerParameters:

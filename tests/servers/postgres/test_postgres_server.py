@@ -12,7 +12,6 @@ connections, which other modules' tests must not see), one fresh database per te
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -46,96 +45,12 @@ from asyncai_watch.testing import FakeClock
 from tests.support.local_token import local_client
 from tests.support.managers import stdio_manager
 from tests.support.pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
+from tests.support.postgres import CONFIG, EVENTS, ITEMS, NOBODY, WAIT, WATCHER, Db, server_argv, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
-WAIT = 30.0
-WATCHER = "asyncai_watcher"  # a login role that may only read (granted per test database)
-NOBODY = "asyncai_nobody"  # a login role granted nothing
 STATE = "pg://public/items"
-EVENTS = "pg-events://public/items"
 QUERY = "pg-query://failed"
-ITEMS = TableName("public", "items")
-
-CONFIG = """
-[[table]]
-name = "items"
-where = ["status"]
-
-[[query]]
-name = "failed"
-sql = "SELECT id, note FROM items WHERE status = 'failed' ORDER BY id"
-depends_on = ["items"]
-"""
-
-
-class Db:
-    def __init__(self, server: PgServer, dsn: str) -> None:
-        self.server = server
-        self.dsn = dsn
-
-    def as_role(self, role: str) -> str:
-        return self.dsn.replace("user=postgres", f"user={role}")
-
-    def run(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            cur = conn.execute(statement, params)
-            return cur.fetchall() if cur.description else []
-
-    @asynccontextmanager
-    async def connect(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
-        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
-            yield conn
-
-    async def psql(self, script: str) -> None:
-        """Run ``script`` in a psql process (one transaction: psql -c sends it as one query)."""
-        beside = self.server.bindir / "psql"  # initdb's directory, else PATH (Debian links only some)
-        psql = str(beside) if beside.exists() else "psql"
-        with anyio.fail_after(WAIT):
-            await anyio.run_process([psql, self.dsn, "-v", "ON_ERROR_STOP=1", "-qc", script])
-
-
-def _create_role(conn: psycopg.Connection[tuple[Any, ...]], role: str) -> None:
-    with contextlib.suppress(psycopg.errors.DuplicateObject):  # roles are the cluster's: made before
-        conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(psycopg.sql.Identifier(role)))
-
-
-@pytest.fixture
-def db(module_postgres: PgServer) -> Db:
-    dsn = module_postgres.create_database()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        _create_role(conn, WATCHER)
-        _create_role(conn, NOBODY)
-        conn.execute(
-            "CREATE TABLE items (id int PRIMARY KEY, status text NOT NULL DEFAULT 'open',"
-            " n int NOT NULL DEFAULT 0, note text)"
-        )
-        conn.execute("INSERT INTO items (id, note) VALUES (1, 'one'), (2, 'two')")
-        conn.execute(psycopg.sql.SQL("GRANT SELECT ON items TO {}").format(psycopg.sql.Identifier(WATCHER)))
-    install_triggers(dsn, [ITEMS])
-    return Db(module_postgres, dsn)
-
-
-def write_config(tmp_path: Path, text: str = CONFIG) -> Path:
-    path = tmp_path / "pg.toml"
-    path.write_text(text)
-    return path
-
-
-def server_argv(config: Path, dsn: str, *extra: str) -> list[str]:
-    # A short reconnect backoff: the test that cuts the LISTEN connection waits on its return.
-    return [
-        sys.executable,
-        "-m",
-        "asyncai_servers.postgres",
-        "--config",
-        str(config),
-        "--dsn",
-        dsn,
-        "--reconnect",
-        "0.05:0.5",
-        *extra,
-    ]
 
 
 @asynccontextmanager
@@ -1075,7 +990,7 @@ async def test_lists_refuses_and_serves_over_http(db: Db, tmp_path: Path) -> Non
     "ignore::mcp.shared.exceptions.MCPDeprecationWarning"
 )  # 2025's subscribe, on purpose
 async def test_a_2025_client_subscribes_too(db: Db, tmp_path: Path) -> None:
-    from tests.server.test_server_subscriptions import legacy_client
+    from tests.support.legacy_client import legacy_client
 
     argv = server_argv(write_config(tmp_path), db.dsn)
     async with legacy_client(StdioServerParameters(command=argv[0], args=argv[1:])) as (client, updates):
@@ -1226,7 +1141,7 @@ async def test_an_older_install_is_told_to_reinstall_and_upgraded_by_it(db: Db, 
 
 
 async def test_cli_watch_prints_the_change(db: Db, tmp_path: Path) -> None:
-    from tests.cli.test_cli import cli, wait_until_watching
+    from tests.support.cli import cli, wait_until_watching
 
     server = shlex.join(server_argv(write_config(tmp_path), db.dsn))
     async with cli("watch", STATE, "--server", f"pg={server}", "--debounce", "0", "--json") as (proc, out):
@@ -1241,7 +1156,7 @@ async def test_cli_watch_prints_the_change(db: Db, tmp_path: Path) -> None:
 
 
 async def test_the_bridge_pushes_a_table_change(db: Db, tmp_path: Path) -> None:
-    from tests.serve.test_serve import Channel, call, serve
+    from tests.support.serve import Channel, call, serve
 
     channel = Channel()
     server = shlex.join(server_argv(write_config(tmp_path), db.dsn))
@@ -1260,8 +1175,8 @@ async def test_a_pydantic_ai_agent_hears_a_table_change(db: Db, tmp_path: Path) 
     from pydantic_ai.models.function import FunctionModel
 
     from asyncai_watch.integrations.pydantic_ai import watch_runner, watch_toolset
-    from tests.integrations.test_integration_pydantic_ai import Model
     from tests.support.integration_memo import Brain, Published, ask_call
+    from tests.support.pydantic_ai_model import Model
 
     brain, published = Brain(), Published()
     async with stdio_manager("pg", server_argv(write_config(tmp_path), db.dsn)) as m:

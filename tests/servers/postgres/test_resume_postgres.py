@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.cli.test_cli import WAIT, cli, wait_until_watching
-from tests.servers.postgres.test_postgres_server import EVENTS, WATCHER, Db, db, server_argv, write_config  # noqa: F401  (db: fixture)
+from tests.support.cli import WAIT, cli, wait_until_watching
 from tests.support.pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
+from tests.support.postgres import EVENTS, WATCHER, Db, server_argv, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -25,7 +25,7 @@ async def next_record(out: Any) -> dict[str, Any]:
 
 
 async def test_rows_written_while_the_cli_was_killed_arrive_every_one_in_commit_order(
-    db: Db,  # noqa: F811  (the fixture)
+    db: Db,
     tmp_path: Path,
 ) -> None:
     server = shlex.join(server_argv(write_config(tmp_path), db.as_role(WATCHER)))

@@ -12,15 +12,8 @@ from mcp import Client
 from asyncai_agent.channels import ChannelExtension, ChannelPuller, has_channel
 from asyncai_watch.core.notice import Notice
 from asyncai_watch.testing import FakeClock
-from tests.servers.switchboard.test_switchboard_server import (  # noqa: F401  (fixtures)
-    WAIT,
-    call,
-    config_fixture,
-    connect,
-    sqlite_store_fixture,
-    switchboard_http,
-)
 from tests.support.pg import Store
+from tests.support.switchboard_server import WAIT, call, connect, switchboard_http
 
 
 async def end_backoffs(clock: FakeClock) -> None:

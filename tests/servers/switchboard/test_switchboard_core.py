@@ -11,8 +11,6 @@ import contextlib
 import json
 import re
 import unicodedata
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import anyio
@@ -21,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncai_servers.switchboard.config import ConfigError, Credentials, parse_credentials
+from asyncai_servers.switchboard.config import ConfigError, parse_credentials
 from asyncai_servers.switchboard.core import Switchboard, queue_uri
-from asyncai_servers.switchboard.doorbell import SUMMARY_CAP, Doorbell, make_doorbell, neutralize
+from asyncai_servers.switchboard.doorbell import SUMMARY_CAP, make_doorbell, neutralize
 from asyncai_servers.switchboard.hub import Hub, HubStats, Subscriber
 from asyncai_servers.switchboard.ledger import Ledger, LedgerError, RemoteChange, Todo
 from asyncai_servers.switchboard.ledger_pg import PostgresLedger
@@ -31,61 +29,18 @@ from asyncai_watch.core.eventlog import GAP_RESET, Sequencer
 from asyncai_watch.core.events import GAP
 from asyncai_watch.testing import FakeClock
 from tests.support.pg import Store, pg_store_fixture, postgres_server, store_fixture  # noqa: F401  (fixtures)
-
-WAIT = 10
-
-CONFIG: dict[str, Any] = {
-    "credentials": [
-        {
-            "name": "alice",
-            "token": "alice-token",
-            "queues": ["ops"],
-            "attribution": "human",
-            "verified": True,
-        },
-        {
-            "name": "carol",
-            "token": "carol-token",
-            "queues": ["ops"],
-            "attribution": "human",
-            "verified": False,
-        },
-        {"name": "bot", "token": "bot-token-1", "queues": ["*"], "attribution": "agent", "verified": True},
-        {"name": "eve", "token": "eve-token-1", "queues": ["ops"], "attribution": "agent"},
-        {
-            "name": "dave",
-            "token": "dave-token",
-            "queues": ["other"],
-            "attribution": "human",
-            "verified": True,
-        },
-    ]
-}
-CREDS: Credentials = parse_credentials(CONFIG)
-ALICE, CAROL, BOT, EVE, DAVE = (cast(Any, CREDS.by_name(n)) for n in ("alice", "carol", "bot", "eve", "dave"))
-
-
-@asynccontextmanager
-async def board(store: Store, **kw: Any) -> AsyncIterator[Switchboard]:
-    async with Switchboard(cast(Ledger, store.ledger()), CREDS, **kw) as b:
-        yield b
-
-
-async def collect(sub: Subscriber, n: int) -> list[str]:
-    """The todo_ids of the next ``n`` doorbells ``sub`` receives."""
-    ids: list[str] = []
-    while len(ids) < n:
-        ids += [x.meta["todo_id"] for x in await next_bells(sub)]
-    return ids
-
-
-async def next_bells(sub: Subscriber) -> list[Doorbell]:
-    with anyio.fail_after(WAIT):
-        while True:  # next_batch waits on an event; uri-only batches are skipped
-            batch = await sub.next_batch()
-            assert batch is not None
-            if batch[0]:
-                return batch[0]
+from tests.support.switchboard_core import (
+    ALICE,
+    BOT,
+    CAROL,
+    CREDS,
+    DAVE,
+    EVE,
+    WAIT,
+    board,
+    collect,
+    next_bells,
+)
 
 
 @pytest.mark.anyio

@@ -26,16 +26,9 @@ from asyncai_servers.switchboard.core import Switchboard
 from asyncai_servers.switchboard.ledger import Creator, LedgerError
 from asyncai_servers.switchboard.ledger_pg import SCHEMA_VERSION, PostgresLedger
 from asyncai_watch.testing import FakeClock
-from tests.servers.switchboard.test_switchboard_core import ALICE, BOT, CREDS, EVE, board, collect
-from tests.servers.switchboard.test_switchboard_server import (
-    CONFIG,
-    Inbox,
-    Running,
-    call,
-    connect,
-    switchboard_http,
-)
 from tests.support.pg import PgServer, Store, module_postgres_fixture  # noqa: F401  (fixture)
+from tests.support.switchboard_core import ALICE, BOT, CREDS, EVE, board, collect
+from tests.support.switchboard_server import CONFIG, Inbox, Running, call, connect, switchboard_http
 
 pytestmark = [pytest.mark.postgres, pytest.mark.anyio]
 

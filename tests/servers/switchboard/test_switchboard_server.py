@@ -15,8 +15,7 @@ import json
 import os
 import signal
 import socket
-import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -26,75 +25,18 @@ import anyio.abc
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourceUpdated
-from mcp.shared._httpx_utils import create_mcp_http_client
 
-from asyncai_agent.channels import ChannelExtension
 from asyncai_servers.switchboard.__main__ import main as switchboard_main
 from asyncai_servers.switchboard.config import load_credentials
 from asyncai_servers.switchboard.core import Switchboard
 from asyncai_servers.switchboard.ledger import Ledger
 from asyncai_servers.switchboard.server import CredentialsVerifier, build_server
 from asyncai_watch.core.events import EVENTS_MIME_TYPE
-from asyncai_watch.core.notice import Notice
-from asyncai_watch.server.http import running_http_server, serve_http
+from asyncai_watch.server.http import serve_http
 from asyncai_watch.server.policy import HttpPolicy
 from tests.support.pg import Store, pg_store_fixture, postgres_server, store_fixture  # noqa: F401  (fixtures)
-
-SWITCHBOARD = [sys.executable, "-m", "asyncai_servers.switchboard"]
-WAIT = 15
-TOKENS = {
-    "alice": "alice-token",  # human, verified, ops
-    "carol": "carol-token",  # human, unverified, ops
-    "bot": "bot-token-1",  # agent, every queue
-    "eve": "eve-token-1",  # agent, ops
-    "dave": "dave-token",  # human, verified, other
-}
-CONFIG = {
-    "credentials": [
-        {
-            "name": "alice",
-            "token": TOKENS["alice"],
-            "queues": ["ops"],
-            "attribution": "human",
-            "verified": True,
-        },
-        {"name": "carol", "token": TOKENS["carol"], "queues": ["ops"], "attribution": "human"},
-        {"name": "bot", "token": TOKENS["bot"], "queues": ["*"], "attribution": "agent", "verified": True},
-        {"name": "eve", "token": TOKENS["eve"], "queues": ["ops"], "attribution": "agent"},
-        {
-            "name": "dave",
-            "token": TOKENS["dave"],
-            "queues": ["other"],
-            "attribution": "human",
-            "verified": True,
-        },
-    ]
-}
-
-
-@pytest.fixture(name="config")
-def config_fixture(tmp_path: Path) -> Path:
-    path = tmp_path / "credentials.json"
-    path.write_text(json.dumps(CONFIG))
-    return path
-
-
-class Running:
-    def __init__(self, url: str, proc: anyio.abc.Process) -> None:
-        self.url = url
-        self.proc = proc
-
-
-@asynccontextmanager
-async def switchboard_http(
-    store: Store, config: Path, *extra: str, http: str = "127.0.0.1:0"
-) -> AsyncIterator[Running]:
-    """Run the server on ``--http 127.0.0.1:0``; yield its URL (from the READY line) and process."""
-    argv = [*SWITCHBOARD, "--config", str(config), *store.cli, "--http", http, *extra]
-    async with running_http_server(argv) as (url, proc):
-        yield Running(url, proc)
+from tests.support.switchboard_server import SWITCHBOARD, TOKENS, WAIT, Inbox, call, connect, switchboard_http
 
 
 @asynccontextmanager
@@ -134,49 +76,11 @@ async def switchboard_in_process(store: Store, config: Path) -> AsyncIterator[tu
             stop.set()
 
 
-class Inbox:
-    """Collects channel Notices from a ChannelExtension."""
-
-    def __init__(self, server: str = "switchboard") -> None:
-        self.send, self.recv = anyio.create_memory_object_stream[Notice](1000)
-        self.extension = ChannelExtension(server, self.send.send_nowait)
-
-    async def next(self) -> Notice:
-        with anyio.fail_after(WAIT):
-            return await self.recv.receive()
-
-
-@asynccontextmanager
-async def connect(url: str, who: str, extensions: Sequence[Any] = ()) -> AsyncIterator[Client]:
-    async with AsyncExitStack() as stack:
-        http = await stack.enter_async_context(
-            create_mcp_http_client(headers={"Authorization": f"Bearer {TOKENS[who]}"})
-        )
-        client = Client(
-            streamable_http_client(url, http_client=http), extensions=list(extensions) or None, cache=None
-        )
-        await stack.enter_async_context(client)  # bounded by pytest-timeout (a task group lives inside)
-        yield client
-
-
-async def call(client: Client, tool: str, **args: Any) -> Any:
-    with anyio.fail_after(WAIT):
-        result = await client.call_tool(tool, args)
-    assert not result.is_error, result.content
-    return result.structured_content
-
-
 @asynccontextmanager
 async def attached(client: Client) -> AsyncIterator[Any]:
     """An open listen: what makes the session attached (doorbells ride its stream)."""
     async with client.listen(resource_subscriptions=[]) as sub:  # entering waits for the ack
         yield sub
-
-
-@pytest.fixture(name="sqlite_store")
-def sqlite_store_fixture(tmp_path: Path) -> Store:
-    path = tmp_path / "switchboard.db"
-    return Store(kind="sqlite", cli=["--sqlite", str(path)], target=str(path))
 
 
 @pytest.mark.anyio

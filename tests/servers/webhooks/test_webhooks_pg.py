@@ -24,15 +24,19 @@ from asyncai_servers.webhooks.store_pg import PgStore
 from asyncai_servers.webhooks.uri import LogTarget
 from asyncai_watch.core.eventlog import Sequencer
 from asyncai_watch.testing import FakeClock
-from tests.servers.webhooks.test_webhooks_server import RUNS, body_of, log_until, read_log
-from tests.servers.webhooks.test_webhooks_units import NOW, run_delivery
 from tests.support.pg import PgServer, postgres_server  # noqa: F401  (fixture)
 from tests.support.webhooks_helpers import (
+    NOW,
+    RUNS,
     WAIT,
+    body_of,
     github,
     http_server,
+    log_until,
     mcp_client,
     post,
+    read_log,
+    run_delivery,
     sources,
     workflow_run,
     write_config,

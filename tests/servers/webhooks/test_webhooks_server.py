@@ -13,23 +13,24 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-from mcp.client.subscriptions import Subscription
 
 from asyncai_watch import McpResourceSource, WatchManager
 from asyncai_watch.core.eventlog import Sequencer
-from asyncai_watch.server.eventlog import AFTER_META_KEY
 from tests.support.managers import IMMEDIATE
 from tests.support.webhooks_helpers import (
+    RUNS,
     WAIT,
+    body_of,
     github,
     hmac_headers,
     http_server,
+    log_until,
     mcp_client,
     post,
+    read_log,
     server_argv,
     sources,
     standard,
@@ -40,12 +41,6 @@ from tests.support.webhooks_helpers import (
 )
 
 pytestmark = pytest.mark.anyio
-
-RUNS = "webhook-events://github/workflow_run"
-
-
-def body_of(payload: Any) -> bytes:
-    return json.dumps(payload).encode()
 
 
 @asynccontextmanager
@@ -67,21 +62,6 @@ async def notice_lines(m: WatchManager, done: Callable[[dict[str, list[str]]], b
             notice = await m.notices.receive()
             lines.setdefault(notice.meta["name"], []).extend(notice.text.splitlines())
     return lines
-
-
-async def read_log(client: Any, uri: str, after: tuple[str, int] | None = None) -> dict[str, Any]:
-    meta = None if after is None else {AFTER_META_KEY: {"log_id": after[0], "seq": after[1]}}
-    body: dict[str, Any] = json.loads(text_of(await client.read_resource(uri, meta=meta)))
-    return body
-
-
-async def log_until(
-    client: Any, sub: Subscription, uri: str, done: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    with anyio.fail_after(WAIT):
-        while not done(body := await read_log(client, uri)):
-            await sub.__anext__()
-    return body
 
 
 async def test_a_failed_workflow_run_on_my_branch_is_noticed_and_nothing_else_is(tmp_path: Path) -> None:
@@ -252,8 +232,8 @@ async def test_a_killed_and_restarted_server_loses_no_delivery_and_makes_no_gap(
     "ignore::mcp.shared.exceptions.MCPDeprecationWarning"
 )  # 2025's subscribe, on purpose
 async def test_both_eras_clients_hear_a_delivery(tmp_path: Path) -> None:
-    from tests.server.test_server_subscriptions import legacy_client
     from tests.support.http_servers import Served
+    from tests.support.legacy_client import legacy_client
 
     uri = f"{RUNS}?branch=main"
     async with (

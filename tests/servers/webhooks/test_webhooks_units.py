@@ -12,23 +12,23 @@ from typing import Any
 import pytest
 
 from asyncai_servers.webhooks.config import ConfigError, SourceSpec, parse_config
-from asyncai_servers.webhooks.fields import describe
 from asyncai_servers.webhooks.store import Retention, Store
 from asyncai_servers.webhooks.uri import LogTarget, StateTarget, UriError, parse_uri
-from asyncai_servers.webhooks.verify import Delivery, Refused, verify
+from asyncai_servers.webhooks.verify import Refused, verify
 from asyncai_watch.core.eventlog import Sequencer
 from tests.support.webhooks_helpers import (
     GITHUB_SECRET,
+    NOW,
     STANDARD_SECRET,
     github,
     hmac_headers,
+    run_delivery,
     standard,
     stripe,
     stripe_event,
     workflow_run,
 )
 
-NOW = 1_796_000_000.0
 GH = SourceSpec("github", "github", (b"old-secret", GITHUB_SECRET.encode()))
 ST = SourceSpec("stripe", "stripe", (b"whsec_test_stripe_0123456789",))
 SW = SourceSpec("svix", "standard", (STANDARD_SECRET.encode(),))
@@ -136,13 +136,6 @@ def test_uris_parse_to_one_target_per_log_whatever_the_spelling() -> None:
 def store(tmp: Path, **kw: Any) -> Store:
     clock = kw.pop("clock", [NOW])
     return Store(tmp / "hooks.sqlite3", kinds={"github": "github"}, now=lambda: clock[0], **kw)
-
-
-def run_delivery(run_id: int, *, branch: str = "main", conclusion: str = "failure") -> tuple[Delivery, Any]:
-    payload = workflow_run(run_id, branch=branch, conclusion=conclusion)
-    return Delivery("github", f"d-{run_id}", "workflow_run", payload), describe(
-        "github", "workflow_run", payload
-    )
 
 
 def test_a_delivery_is_stored_once_and_each_log_numbers_its_own_events(tmp_path: Path) -> None:

@@ -26,9 +26,10 @@ import anyio.abc
 
 from asyncai_watch import Limits, McpResourceSource, WatchManager
 
-sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 from _memo import LineProcess, line_process
-from procfs import child_pid, inotify_watches
+
+from tests.support.procfs import child_pid, inotify_watches
 
 IDLE_SECONDS = 10.0
 HERE = Path(__file__).resolve().parent

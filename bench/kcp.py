@@ -1,7 +1,7 @@
 """kcp server benchmark, as a user of the library sees it: every figure goes through ``WatchManager``.
 
 The real server (``python -m asyncai_servers.kcp``) runs over stdio with the fake kubectl
-(``tests/bin/kubectl``: kubectl's output format, tailing the fake API server's history with
+(``tests/support/bin/kubectl``: kubectl's output format, tailing the fake API server's history with
 inotify); a ``WatchManager`` watches ``kcp-events://watch/root:app/configmaps?namespace=default``
 and the bench reads ``m.notices`` as an agent would. Limits: ``debounce_quiet=0`` and
 ``debounce_max_wait=0`` (a notice as soon as a read's lines are in; no debounce merges lines),
@@ -48,14 +48,13 @@ import anyio
 import anyio.abc
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from fake_kubectl import FakeCluster  # noqa: E402
-from kcp_helpers import FAKE_KUBECTL, kcp_argv, kcp_env, watch_starts, write_kubeconfig  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from asyncai_watch.core.limits import Limits  # noqa: E402
 from asyncai_watch.mcp.client import McpResourceSource  # noqa: E402
 from asyncai_watch.runtime.manager import WatchManager  # noqa: E402
+from tests.support.fake_kubectl import FakeCluster  # noqa: E402
+from tests.support.kcp_helpers import FAKE_KUBECTL, kcp_argv, kcp_env, watch_starts, write_kubeconfig  # noqa: E402
 
 URI = "kcp-events://watch/root:app/configmaps?namespace=default"
 SERVER = "https://kcp.test:6443/clusters/root:app"

@@ -3,7 +3,7 @@
     python bench/postgres.py           # 1,000 changes; 20 poll phases; 10 s idle; 10 s of load
     python bench/postgres.py --quick   # 200 changes; 5 poll phases; 3 s idle; 4 s of load
 
-A throwaway PostgreSQL (tests/pg.py; fsync off, so the figures are the server's and not the
+A throwaway PostgreSQL (tests/support/pg.py; fsync off, so the figures are the server's and not the
 disk's) with ``pg_stat_statements`` loaded. The server (``python -m asyncai_servers.postgres``)
 runs over stdio as a read-only role ``watcher``; writers are separate processes
 (``bench/_pg_writer.py``) on their own connections, as any application is; the polling baseline
@@ -71,7 +71,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 import pg  # noqa: E402  (the tests' throwaway PostgreSQL)
 import psycopg  # noqa: E402

@@ -43,12 +43,12 @@ from mcp_types import SubscriptionFilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from _memo import pct, row
-from procfs import child_pid
 
 from asyncai_watch.server import SubscriptionRegistry
+from tests.support.procfs import child_pid
 
 HERE = Path(__file__).resolve().parent
 MEMO = [sys.executable, "-m", "asyncai_servers.memo"]

@@ -366,7 +366,7 @@ async def main(quick: bool) -> None:
             f"  {'SQLite (WAL, synchronous=FULL)':<32} {rate:8.0f} /s   CPU per create: server {server_ms:.2f} ms,"
             f" clients {clients_ms:.2f} ms"
         )
-        sys.path.insert(0, str(ROOT / "tests"))
+        sys.path.insert(0, str(ROOT))
         try:
             import pg  # type: ignore[import-not-found]  # the tests' throwaway PostgreSQL
 

@@ -29,7 +29,7 @@ on disk before its 2xx, so the figures include the fsync). Deliveries are GitHub
 ``--sync normal`` runs the server without the fsync per commit (``--sync`` of the server).
 ``--database DSN`` (or ``$ASYNCAI_WEBHOOKS_DATABASE``) stores in PostgreSQL instead of SQLite
 (an empty database: the figures are the server's, PostgreSQL's own CPU is not counted);
-``--database throwaway`` starts a throwaway cluster for the run (``tests/pg.py``, fsync on).
+``--database throwaway`` starts a throwaway cluster for the run (``tests/support/pg.py``, fsync on).
 With PostgreSQL, a second replica on the same database is started for a third figure: delivery
 POSTed to replica B -> notice from replica A (heard by ``LISTEN``/``NOTIFY``), p50.
 """
@@ -327,10 +327,10 @@ def database(dsn: str | None) -> Any:
     if dsn != "throwaway":
         yield dsn
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import shutil
 
-    from pg import start_postgres
+    from tests.support.pg import start_postgres
 
     base = Path(tempfile.mkdtemp(prefix="asyncai-bench-pg-"))
     try:

@@ -6,7 +6,7 @@ The public API is ``asyncai_watch.__all__`` plus the public submodules that the 
 docstring lists (``- :mod:`asyncai_watch.NAME```): one page each, and an index. Any warning pdoc
 gives (a name in ``__all__`` that does not resolve, an annotation it cannot read) fails the build,
 as does a public module, class, function or method without a docstring: exit 1, naming each.
-tests/test_api_reference.py builds it on every run and checks its links (docs/api.md).
+tests/docs/test_api_reference.py builds it on every run and checks its links (docs/api.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Install the real Claude Code CLI, pinned, cached in ``.tools/``, for tests/test_claude_code.py.
+"""Install the real Claude Code CLI, pinned, cached in ``.tools/``, for tests/serve/test_claude_code.py.
 
 ``@anthropic-ai/claude-code`` (pinned below) is a wrapper whose postinstall copies a native
 binary out of one of its optional dependencies, one npm package per platform

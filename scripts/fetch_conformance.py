@@ -3,14 +3,14 @@ suite (two versions), MCP peers this project did not write, and a Node.js they r
 
 - ``@modelcontextprotocol/conformance``, every version in :data:`SUITE_VERSIONS`: the last
   stable one and the newest (a pre-release, the first with ``--requirements 2026-07-28``);
-- the peers of ``tests/test_real_peers.py`` (:data:`PEERS`): the TypeScript SDK v1, which
-  ``tests/peers/*.cjs`` are written on, and ``@modelcontextprotocol/server-everything``;
+- the peers of ``tests/mcp/test_real_peers.py`` (:data:`PEERS`): the TypeScript SDK v1, which
+  ``tests/support/peers/*.cjs`` are written on, and ``@modelcontextprotocol/server-everything``;
 - Node >= 22 (the suite uses ``fs.globSync``), from npm itself as the ``node-linux-<arch>``
   package, so only ``npm`` (any Node it runs on) has to be on the machine.
 
 Each package goes under ``.tools/`` in the repo root (gitignored), npm's download cache too; a
 second run finds them there and downloads nothing. Versions are pinned: a new one is looked at
-(``tests/conformance.toml`` lists every scenario of each suite) before it is run.
+(``tests/support/conformance.toml`` lists every scenario of each suite) before it is run.
 
 Usage: ``python scripts/fetch_conformance.py``; exit 0 prints what it found, one ``NAME PATH``
 line each; exit 1 prints why it failed on stderr.
@@ -55,7 +55,7 @@ class Peers:
     node: Path
     """The same Node >= 22."""
     modules: Path
-    """The ``node_modules`` directory holding the TypeScript SDK: ``NODE_PATH`` for ``tests/peers/*.cjs``."""
+    """The ``node_modules`` directory holding the TypeScript SDK: ``NODE_PATH`` for ``tests/support/peers/*.cjs``."""
     everything: Path
     """server-everything's launcher: ``node EVERYTHING stdio|streamableHttp``."""
 

@@ -2,7 +2,7 @@
 
 - the official Python SDK 1.x (``mcp`` :data:`PY_V1`), on which most Python MCP servers run
   today (MCP 2025-11-25, ``initialize``; it advertises ``resources.subscribe: false`` even with
-  a subscribe handler), with uvicorn to serve ``tests/peers/py_v1_server.py`` over HTTP.
+  a subscribe handler), with uvicorn to serve ``tests/support/peers/py_v1_server.py`` over HTTP.
 
 Our own environment holds the SDK 2.3, so the 1.x SDK cannot live beside it: it gets a
 virtualenv of its own, made with the interpreter that runs this script. The install goes into

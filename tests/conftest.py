@@ -1,4 +1,4 @@
-"""Shared test configuration: anyio backend, bounded hypothesis profiles."""
+"""Shared test configuration: anyio backends, bounded hypothesis profiles."""
 
 from __future__ import annotations
 
@@ -20,3 +20,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # A test marked `trio` runs under both backends: the code it drives claims to be backend-neutral
+    # (WatchManager and the runtime over in-memory sources). Everything else runs under asyncio only.
+    if metafunc.definition.get_closest_marker("trio") and "anyio_backend" in metafunc.fixturenames:
+        metafunc.parametrize("anyio_backend", ["asyncio", "trio"])

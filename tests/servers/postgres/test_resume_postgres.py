@@ -14,13 +14,12 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.cli import WAIT, cli, wait_until_watching
-from tests.support.pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
-from tests.support.postgres import EVENTS, WATCHER, Db, server_argv, write_config
-
 from asyncai_servers.postgres.capture import Retention
 from asyncai_servers.postgres.config import TableName
 from asyncai_servers.postgres.triggers import install_triggers
+from tests.support.cli import WAIT, cli, wait_until_watching
+from tests.support.pg import PgServer, module_postgres_fixture  # noqa: F401  (fixture)
+from tests.support.postgres import EVENTS, WATCHER, Db, server_argv, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -78,7 +77,7 @@ async def test_rows_written_while_the_cli_was_killed_arrive_every_one_in_commit_
 
 
 async def test_rows_past_the_change_logs_retention_while_the_cli_was_killed_are_a_gap_then_the_rest(
-    db: Db,  # noqa: F811  (the fixture)
+    db: Db,
     tmp_path: Path,
 ) -> None:
     install_triggers(db.dsn, [TableName("public", "items")], Retention(max_bytes=16 << 10))

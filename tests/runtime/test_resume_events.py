@@ -11,8 +11,6 @@ from typing import Any
 import anyio
 import jsonschema
 import pytest
-from test_cli import WAIT, cli, wait_until_watching
-from test_memo_server import memo_http_server
 
 from asyncai_watch import McpResourceSource
 from asyncai_watch.core.notice import SOURCE_RESTORE, SOURCE_WATCH, Notice, NoticeEvent
@@ -21,7 +19,9 @@ from asyncai_watch.notice_json import notice_record, notice_schema
 from asyncai_watch.resume_store import OUTBOX_RECORD_VERSION, ResumeStore
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock
-from tests.test_manager import IMMEDIATE, NOTES, memo_fake
+from tests.support.cli import WAIT, cli, wait_until_watching
+from tests.support.managers import IMMEDIATE, NOTES, memo_fake
+from tests.support.memo import memo_http_server
 
 VALIDATOR = jsonschema.Draft202012Validator(notice_schema())
 

@@ -14,9 +14,9 @@ import urllib.parse
 import anyio
 import anyio.abc
 import pytest
-from test_cli import CLI, WAIT, Lines, cli
-from test_cli_script import memo_set
-from test_memo_server import memo_http_server
+
+from tests.support.cli import CLI, WAIT, Lines, cli
+from tests.support.memo import memo_http_server, memo_set
 
 pytestmark = pytest.mark.anyio
 

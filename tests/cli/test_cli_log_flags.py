@@ -12,9 +12,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from test_cli import CLI, WAIT, cli, run_cli, stderr_of, wait_until_watching
-from test_cli_script import memo_set
-from test_memo_server import memo_http_server
+
+from tests.support.cli import CLI, WAIT, cli, run_cli, stderr_of, wait_until_watching
+from tests.support.memo import memo_http_server, memo_set
 
 pytestmark = pytest.mark.anyio
 

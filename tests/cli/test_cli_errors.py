@@ -8,9 +8,6 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from test_cli import MEMO, run_cli
-from test_manager import NOTES, manager, memo_fake, next_notice
-from test_memo_server import memo_http_server
 
 from asyncai_watch import McpResourceSource
 from asyncai_watch.cli_commands import _leading_with_advice, _shell_advice, _Unserved
@@ -18,6 +15,9 @@ from asyncai_watch.core.deliver import Delivery, failure_head
 from asyncai_watch.core.notice import FAILED
 from asyncai_watch.errors import ServerConnectionError, ServerError, SubscriptionLostError, WatchError
 from asyncai_watch.testing import FakeClock
+from tests.support.cli import MEMO, run_cli
+from tests.support.managers import NOTES, manager, memo_fake, next_notice
+from tests.support.memo import memo_http_server
 
 pytestmark = pytest.mark.anyio
 

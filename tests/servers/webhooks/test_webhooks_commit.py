@@ -15,13 +15,12 @@ from typing import Any
 import anyio
 import pytest
 from mcp.client import Client
-from test_webhooks_units import run_delivery
-from webhooks_helpers import WAIT, write_config
 
 from asyncai_servers.webhooks.config import load_config
 from asyncai_servers.webhooks.server import WebhooksServer
 from asyncai_servers.webhooks.uri import LogTarget
 from asyncai_servers.webhooks.verify import Delivery
+from tests.support.webhooks_helpers import WAIT, run_delivery, write_config
 
 pytestmark = [pytest.mark.anyio]
 

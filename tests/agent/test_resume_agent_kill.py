@@ -2,7 +2,7 @@
 on a notice: started again, it reads that notice once more, flagged as redelivered, exactly once;
 once a turn on it has completed, it never comes again (not even after another SIGKILL).
 
-The turn is held open by a tool (``tests/hold_server.py``) that tells the test it is running
+The turn is held open by a tool (``tests/support/hold_server.py``) that tells the test it is running
 and answers only when let go; the model is the scripted one (``scripted:FILE``)."""
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
-from test_cli import WAIT, Lines
-from test_memo_server import memo_http_server
 
 from asyncai_watch import McpResourceSource
+from tests.support import SUPPORT
+from tests.support.cli import WAIT, Lines
+from tests.support.memo import memo_http_server
 
 pytestmark = pytest.mark.anyio
 
-HOLD_SERVER = Path(__file__).with_name("hold_server.py")
+HOLD_SERVER = SUPPORT / "hold_server.py"
 ENV_DROP = {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
 
 

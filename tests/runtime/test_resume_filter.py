@@ -9,8 +9,6 @@ from typing import Any
 
 import anyio
 import pytest
-from test_cli import WAIT, cli, wait_until_watching
-from test_memo_server import memo_http_server
 
 from asyncai_watch import McpResourceSource
 from asyncai_watch.core.deliver import Delivery
@@ -21,8 +19,10 @@ from asyncai_watch.core.resume import Outcome, away_filtered, catch_up_log
 from asyncai_watch.filters import FilterOutcome
 from asyncai_watch.runtime.manager import WatchManager
 from asyncai_watch.testing import FakeClock
-from tests.test_manager import IMMEDIATE, NOTES, memo_fake
-from tests.test_resume_manager import LOG, log_body, log_fake
+from tests.support.cli import WAIT, cli, wait_until_watching
+from tests.support.managers import IMMEDIATE, NOTES, memo_fake
+from tests.support.memo import memo_http_server
+from tests.support.resume_logs import LOG, log_body, log_fake
 
 pytestmark = pytest.mark.anyio
 

@@ -4,7 +4,7 @@
 only once the test closes that connection: the test knows the turn is running (it reads the
 line) and decides when it may end (or kills the agent first). No sleeping anywhere.
 
-Run: ``python tests/hold_server.py PORT``.
+Run: ``python tests/support/hold_server.py PORT``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import socket
 import sys
 from typing import Any
 
-from jsonrpc_lines import RpcError, serve
+from tests.support.jsonrpc_lines import RpcError, serve
 
 VERSION = "2026-07-28"
 CACHE = {"ttlMs": 0, "cacheScope": "private"}

@@ -13,7 +13,7 @@ import socket
 import sys
 from typing import Any
 
-from tests.support.jsonrpc_lines import RpcError, serve
+from jsonrpc_lines import RpcError, serve  # run by path: its folder is sys.path[0]
 
 VERSION = "2026-07-28"
 CACHE = {"ttlMs": 0, "cacheScope": "private"}

@@ -219,15 +219,7 @@ async def away(watcher: Watcher, got: CatchUp) -> tuple[Outcome, Notice | None]:
     if not got.events:
         return got.outcome, None
     # The watch's own delivery makes the lines, as for a live read (and counts the events).
-    pending, session = Pending(got.events), watcher.session
-    if session is None:
-        lines, records = watcher.delivery.lines(pending)
-    else:
-        dicts = [ev.to_filter_dict(watch=watcher.name, uri=watcher.uri) for ev in got.events]
-        try:
-            lines, records = watcher.delivery.lines(pending, await session.run(dicts))
-        except Exception as exc:  # the session itself failed: one error line, as live
-            lines, records = watcher.delivery.filter_failed(pending, describe(exc))
+    lines, records = await watcher.filtered_lines(Pending(got.events))
     if records:
         log.events(records, watch=watcher.name, uri=watcher.uri, verbose=watcher.verbose)
     return away_filtered(watcher.name, watcher.uri, got, lines, records)

@@ -336,15 +336,19 @@ class Watcher:
             if filtering.checkpoint is not None:
                 # The lines queued below are of the reads up to it (later ones wait in the mailbox).
                 self._checkpoint, filtering.checkpoint = filtering.checkpoint, None
-            if not pending.events:
-                self._add(*self.delivery.lines(pending), clock_now())
-                continue
-            dicts = [ev.to_filter_dict(watch=self.spec.name, uri=self.spec.uri) for ev in pending.events]
-            try:
-                outcome = self.delivery.lines(pending, await filtering.session.run(dicts))
-            except Exception as exc:  # the session itself failed: one error line, go on
-                outcome = self.delivery.filter_failed(pending, describe(exc))
-            self._add(*outcome, clock_now())
+            self._add(*await self.filtered_lines(pending), clock_now())
+
+    async def filtered_lines(self, pending: Pending) -> tuple[list[Line], list[EventRecord]]:
+        """``pending``'s lines from the watch's delivery, its events through the ``on_event``
+        filter when the watch has one (live reads and the catch-up after a restart alike)."""
+        session = self.session
+        if session is None or not pending.events:
+            return self.delivery.lines(pending)
+        dicts = [ev.to_filter_dict(watch=self.spec.name, uri=self.spec.uri) for ev in pending.events]
+        try:
+            return self.delivery.lines(pending, await session.run(dicts))
+        except Exception as exc:  # the session itself failed: one error line, go on
+            return self.delivery.filter_failed(pending, describe(exc))
 
 
 async def open_filter(
